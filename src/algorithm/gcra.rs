@@ -1,0 +1,94 @@
+//! GCRA: one timestamp per key, the theoretical arrival time (TAT) of the
+//! next request if traffic ran exactly at the rate. A request conforms when
+//! its arrival would not push the TAT more than `capacity` intervals ahead.
+//!
+//! The interval is rounded up to a whole microsecond, so the rate can only
+//! be a hair slower than asked, never faster.
+
+use super::{State, Step, Update, View};
+use crate::quota::Params;
+
+/// The arithmetic GCRA and the leaky bucket share: where the TAT lands if
+/// this request is admitted, and whether that is within the tolerance.
+pub(crate) struct Schedule {
+    /// When this request's turn comes (the old TAT, or now).
+    pub start: u64,
+    pub step: Step,
+}
+
+pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Schedule {
+    let tolerance = p.capacity * p.interval;
+    let start = tat.unwrap_or(now).max(now);
+    let next = start + cost * p.interval;
+    let refuse = View {
+        remaining: tolerance.saturating_sub(start - now) / p.interval,
+        reset: start - now,
+        update: Update::Keep,
+    };
+    let step = if next - now <= tolerance {
+        let admit = View {
+            remaining: (tolerance - (next - now)) / p.interval,
+            reset: next - now,
+            update: Update::Set(State::Tat(next)),
+        };
+        Step::allow(0, admit, refuse)
+    } else {
+        Step::deny(next - tolerance - now, refuse)
+    };
+    Schedule { start, step }
+}
+
+pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Step {
+    schedule(tat, p, cost, now).step
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Quota;
+    use crate::algorithm::testing::{S, Sim};
+    use std::time::Duration;
+
+    #[test]
+    fn burst_then_one_per_interval() {
+        let q = Quota::gcra(10, Duration::from_secs(10))
+            .burst(3)
+            .build()
+            .unwrap();
+        let mut g = Sim::new(q);
+        assert_eq!(g.at(0, 1).admit.remaining, 2);
+        assert!(g.allowed(0));
+        assert!(g.allowed(0));
+        let refused = g.at(0, 1);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after, S);
+        assert!(!g.allowed(S - 1));
+        assert!(g.allowed(S));
+        assert!(!g.allowed(S));
+    }
+
+    #[test]
+    fn cost_and_reset() {
+        let q = Quota::gcra(4, Duration::from_secs(4)).build().unwrap();
+        let mut g = Sim::new(q);
+        let step = g.at(0, 3);
+        assert!(step.allowed);
+        assert_eq!(step.admit.remaining, 1);
+        assert_eq!(step.admit.reset, 3 * S);
+        let refused = g.at(0, 2);
+        assert_eq!(refused.retry_after, S);
+        assert!(!g.at(S - 1, 2).allowed);
+        assert!(g.at(S, 2).allowed);
+    }
+
+    #[test]
+    fn min_interval_spaces_actions() {
+        let q = Quota::min_interval(Duration::from_secs(3)).build().unwrap();
+        let mut g = Sim::new(q);
+        assert!(g.allowed(0));
+        assert!(!g.allowed(S));
+        assert_eq!(g.at(S, 1).retry_after, 2 * S);
+        assert!(g.allowed(3 * S));
+        assert!(!g.allowed(5 * S));
+        assert!(g.allowed(7 * S));
+    }
+}

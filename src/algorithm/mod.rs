@@ -1,0 +1,196 @@
+//! The six algorithms, each a pure function of (stored state, quota, cost,
+//! now) in its own file: no clock, no I/O. Backends load the state, call
+//! [`check`], and store what the returned [`Step`] says.
+//!
+//! All arithmetic is on integer microseconds below 2^53 (see
+//! [`EXACT_MAX`](crate::quota::EXACT_MAX)) so the Redis scripts can mirror it
+//! exactly.
+
+pub(crate) mod fixed_window;
+pub(crate) mod gcra;
+pub(crate) mod leaky_bucket;
+pub(crate) mod sliding_log;
+pub(crate) mod sliding_window;
+pub(crate) mod token_bucket;
+
+use std::collections::VecDeque;
+
+use crate::quota::{Algorithm, Params};
+
+/// What one key stores for one quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum State {
+    TokenBucket(token_bucket::Bucket),
+    /// GCRA and leaky bucket: the theoretical arrival time.
+    Tat(u64),
+    FixedWindow(fixed_window::Window),
+    SlidingWindow(sliding_window::Counters),
+    SlidingLog(Box<VecDeque<u64>>),
+}
+
+impl State {
+    /// The moment after which this state means the same as no state at all.
+    pub(crate) fn expires_at(&self, p: &Params) -> u64 {
+        match self {
+            State::TokenBucket(b) => b.full_at(p),
+            State::Tat(tat) => *tat,
+            State::FixedWindow(w) => w.start.saturating_add(p.period),
+            State::SlidingWindow(c) => c.start.saturating_add(2 * p.period),
+            State::SlidingLog(log) => log.back().map_or(0, |t| t.saturating_add(p.period)),
+        }
+    }
+}
+
+/// The change a decision makes to the stored state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Update {
+    /// Leave it as it is.
+    Keep,
+    /// Replace it.
+    Set(State),
+    /// Sliding log: forget what has expired, log `count` entries at `now`,
+    /// keep the newest `capacity`.
+    Log { now: u64, count: u64 },
+}
+
+impl Update {
+    /// Applies the update to a stored state (`None`: nothing stored yet).
+    /// Returns false when there is nothing to store.
+    pub(crate) fn apply(self, slot: &mut Option<State>, p: &Params) -> bool {
+        match self {
+            Update::Keep => false,
+            Update::Set(state) => {
+                *slot = Some(state);
+                true
+            }
+            Update::Log { now, count } => {
+                let mut log = match slot.take() {
+                    Some(State::SlidingLog(log)) => log,
+                    _ => Box::default(),
+                };
+                sliding_log::append(&mut log, p, now, count);
+                *slot = Some(State::SlidingLog(log));
+                true
+            }
+        }
+    }
+}
+
+/// What a quota reports, and how its state changes, in one of two futures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct View {
+    /// Units left (effective, before soft mode is taken off).
+    pub remaining: u64,
+    /// Microseconds until the quota is fully restored.
+    pub reset: u64,
+    pub update: Update,
+}
+
+/// One quota's verdict on one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Step {
+    pub allowed: bool,
+    /// Microseconds until the same request would pass (when not allowed).
+    pub retry_after: u64,
+    /// Microseconds the admitted request must wait for its turn (leaky bucket).
+    pub delay: u64,
+    /// The state and report if the request is admitted.
+    pub admit: View,
+    /// The state and report if it is not (refused here, or by another quota).
+    pub refuse: View,
+}
+
+impl Step {
+    pub(crate) fn allow(delay: u64, admit: View, refuse: View) -> Step {
+        Step {
+            allowed: true,
+            retry_after: 0,
+            delay,
+            admit,
+            refuse,
+        }
+    }
+
+    pub(crate) fn deny(retry_after: u64, refuse: View) -> Step {
+        Step {
+            allowed: false,
+            retry_after: retry_after.max(1),
+            delay: 0,
+            admit: refuse.clone(),
+            refuse,
+        }
+    }
+}
+
+/// Runs `algorithm` on the stored state. A state of another algorithm (which
+/// the backends never store under one quota) counts as no state.
+pub(crate) fn check(
+    algorithm: Algorithm,
+    state: Option<&State>,
+    p: &Params,
+    cost: u64,
+    now: u64,
+) -> Step {
+    match (algorithm, state) {
+        (Algorithm::TokenBucket, Some(State::TokenBucket(b))) => {
+            token_bucket::check(Some(b), p, cost, now)
+        }
+        (Algorithm::TokenBucket, _) => token_bucket::check(None, p, cost, now),
+        (Algorithm::Gcra, Some(State::Tat(t))) => gcra::check(Some(*t), p, cost, now),
+        (Algorithm::Gcra, _) => gcra::check(None, p, cost, now),
+        (Algorithm::LeakyBucket, Some(State::Tat(t))) => {
+            leaky_bucket::check(Some(*t), p, cost, now)
+        }
+        (Algorithm::LeakyBucket, _) => leaky_bucket::check(None, p, cost, now),
+        (Algorithm::FixedWindow, Some(State::FixedWindow(w))) => {
+            fixed_window::check(Some(w), p, cost, now)
+        }
+        (Algorithm::FixedWindow, _) => fixed_window::check(None, p, cost, now),
+        (Algorithm::SlidingWindow, Some(State::SlidingWindow(c))) => {
+            sliding_window::check(Some(c), p, cost, now)
+        }
+        (Algorithm::SlidingWindow, _) => sliding_window::check(None, p, cost, now),
+        (Algorithm::SlidingLog, Some(State::SlidingLog(l))) => {
+            sliding_log::check(Some(l), p, cost, now)
+        }
+        (Algorithm::SlidingLog, _) => sliding_log::check(None, p, cost, now),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Drives one quota through a sequence of requests on a manual timeline.
+
+    use super::*;
+    use crate::quota::Quota;
+
+    pub(crate) struct Sim {
+        pub quota: Quota,
+        pub state: Option<State>,
+    }
+
+    pub(crate) const S: u64 = 1_000_000;
+
+    impl Sim {
+        pub(crate) fn new(quota: Quota) -> Self {
+            Sim { quota, state: None }
+        }
+
+        /// Checks and commits as a backend would for a single quota.
+        pub(crate) fn at(&mut self, now: u64, cost: u64) -> Step {
+            let q = &self.quota;
+            let step = check(q.algorithm(), self.state.as_ref(), &q.params, cost, now);
+            let update = if step.allowed {
+                step.admit.update.clone()
+            } else {
+                step.refuse.update.clone()
+            };
+            update.apply(&mut self.state, &q.params);
+            step
+        }
+
+        pub(crate) fn allowed(&mut self, now: u64) -> bool {
+            self.at(now, 1).allowed
+        }
+    }
+}

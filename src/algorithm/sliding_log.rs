@@ -1,0 +1,158 @@
+//! Sliding window log: the timestamps of the admitted requests in the last
+//! `period`, oldest first. A request passes when the live entries plus its
+//! cost fit in the limit. At most `limit` entries are kept: older ones can
+//! never change a decision, so memory is bounded by the limit, not by
+//! traffic.
+//!
+//! With `count_rejected`, refused attempts are logged too (the variant of the
+//! seeds and of ClassDojo): a client that keeps retrying stays limited.
+
+use std::collections::VecDeque;
+
+use super::{Step, Update, View};
+use crate::quota::Params;
+
+/// How many of `log`'s entries still count at `now`.
+fn live(log: &VecDeque<u64>, period: u64, now: u64) -> usize {
+    log.len() - log.partition_point(|&t| t + period <= now)
+}
+
+pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64) -> Step {
+    let empty = VecDeque::new();
+    let log = log.unwrap_or(&empty);
+    let n = live(log, p.period, now) as u64;
+    let newest = log.back().copied();
+    let reset = |newest: Option<u64>| newest.map_or(0, |t| (t + p.period).saturating_sub(now));
+    let append = Update::Log { now, count: cost };
+    if n + cost <= p.capacity {
+        let admit = View {
+            remaining: p.capacity - n - cost,
+            reset: reset(Some(now.max(newest.unwrap_or(0)))),
+            update: append,
+        };
+        let refuse = View {
+            remaining: p.capacity - n,
+            reset: reset(newest),
+            update: Update::Keep,
+        };
+        return Step::allow(0, admit, refuse);
+    }
+    // The request passes once enough of the oldest entries have expired for
+    // the newest `capacity - cost` to be all that is left.
+    let (refuse, wait) = if p.count_rejected {
+        let mut after = log.clone();
+        append_entries(&mut after, p, now, cost);
+        let view = View {
+            remaining: p.capacity.saturating_sub(live(&after, p.period, now) as u64),
+            reset: reset(after.back().copied()),
+            update: append,
+        };
+        (view, oldest_blocking(&after, p, cost))
+    } else {
+        let view = View {
+            remaining: p.capacity - n.min(p.capacity),
+            reset: reset(newest),
+            update: Update::Keep,
+        };
+        (view, oldest_blocking(log, p, cost))
+    };
+    Step::deny((wait + p.period).saturating_sub(now), refuse)
+}
+
+/// The entry whose expiry lets a request of `cost` pass.
+fn oldest_blocking(log: &VecDeque<u64>, p: &Params, cost: u64) -> u64 {
+    let keep = (p.capacity - cost) as usize;
+    log.get(log.len().saturating_sub(keep + 1)).copied().unwrap_or(0)
+}
+
+/// Logs `count` entries at `now` into a stored log.
+pub(crate) fn append(log: &mut VecDeque<u64>, p: &Params, now: u64, count: u64) {
+    let expired = log.len() - live(log, p.period, now);
+    log.drain(..expired);
+    append_entries(log, p, now, count);
+}
+
+fn append_entries(log: &mut VecDeque<u64>, p: &Params, now: u64, count: u64) {
+    // A clock that stepped back must not unsort the log: log at the newest
+    // time seen instead, which only makes the entry last longer.
+    let at = now.max(log.back().copied().unwrap_or(0));
+    let cap = p.capacity as usize;
+    let count = (count as usize).min(cap);
+    let overflow = (log.len() + count).saturating_sub(cap);
+    log.drain(..overflow);
+    log.extend(std::iter::repeat_n(at, count));
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Quota;
+    use crate::algorithm::State;
+    use crate::algorithm::testing::{S, Sim};
+    use std::time::Duration;
+
+    #[test]
+    fn seeds_example_with_rejected_attempts_logged() {
+        // 2 per minute, rejected attempts kept: 0:12 and 0:24 pass, 0:36 is
+        // rejected; at 1:25 only the 0:36 entry is live, so 1:25 passes.
+        let q = Quota::sliding_log(2, Duration::from_secs(60))
+            .count_rejected(true)
+            .build()
+            .unwrap();
+        let mut l = Sim::new(q);
+        assert!(l.allowed(12 * S));
+        assert!(l.allowed(24 * S));
+        let refused = l.at(36 * S, 1);
+        assert!(!refused.allowed);
+        // The 0:24 entry expires at 1:24 and frees a place.
+        assert_eq!(refused.retry_after, 48 * S);
+        assert!(l.allowed(85 * S));
+        let Some(State::SlidingLog(log)) = &l.state else {
+            panic!("no log stored")
+        };
+        assert_eq!(Vec::from(log.as_ref().clone()), [36 * S, 85 * S]);
+    }
+
+    #[test]
+    fn without_counting_rejections_the_oldest_admission_sets_the_retry() {
+        let q = Quota::sliding_log(2, Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let mut l = Sim::new(q);
+        assert!(l.allowed(12 * S));
+        assert!(l.allowed(24 * S));
+        let refused = l.at(36 * S, 1);
+        assert_eq!(refused.retry_after, 36 * S);
+        assert!(!l.allowed(72 * S - 1));
+        assert!(l.allowed(72 * S));
+    }
+
+    #[test]
+    fn the_log_never_holds_more_than_the_limit() {
+        let q = Quota::sliding_log(3, Duration::from_secs(1))
+            .count_rejected(true)
+            .build()
+            .unwrap();
+        let mut l = Sim::new(q);
+        for t in 0..1000 {
+            l.at(t, 2);
+        }
+        let Some(State::SlidingLog(log)) = &l.state else {
+            panic!("no log stored")
+        };
+        assert!(log.len() <= 3);
+    }
+
+    #[test]
+    fn cost_takes_several_places() {
+        let q = Quota::sliding_log(5, Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let mut l = Sim::new(q);
+        assert_eq!(l.at(0, 3).admit.remaining, 2);
+        assert!(l.at(S, 2).allowed);
+        let refused = l.at(2 * S, 3);
+        // Three places free when the entries at 0 expire.
+        assert_eq!(refused.retry_after, 8 * S);
+        assert!(l.at(10 * S, 3).allowed);
+    }
+}

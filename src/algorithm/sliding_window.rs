@@ -1,0 +1,168 @@
+//! Sliding window counter (Cloudflare's method): the count of the previous
+//! fixed window, weighted by the share of it still inside the rolling period,
+//! plus the count of the current window. The weighted count is rounded down,
+//! as the seeds and Cloudflare do: a request passes while the estimate before
+//! it is below the limit.
+//!
+//! The weighting is the one computation done in floating point, in exactly
+//! the operations the Redis script performs, so both give the same answer.
+
+use super::{State, Step, Update, View};
+use crate::quota::Params;
+
+/// The stored counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counters {
+    /// The current window's first microsecond.
+    pub start: u64,
+    pub prev: u64,
+    pub curr: u64,
+}
+
+/// `floor(prev * remaining_share / period)`, in the script's float arithmetic.
+fn weigh(prev: u64, still_in: u64, period: u64) -> u64 {
+    (prev as f64 * still_in as f64 / period as f64).floor() as u64
+}
+
+/// The first offset `e` in `[from, period)` of a window at which `prev`,
+/// weighted, is at most `room`.
+fn first_fit(prev: u64, room: u64, from: u64, period: u64) -> Option<u64> {
+    if prev == 0 || weigh(prev, period - from, period) <= room {
+        return Some(from);
+    }
+    // Exactly: prev * (period - e) < (room + 1) * period.
+    let bound = (u128::from(room) + 1) * u128::from(period);
+    let max_still_in = bound.div_ceil(u128::from(prev)) - 1;
+    let mut e = period.saturating_sub(max_still_in.min(u128::from(period)) as u64);
+    // Settle float rounding at the edge, by a few microseconds at most.
+    while e < period && weigh(prev, period - e, period) > room {
+        e += 1;
+    }
+    while e > from && weigh(prev, period - (e - 1), period) <= room {
+        e -= 1;
+    }
+    (e < period).then_some(e.max(from))
+}
+
+pub(crate) fn check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -> Step {
+    let period = p.period;
+    let current = now - now % period;
+    let c = match state {
+        Some(c) if c.start >= current => *c,
+        Some(c) if c.start + period == current => Counters {
+            start: current,
+            prev: c.curr,
+            curr: 0,
+        },
+        _ => Counters {
+            start: current,
+            prev: 0,
+            curr: 0,
+        },
+    };
+    let elapsed = now.saturating_sub(c.start);
+    let used = weigh(c.prev, period - elapsed, period) + c.curr;
+    let reset = |curr: u64| {
+        if curr > 0 {
+            c.start + 2 * period - now
+        } else if c.prev > 0 {
+            c.start + period - now
+        } else {
+            0
+        }
+    };
+    let refuse = View {
+        remaining: p.capacity.saturating_sub(used),
+        reset: reset(c.curr),
+        update: Update::Keep,
+    };
+    if used + cost <= p.capacity {
+        let curr = c.curr + cost;
+        let admit = View {
+            remaining: p.capacity - used - cost,
+            reset: reset(curr),
+            update: Update::Set(State::SlidingWindow(Counters { curr, ..c })),
+        };
+        return Step::allow(0, admit, refuse);
+    }
+    let this_window = (c.curr + cost <= p.capacity)
+        .then(|| first_fit(c.prev, p.capacity - c.curr - cost, elapsed, period))
+        .flatten();
+    let at = match this_window {
+        Some(e) => c.start + e,
+        None => {
+            let e = first_fit(c.curr, p.capacity - cost, 0, period).unwrap_or(period);
+            c.start + period + e
+        }
+    };
+    Step::deny(at - now, refuse)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counters;
+    use crate::Quota;
+    use crate::algorithm::State;
+    use crate::algorithm::testing::{S, Sim};
+    use std::time::Duration;
+
+    /// A minute-long quota whose window starting at 60 s holds `curr`, after
+    /// a window holding `prev`.
+    fn sim(limit: u64, prev: u64, curr: u64) -> Sim {
+        let q = Quota::sliding_window(limit, Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let mut s = Sim::new(q);
+        let start = 60 * S;
+        s.state = Some(State::SlidingWindow(Counters { start, prev, curr }));
+        s
+    }
+
+    #[test]
+    fn seeds_eleven_point_seventy_five_is_rejected() {
+        // 10 per minute, 9 in the previous minute, 5 in this one, 25% in:
+        // 9 x 0.75 + 5 = 11.75 > 10.
+        let step = sim(10, 9, 5).at(75 * S, 1);
+        assert!(!step.allowed);
+        assert_eq!(step.refuse.remaining, 0);
+    }
+
+    #[test]
+    fn seeds_six_point_five_is_allowed() {
+        // 7 per minute, previous 5, current 3, 30% in: 3 + 5 x 0.7 = 6.5 < 7.
+        let step = sim(7, 5, 3).at(78 * S, 1);
+        assert!(step.allowed);
+        assert_eq!(step.admit.remaining, 0);
+    }
+
+    #[test]
+    fn retry_after_is_exact() {
+        // 10 x (60 s - e) / 60 s must drop below 5: just after 30 s.
+        let mut s = sim(10, 10, 5);
+        let step = s.at(60 * S, 1);
+        assert!(!step.allowed);
+        assert_eq!(step.retry_after, 30 * S + 1);
+        assert!(!s.allowed(90 * S));
+        assert!(s.allowed(90 * S + 1));
+    }
+
+    #[test]
+    fn retry_after_can_reach_into_the_next_window() {
+        // The current window is full: the four move to the previous window,
+        // where they weigh less than four from the first microsecond on.
+        let mut s = sim(4, 0, 4);
+        let step = s.at(70 * S, 1);
+        assert_eq!(step.retry_after, 50 * S + 1);
+        assert!(!s.allowed(120 * S));
+        assert!(s.allowed(120 * S + 1));
+    }
+
+    #[test]
+    fn counts_move_to_the_previous_window() {
+        let mut s = sim(10, 0, 0);
+        assert!(s.at(61 * S, 8).allowed);
+        // 45 s into the next window, a quarter of the 8 still counts.
+        let step = s.at(165 * S, 1);
+        assert_eq!(step.admit.remaining, 10 - 2 - 1);
+    }
+}

@@ -1,0 +1,121 @@
+//! Token bucket: `capacity` tokens, refilled continuously at `limit` per
+//! `period`; a request spends `cost` tokens, a refused one spends nothing.
+//!
+//! The level is kept in exact fractions of a token: units of
+//! `1/unit` token, `refill` units per microsecond (see `Params`), so no
+//! rounding ever creates or loses a token.
+
+use super::{State, Step, Update, View};
+use crate::quota::Params;
+
+/// The stored bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bucket {
+    /// Tokens, in units of `1/unit` token.
+    pub level: u64,
+    /// When `level` was measured (microseconds).
+    pub at: u64,
+}
+
+impl Bucket {
+    /// When the bucket will be full again.
+    pub(crate) fn full_at(&self, p: &Params) -> u64 {
+        let full = p.capacity * p.unit;
+        self.at + (full.saturating_sub(self.level)).div_ceil(p.refill)
+    }
+}
+
+pub(crate) fn check(state: Option<&Bucket>, p: &Params, cost: u64, now: u64) -> Step {
+    let full = p.capacity * p.unit;
+    let (level, at) = match state {
+        None => (full, now),
+        // A clock that stepped back refills nothing until it catches up.
+        Some(b) => {
+            let gained = now.saturating_sub(b.at).saturating_mul(p.refill);
+            (full.min(b.level.saturating_add(gained)), b.at.max(now))
+        }
+    };
+    let need = cost * p.unit;
+    let time_to_fill = |level: u64| (full - level).div_ceil(p.refill) + (at - now);
+    let refuse = View {
+        remaining: level / p.unit,
+        reset: time_to_fill(level),
+        update: Update::Keep,
+    };
+    if level >= need {
+        let left = level - need;
+        let admit = View {
+            remaining: left / p.unit,
+            reset: time_to_fill(left),
+            update: Update::Set(State::TokenBucket(Bucket { level: left, at })),
+        };
+        Step::allow(0, admit, refuse)
+    } else {
+        Step::deny((need - level).div_ceil(p.refill) + (at - now), refuse)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Quota;
+    use crate::algorithm::testing::{S, Sim};
+    use std::time::Duration;
+
+    #[test]
+    fn bursts_to_capacity_then_refills_continuously() {
+        // 2 per second, burst 4.
+        let q = Quota::token_bucket(2, Duration::from_secs(1))
+            .burst(4)
+            .build()
+            .unwrap();
+        let mut b = Sim::new(q);
+        for _ in 0..4 {
+            assert!(b.allowed(0));
+        }
+        let refused = b.at(0, 1);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after, S / 2);
+        assert!(!b.allowed(S / 2 - 1));
+        assert!(b.allowed(S / 2));
+        // Full again two seconds after the last spend.
+        let step = b.at(S / 2, 0);
+        assert_eq!(step.admit.reset, 2 * S);
+        assert!(b.at(3 * S, 4).allowed);
+    }
+
+    #[test]
+    fn cost_spends_several_tokens_and_a_refusal_spends_none() {
+        let q = Quota::token_bucket(10, Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let mut b = Sim::new(q);
+        assert_eq!(b.at(0, 7).admit.remaining, 3);
+        let refused = b.at(0, 5);
+        assert!(!refused.allowed);
+        assert_eq!(refused.refuse.remaining, 3);
+        // Two more tokens arrive after two seconds.
+        assert_eq!(refused.retry_after, 2 * S);
+        assert!(b.at(2 * S, 5).allowed);
+    }
+
+    #[test]
+    fn fractional_rates_are_exact() {
+        // 3 per 10 s: one token every 3.333... s, never rounded.
+        let q = Quota::token_bucket(3, Duration::from_secs(10))
+            .burst(1)
+            .build()
+            .unwrap();
+        let mut b = Sim::new(q);
+        assert!(b.allowed(0));
+        let r = b.at(0, 1).retry_after;
+        assert_eq!(r, 3_333_334);
+        assert!(!b.allowed(r - 1));
+        assert!(b.allowed(r));
+        // The ninth token after r arrives exactly 30 s later.
+        let mut admitted = 0;
+        for t in (r..=r + 30 * S).step_by(1000) {
+            admitted += u64::from(b.allowed(t));
+        }
+        assert_eq!(admitted, 9);
+    }
+}

@@ -1,0 +1,118 @@
+//! Where the state lives: [`MemoryBackend`] in this process, or (with the
+//! `redis` feature) Redis, shared by a fleet.
+
+mod memory;
+
+use std::fmt;
+use std::future::Future;
+
+pub use memory::{MemoryBackend, MemoryBackendBuilder};
+
+use crate::decision::Decision;
+use crate::quota_set::QuotaSet;
+
+/// One decision asked of a backend. Built by [`Limiter`](crate::Limiter),
+/// which has already refused costs no quota could ever admit.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckRequest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) quotas: &'a QuotaSet,
+    pub(crate) cost: u64,
+    pub(crate) commit: bool,
+}
+
+impl<'a> CheckRequest<'a> {
+    /// The client key.
+    pub fn key(&self) -> &'a str {
+        self.key
+    }
+
+    /// The quotas to check.
+    pub fn quotas(&self) -> &'a QuotaSet {
+        self.quotas
+    }
+
+    /// How much the request spends.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// False for a peek: decide, but change nothing.
+    pub fn commit(&self) -> bool {
+        self.commit
+    }
+}
+
+/// A store of rate-limit state that decides atomically: the check and the
+/// update of all of a key's quotas happen as one step, with no race against
+/// other callers (other tasks, or other servers sharing the store).
+///
+/// The backend owns the clock: [`MemoryBackend`] reads its [`Clock`](crate::Clock),
+/// the Redis backend reads Redis's `TIME`, so callers never pass a time.
+pub trait Backend: Send + Sync + 'static {
+    /// Decides one request.
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a;
+}
+
+/// What kind of failure a backend met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BackendErrorKind {
+    /// No answer within the time allowed.
+    Timeout,
+    /// The store could not be reached, or refused the call (a circuit breaker
+    /// is open, a pool is exhausted).
+    Unavailable,
+    /// The store answered something that makes no sense.
+    Protocol,
+}
+
+/// A backend could not decide. Callers fall back to their failure policy
+/// (let the request through, by default).
+#[derive(Debug)]
+pub struct BackendError {
+    kind: BackendErrorKind,
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl BackendError {
+    /// An error of `kind` described by `message`.
+    pub fn new(kind: BackendErrorKind, message: impl Into<String>) -> Self {
+        BackendError {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying error.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// What kind of failure it was.
+    pub fn kind(&self) -> BackendErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as _)
+    }
+}

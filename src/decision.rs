@@ -1,0 +1,95 @@
+//! What a limiter answers.
+
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+/// One quota's answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QuotaDecision {
+    /// Whether this quota admits the request (for a shadow quota: whether it
+    /// would, if it were enforced).
+    pub allowed: bool,
+    /// The quota's capacity as clients are told it (the burst for the bucket
+    /// algorithms, the limit for the windows; the nominal one in soft mode).
+    pub limit: u64,
+    /// Units left after this request (before it, when nothing was spent).
+    pub remaining: u64,
+    /// Time until the quota is fully restored, with no further traffic.
+    pub reset: Duration,
+    /// When refused: time until the same request would pass.
+    pub retry_after: Option<Duration>,
+    /// Leaky bucket: how long the admitted request waits for its turn.
+    pub delay: Duration,
+}
+
+/// The answer to one check: whether the request may proceed, and what each
+/// quota reported, in the order of the limiter's quotas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    allowed: bool,
+    quotas: SmallVec<[QuotaDecision; 2]>,
+}
+
+impl Decision {
+    pub(crate) fn new(allowed: bool, quotas: SmallVec<[QuotaDecision; 2]>) -> Self {
+        Decision { allowed, quotas }
+    }
+
+    /// Whether the request may proceed. Shadow quotas never make this false.
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// Whether any quota refused the request or would have (in shadow mode):
+    /// what enforcing every quota would have done, inverted.
+    pub fn exceeded(&self) -> bool {
+        self.quotas.iter().any(|q| !q.allowed)
+    }
+
+    /// Each quota's answer, in the order the quotas were given.
+    pub fn quotas(&self) -> &[QuotaDecision] {
+        &self.quotas
+    }
+
+    /// The indices of the quotas that refused (or would have).
+    pub fn violated(&self) -> impl Iterator<Item = usize> + '_ {
+        self.quotas
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| !q.allowed)
+            .map(|(i, _)| i)
+    }
+
+    /// When refused: the time until the same request would pass, the longest
+    /// wait among the quotas that refused it.
+    pub fn retry_after(&self) -> Option<Duration> {
+        if self.allowed {
+            return None;
+        }
+        self.quotas.iter().filter_map(|q| q.retry_after).max()
+    }
+
+    /// How long an admitted request must wait for its turn (leaky bucket).
+    pub fn delay(&self) -> Duration {
+        self.quotas
+            .iter()
+            .map(|q| q.delay)
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// The quota closest to refusing: least remaining, then longest reset.
+    /// Its numbers are the ones to report when only one set fits.
+    pub fn binding(&self) -> Option<&QuotaDecision> {
+        self.quotas
+            .iter()
+            .min_by(|a, b| a.remaining.cmp(&b.remaining).then(b.reset.cmp(&a.reset)))
+    }
+
+    /// Units left on the binding quota.
+    pub fn remaining(&self) -> u64 {
+        self.binding().map_or(0, |q| q.remaining)
+    }
+}

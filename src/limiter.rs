@@ -1,0 +1,137 @@
+//! The direct API: check a key from any async code, HTTP or not.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::backend::{Backend, BackendError, CheckRequest};
+use crate::decision::Decision;
+use crate::quota_set::QuotaSet;
+
+/// A set of quotas bound to a backend. Cheap to clone (the quotas are shared;
+/// clone the backend's handle as it clones).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Limiter, MemoryBackend, Quota};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = Limiter::new(
+///     MemoryBackend::new(),
+///     Quota::gcra(2, Duration::from_secs(60)).build()?,
+/// );
+/// assert!(limiter.check("user:42", 1).await?.allowed());
+/// assert!(limiter.check("user:42", 1).await?.allowed());
+/// let third = limiter.check("user:42", 1).await?;
+/// assert!(!third.allowed());
+/// assert!(third.retry_after().unwrap() <= Duration::from_secs(30));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Limiter<B> {
+    quotas: Arc<QuotaSet>,
+    backend: B,
+}
+
+impl<B: Clone> Clone for Limiter<B> {
+    fn clone(&self) -> Self {
+        Limiter {
+            quotas: Arc::clone(&self.quotas),
+            backend: self.backend.clone(),
+        }
+    }
+}
+
+/// Why a check could not give a decision.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The cost is more than the quota could admit even when untouched: no
+    /// amount of waiting would let it pass.
+    CostTooHigh {
+        /// The quota's name.
+        quota: String,
+        /// The cost asked for.
+        cost: u64,
+        /// The most that quota admits at once.
+        max: u64,
+    },
+    /// The backend failed.
+    Backend(BackendError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::CostTooHigh { quota, cost, max } => write!(
+                f,
+                "a cost of {cost} can never pass quota {quota:?}, which admits at most {max} at once"
+            ),
+            Error::Backend(e) => write!(f, "rate-limit backend failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Backend(e) => Some(e),
+            Error::CostTooHigh { .. } => None,
+        }
+    }
+}
+
+impl From<BackendError> for Error {
+    fn from(e: BackendError) -> Self {
+        Error::Backend(e)
+    }
+}
+
+impl<B: Backend> Limiter<B> {
+    /// A limiter of `quotas` (one [`Quota`](crate::Quota) or a [`QuotaSet`])
+    /// on `backend`.
+    pub fn new(backend: B, quotas: impl Into<QuotaSet>) -> Self {
+        Limiter {
+            quotas: Arc::new(quotas.into()),
+            backend,
+        }
+    }
+
+    /// The quotas.
+    pub fn quotas(&self) -> &QuotaSet {
+        &self.quotas
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Spends `cost` from `key`'s quotas if they all admit it.
+    pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.decide(key, cost, true).await
+    }
+
+    /// Whether `cost` would pass now, spending nothing.
+    pub async fn peek(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.decide(key, cost, false).await
+    }
+
+    async fn decide(&self, key: &str, cost: u64, commit: bool) -> Result<Decision, Error> {
+        if let Some(q) = self.quotas.too_costly(cost) {
+            return Err(Error::CostTooHigh {
+                quota: q.name().to_owned(),
+                cost,
+                max: q.max_cost(),
+            });
+        }
+        let request = CheckRequest {
+            key,
+            quotas: &self.quotas,
+            cost,
+            commit,
+        };
+        Ok(self.backend.check(request).await?)
+    }
+}

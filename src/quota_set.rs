@@ -1,0 +1,212 @@
+//! Several quotas on one key, all of which must pass.
+
+use std::fmt;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::algorithm::{self, State, Update};
+use crate::clock::Timestamp;
+use crate::decision::{Decision, QuotaDecision};
+use crate::quota::Quota;
+use std::time::Duration;
+
+/// A named set of quotas applied together: a request passes only if every
+/// enforced quota admits it, and a request refused by one quota spends
+/// nothing from the others.
+///
+/// The name keeps the state of different sets apart in one backend: two
+/// limiters whose sets have the same name and the same quota share counters,
+/// which is how several servers share one limit through Redis.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Quota, QuotaSet};
+///
+/// // ClassDojo's push notifications: 10 a minute, and 3 s between two.
+/// let set = QuotaSet::new("push", [
+///     Quota::sliding_log(10, Duration::from_secs(60)).build()?,
+///     Quota::min_interval(Duration::from_secs(3)).build()?,
+/// ])?;
+/// assert_eq!(set.quotas().len(), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaSet {
+    name: Arc<str>,
+    quotas: Box<[Quota]>,
+    ids: Box<[u64]>,
+}
+
+/// Why a [`QuotaSet`] could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaSetError {
+    /// No quotas were given.
+    Empty,
+    /// Two quotas share a name; clients could not tell them apart.
+    DuplicateName(String),
+}
+
+impl fmt::Display for QuotaSetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuotaSetError::Empty => f.write_str("a quota set needs at least one quota"),
+            QuotaSetError::DuplicateName(n) => {
+                write!(f, "two quotas are named {n:?}; give each a distinct name")
+            }
+        }
+    }
+}
+
+impl std::error::Error for QuotaSetError {}
+
+impl QuotaSet {
+    /// A set named `name` of the given quotas.
+    pub fn new(
+        name: impl Into<Arc<str>>,
+        quotas: impl IntoIterator<Item = Quota>,
+    ) -> Result<Self, QuotaSetError> {
+        let name = name.into();
+        let quotas: Box<[Quota]> = quotas.into_iter().collect();
+        if quotas.is_empty() {
+            return Err(QuotaSetError::Empty);
+        }
+        for (i, q) in quotas.iter().enumerate() {
+            if quotas[..i].iter().any(|o| o.name() == q.name()) {
+                return Err(QuotaSetError::DuplicateName(q.name().to_owned()));
+            }
+        }
+        let ids = quotas.iter().map(|q| fingerprint(&name, q)).collect();
+        Ok(QuotaSet { name, quotas, ids })
+    }
+
+    /// A set of one quota, named "default".
+    pub fn single(quota: Quota) -> Self {
+        let id = fingerprint("default", &quota);
+        QuotaSet {
+            name: "default".into(),
+            quotas: Box::new([quota]),
+            ids: Box::new([id]),
+        }
+    }
+
+    /// The set's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The quotas, in order.
+    pub fn quotas(&self) -> &[Quota] {
+        &self.quotas
+    }
+
+    /// A stable identifier of each quota's state: the same on every server
+    /// for the same set name and quota, different when the quota changes
+    /// in a way that changes what its state means.
+    pub fn state_ids(&self) -> &[u64] {
+        &self.ids
+    }
+
+    /// The first quota that could never admit `cost`, if any.
+    pub(crate) fn too_costly(&self, cost: u64) -> Option<&Quota> {
+        self.quotas.iter().find(|q| cost > q.max_cost())
+    }
+
+    /// Decides one request against the stored states (`state(i)` is quota
+    /// `i`'s) and says how each state changes. `commit: false` is a peek.
+    pub(crate) fn evaluate<'s>(
+        &self,
+        state: impl Fn(usize) -> Option<&'s State>,
+        cost: u64,
+        now: Timestamp,
+        commit: bool,
+    ) -> (Decision, SmallVec<[Update; 2]>) {
+        let now = now.as_micros();
+        let steps: SmallVec<[_; 2]> = self
+            .quotas
+            .iter()
+            .enumerate()
+            .map(|(i, q)| algorithm::check(q.algorithm(), state(i), &q.params, cost, now))
+            .collect();
+        let allowed = self
+            .quotas
+            .iter()
+            .zip(&steps)
+            .all(|(q, s)| s.allowed || q.params.shadow);
+        let mut updates = SmallVec::new();
+        let mut decisions = SmallVec::new();
+        for (q, step) in self.quotas.iter().zip(steps) {
+            let admitted = allowed && step.allowed;
+            let view = if admitted { step.admit } else { step.refuse };
+            let soft_margin = q.params.capacity - q.params.reported_capacity;
+            decisions.push(QuotaDecision {
+                allowed: step.allowed,
+                limit: q.params.reported_capacity,
+                remaining: view.remaining.saturating_sub(soft_margin),
+                reset: Duration::from_micros(view.reset),
+                retry_after: (!step.allowed).then(|| Duration::from_micros(step.retry_after)),
+                delay: Duration::from_micros(if admitted { step.delay } else { 0 }),
+            });
+            updates.push(if commit { view.update } else { Update::Keep });
+        }
+        (Decision::new(allowed, decisions), updates)
+    }
+}
+
+impl From<Quota> for QuotaSet {
+    fn from(quota: Quota) -> Self {
+        QuotaSet::single(quota)
+    }
+}
+
+/// FNV-1a over what gives a quota's state its meaning. Stable across
+/// processes and versions, unlike `std`'s hashers, because Redis keys are
+/// named by it.
+fn fingerprint(set: &str, q: &Quota) -> u64 {
+    let p = &q.params;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    };
+    eat(set.as_bytes());
+    eat(q.name().as_bytes());
+    eat(q.algorithm().name().as_bytes());
+    for n in [p.period, p.limit, p.capacity, u64::from(p.count_rejected)] {
+        eat(&n.to_le_bytes());
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::Mode;
+
+    #[test]
+    fn sets_refuse_duplicates_and_emptiness() {
+        let q = Quota::gcra(1, Duration::from_secs(1)).build().unwrap();
+        assert_eq!(QuotaSet::new("x", []), Err(QuotaSetError::Empty));
+        assert!(matches!(
+            QuotaSet::new("x", [q.clone(), q]),
+            Err(QuotaSetError::DuplicateName(_))
+        ));
+    }
+
+    #[test]
+    fn state_ids_ignore_the_mode_but_not_the_numbers() {
+        let base = Quota::gcra(5, Duration::from_secs(1));
+        let enforce = QuotaSet::single(base.clone().build().unwrap());
+        let shadow = QuotaSet::single(base.clone().mode(Mode::Shadow).build().unwrap());
+        let bigger = QuotaSet::single(Quota::gcra(6, Duration::from_secs(1)).build().unwrap());
+        let other_set = QuotaSet::new("other", [base.build().unwrap()]).unwrap();
+        assert_eq!(enforce.state_ids(), shadow.state_ids());
+        assert_ne!(enforce.state_ids(), bigger.state_ids());
+        assert_ne!(enforce.state_ids(), other_set.state_ids());
+    }
+}
