@@ -64,3 +64,8 @@ pub use decision::{Decision, QuotaDecision};
 pub use limiter::{Error, Limiter};
 pub use quota::{Algorithm, Mode, Quota, QuotaBuilder, QuotaError};
 pub use quota_set::{QuotaSet, QuotaSetError};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -261,7 +261,7 @@ impl Quota {
     }
 
     /// Any algorithm, chosen at run time (from a configuration file, say).
-    pub fn new(algorithm: Algorithm, limit: u64, period: Duration) -> QuotaBuilder {
+    pub fn builder(algorithm: Algorithm, limit: u64, period: Duration) -> QuotaBuilder {
         QuotaBuilder::new(algorithm, limit, period)
     }
 
@@ -405,18 +405,18 @@ impl QuotaBuilder {
         let (unit, refill) = (period / g, limit / g);
         let too_large = match a {
             Algorithm::TokenBucket => capacity.checked_mul(unit).is_none_or(|c| c >= EXACT_MAX),
-            Algorithm::Gcra | Algorithm::LeakyBucket => {
-                capacity.checked_mul(interval).is_none_or(|c| c >= EXACT_MAX)
-            }
+            Algorithm::Gcra | Algorithm::LeakyBucket => capacity
+                .checked_mul(interval)
+                .is_none_or(|c| c >= EXACT_MAX),
             Algorithm::SlidingLog => capacity > 1 << 24,
             _ => capacity >= EXACT_MAX || period >= EXACT_MAX / 4,
         };
         if too_large {
             return Err(QuotaError::TooLarge);
         }
-        let name = self.name.unwrap_or_else(|| {
-            format!("{}-per-{}", self.limit, period_label(self.period)).into()
-        });
+        let name = self
+            .name
+            .unwrap_or_else(|| format!("{}-per-{}", self.limit, period_label(self.period)).into());
         Ok(Quota {
             name,
             algorithm: a,

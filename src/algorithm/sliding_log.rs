@@ -43,7 +43,9 @@ pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64
         let mut after = log.clone();
         append_entries(&mut after, p, now, cost);
         let view = View {
-            remaining: p.capacity.saturating_sub(live(&after, p.period, now) as u64),
+            remaining: p
+                .capacity
+                .saturating_sub(live(&after, p.period, now) as u64),
             reset: reset(after.back().copied()),
             update: append,
         };
@@ -62,7 +64,9 @@ pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64
 /// The entry whose expiry lets a request of `cost` pass.
 fn oldest_blocking(log: &VecDeque<u64>, p: &Params, cost: u64) -> u64 {
     let keep = (p.capacity - cost) as usize;
-    log.get(log.len().saturating_sub(keep + 1)).copied().unwrap_or(0)
+    log.get(log.len().saturating_sub(keep + 1))
+        .copied()
+        .unwrap_or(0)
 }
 
 /// Logs `count` entries at `now` into a stored log.

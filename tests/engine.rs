@@ -1,0 +1,296 @@
+//! The decision engine through its public API, on a manual clock.
+
+use std::time::Duration;
+
+use tollgate::{
+    Algorithm, Error, Limiter, ManualClock, MemoryBackend, Mode, Quota, QuotaSet, Timestamp,
+};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn limiter(quotas: impl Into<QuotaSet>) -> (Limiter<MemoryBackend<ManualClock>>, ManualClock) {
+    // Start on a minute boundary so window arithmetic is easy to read.
+    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_040));
+    let backend = MemoryBackend::builder().clock(clock.clone()).build();
+    (Limiter::new(backend, quotas), clock)
+}
+
+async fn allowed(l: &Limiter<MemoryBackend<ManualClock>>, key: &str) -> bool {
+    l.check(key, 1).await.unwrap().allowed()
+}
+
+#[tokio::test]
+async fn every_algorithm_admits_again_exactly_at_retry_after() {
+    for algorithm in Algorithm::ALL {
+        let quota = Quota::builder(algorithm, 3, 10 * SEC).build().unwrap();
+        let (l, clock) = limiter(quota);
+        clock.advance(Duration::from_millis(2_345));
+        let refused = loop {
+            let d = l.check("k", 1).await.unwrap();
+            if !d.allowed() {
+                break d;
+            }
+        };
+        let wait = refused
+            .retry_after()
+            .expect("a refusal carries retry-after");
+        assert!(wait > Duration::ZERO, "{algorithm}");
+        clock.advance(wait - Duration::from_micros(1));
+        assert!(
+            !allowed(&l, "k").await,
+            "{algorithm}: passed before retry-after"
+        );
+        clock.advance(Duration::from_micros(1));
+        assert!(
+            allowed(&l, "k").await,
+            "{algorithm}: refused at retry-after"
+        );
+    }
+}
+
+#[tokio::test]
+async fn keys_are_independent() {
+    for algorithm in Algorithm::ALL {
+        let (l, _) = limiter(Quota::builder(algorithm, 2, 60 * SEC).build().unwrap());
+        assert!(l.check("a", 2).await.unwrap().allowed());
+        assert!(!allowed(&l, "a").await, "{algorithm}");
+        assert!(l.check("b", 2).await.unwrap().allowed(), "{algorithm}");
+    }
+}
+
+#[tokio::test]
+async fn decisions_report_limit_remaining_and_reset() {
+    let (l, clock) = limiter(Quota::fixed_window(5, 60 * SEC).build().unwrap());
+    clock.advance(20 * SEC);
+    let d = l.check("k", 2).await.unwrap();
+    let q = &d.quotas()[0];
+    assert_eq!((q.limit, q.remaining), (5, 3));
+    assert_eq!(q.reset, 40 * SEC);
+    assert_eq!(q.retry_after, None);
+    let refused = l.check("k", 4).await.unwrap();
+    assert_eq!(refused.quotas()[0].remaining, 3, "nothing was spent");
+    assert_eq!(refused.retry_after(), Some(40 * SEC));
+}
+
+#[tokio::test]
+async fn a_quota_refusing_spends_nothing_from_the_others() {
+    // ClassDojo: 10 a minute AND 2 per 3 s.
+    let set = QuotaSet::new(
+        "push",
+        [
+            Quota::sliding_log(10, 60 * SEC).build().unwrap(),
+            Quota::sliding_log(2, 3 * SEC).build().unwrap(),
+        ],
+    )
+    .unwrap();
+    let (l, clock) = limiter(set);
+    assert!(allowed(&l, "t").await);
+    assert!(allowed(&l, "t").await);
+    for _ in 0..5 {
+        let d = l.check("t", 1).await.unwrap();
+        assert!(!d.allowed());
+        assert_eq!(d.violated().collect::<Vec<_>>(), [1]);
+        assert_eq!(d.quotas()[0].remaining, 8, "the minute quota was not spent");
+        assert_eq!(d.retry_after(), Some(3 * SEC));
+    }
+    // Over the minute: 2 every 3 s until the 10 are used.
+    let mut admitted = 2;
+    for _ in 0..30 {
+        clock.advance(SEC);
+        while allowed(&l, "t").await {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 10);
+    let d = l.check("t", 1).await.unwrap();
+    assert_eq!(d.violated().collect::<Vec<_>>(), [0]);
+}
+
+#[tokio::test]
+async fn minimum_interval_between_actions() {
+    let set = QuotaSet::new(
+        "push",
+        [
+            Quota::sliding_log(10, 60 * SEC).build().unwrap(),
+            Quota::min_interval(3 * SEC).build().unwrap(),
+        ],
+    )
+    .unwrap();
+    let (l, clock) = limiter(set);
+    assert!(allowed(&l, "t").await);
+    clock.advance(2 * SEC);
+    let d = l.check("t", 1).await.unwrap();
+    assert!(!d.allowed());
+    assert_eq!(d.retry_after(), Some(SEC));
+    clock.advance(SEC);
+    assert!(allowed(&l, "t").await);
+}
+
+#[tokio::test]
+async fn shadow_mode_never_refuses_but_reports() {
+    let quota = Quota::gcra(2, 60 * SEC).mode(Mode::Shadow).build().unwrap();
+    let (l, _) = limiter(quota);
+    assert!(allowed(&l, "k").await);
+    assert!(allowed(&l, "k").await);
+    for _ in 0..3 {
+        let d = l.check("k", 1).await.unwrap();
+        assert!(d.allowed());
+        assert!(d.exceeded());
+        assert_eq!(d.quotas()[0].remaining, 0);
+        assert_eq!(d.quotas()[0].retry_after, Some(30 * SEC));
+    }
+}
+
+#[tokio::test]
+async fn shadow_quota_beside_an_enforced_one() {
+    let set = QuotaSet::new(
+        "api",
+        [
+            Quota::fixed_window(3, 60 * SEC)
+                .name("enforced")
+                .build()
+                .unwrap(),
+            Quota::fixed_window(1, 60 * SEC)
+                .name("trial")
+                .mode(Mode::Shadow)
+                .build()
+                .unwrap(),
+        ],
+    )
+    .unwrap();
+    let (l, _) = limiter(set);
+    let mut exceeded = 0;
+    for _ in 0..3 {
+        let d = l.check("k", 1).await.unwrap();
+        assert!(d.allowed());
+        exceeded += usize::from(d.exceeded());
+    }
+    assert_eq!(exceeded, 2, "the trial quota would have refused two");
+    assert!(!allowed(&l, "k").await);
+}
+
+#[tokio::test]
+async fn soft_mode_admits_the_margin_and_reports_the_nominal_limit() {
+    let quota = Quota::fixed_window(10, 60 * SEC)
+        .mode(Mode::Soft { percent: 20 })
+        .build()
+        .unwrap();
+    let (l, _) = limiter(quota);
+    let mut admitted = 0;
+    while allowed(&l, "k").await {
+        admitted += 1;
+    }
+    assert_eq!(admitted, 12);
+    let d = l.check("k", 1).await.unwrap();
+    assert_eq!((d.quotas()[0].limit, d.quotas()[0].remaining), (10, 0));
+}
+
+#[tokio::test]
+async fn a_cost_no_quota_can_admit_is_an_error() {
+    let (l, _) = limiter(Quota::token_bucket(5, SEC).burst(8).build().unwrap());
+    match l.check("k", 9).await {
+        Err(Error::CostTooHigh { cost, max, .. }) => assert_eq!((cost, max), (9, 8)),
+        other => panic!("expected CostTooHigh, got {other:?}"),
+    }
+    assert!(l.check("k", 8).await.unwrap().allowed());
+}
+
+#[tokio::test]
+async fn peek_spends_nothing() {
+    for algorithm in Algorithm::ALL {
+        let (l, _) = limiter(Quota::builder(algorithm, 2, 60 * SEC).build().unwrap());
+        for _ in 0..5 {
+            assert!(l.peek("k", 2).await.unwrap().allowed(), "{algorithm}");
+        }
+        assert!(l.check("k", 2).await.unwrap().allowed(), "{algorithm}");
+        assert!(!l.peek("k", 1).await.unwrap().allowed(), "{algorithm}");
+    }
+}
+
+#[tokio::test]
+async fn leaky_bucket_delays_admitted_requests() {
+    let (l, _) = limiter(Quota::leaky_bucket(4, SEC).build().unwrap());
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(l.check("k", 1).await.unwrap().delay());
+    }
+    assert_eq!(seen, [0, 250, 500, 750].map(Duration::from_millis).to_vec());
+    assert!(!allowed(&l, "k").await, "the queue of four is full");
+}
+
+#[tokio::test]
+async fn sliding_log_counting_rejections_keeps_retrying_clients_out() {
+    let quota = Quota::sliding_log(2, 60 * SEC)
+        .count_rejected(true)
+        .build()
+        .unwrap();
+    let (l, clock) = limiter(quota);
+    assert!(allowed(&l, "k").await);
+    assert!(allowed(&l, "k").await);
+    // Retrying every 10 s keeps the log full.
+    for _ in 0..20 {
+        clock.advance(10 * SEC);
+        assert!(!allowed(&l, "k").await);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_tasks_on_one_key_admit_exactly_the_limit() {
+    for algorithm in Algorithm::ALL {
+        // Time stands still: nothing refills while the tasks race.
+        let (l, _) = limiter(Quota::builder(algorithm, 100, 60 * SEC).build().unwrap());
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let l = l.clone();
+                tokio::spawn(async move {
+                    let mut admitted = 0u32;
+                    for _ in 0..50 {
+                        admitted += u32::from(l.check("hot", 1).await.unwrap().allowed());
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap();
+        }
+        assert_eq!(total, 100, "{algorithm}");
+    }
+}
+
+#[tokio::test]
+async fn memory_stays_within_the_key_bound() {
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    let backend = MemoryBackend::builder()
+        .clock(clock.clone())
+        .max_keys(1_000)
+        .shards(8)
+        .build();
+    let l = Limiter::new(backend.clone(), Quota::gcra(5, 60 * SEC).build().unwrap());
+    for i in 0..20_000 {
+        l.check(&format!("client-{i}"), 1).await.unwrap();
+        assert!(backend.len() <= backend.capacity());
+    }
+    assert!(
+        backend.len() >= 900,
+        "evicts one at a time, not whole shards"
+    );
+}
+
+#[tokio::test]
+async fn expired_state_is_reclaimed_without_a_cleanup_task() {
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    let backend = MemoryBackend::builder().clock(clock.clone()).build();
+    let l = Limiter::new(backend.clone(), Quota::gcra(5, 10 * SEC).build().unwrap());
+    for i in 0..5_000 {
+        l.check(&format!("client-{i}"), 1).await.unwrap();
+    }
+    assert_eq!(backend.len(), 5_000);
+    clock.advance(11 * SEC);
+    // New traffic sweeps each shard it lands in.
+    for i in 0..5_000 {
+        l.check(&format!("later-{i}"), 1).await.unwrap();
+    }
+    assert_eq!(backend.len(), 5_000, "the first 5 000 states were swept");
+}
