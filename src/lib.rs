@@ -52,6 +52,8 @@ mod algorithm;
 mod backend;
 mod clock;
 mod decision;
+pub mod key;
+mod layer;
 mod limiter;
 mod quota;
 mod quota_set;
@@ -61,6 +63,10 @@ pub use backend::{
 };
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use decision::{Decision, QuotaDecision};
+pub use layer::{
+    HeaderStyle, OnBackendError, OnDelay, OnMissingKey, QUOTA_EXCEEDED, RateLimit,
+    RateLimitLayer, RateLimitLayerBuilder, Rejection, ResponseBody, ResponseFuture,
+};
 pub use limiter::{Error, Limiter};
 pub use quota::{Algorithm, Mode, Quota, QuotaBuilder, QuotaError};
 pub use quota_set::{QuotaSet, QuotaSetError};

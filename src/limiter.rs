@@ -88,16 +88,7 @@ impl From<BackendError> for Error {
     }
 }
 
-impl<B: Backend> Limiter<B> {
-    /// A limiter of `quotas` (one [`Quota`](crate::Quota) or a [`QuotaSet`])
-    /// on `backend`.
-    pub fn new(backend: B, quotas: impl Into<QuotaSet>) -> Self {
-        Limiter {
-            quotas: Arc::new(quotas.into()),
-            backend,
-        }
-    }
-
+impl<B> Limiter<B> {
     /// The quotas.
     pub fn quotas(&self) -> &QuotaSet {
         &self.quotas
@@ -106,6 +97,17 @@ impl<B: Backend> Limiter<B> {
     /// The backend.
     pub fn backend(&self) -> &B {
         &self.backend
+    }
+}
+
+impl<B: Backend> Limiter<B> {
+    /// A limiter of `quotas` (one [`Quota`](crate::Quota) or a [`QuotaSet`])
+    /// on `backend`.
+    pub fn new(backend: B, quotas: impl Into<QuotaSet>) -> Self {
+        Limiter {
+            quotas: Arc::new(quotas.into()),
+            backend,
+        }
     }
 
     /// Spends `cost` from `key`'s quotas if they all admit it.
@@ -118,7 +120,21 @@ impl<B: Backend> Limiter<B> {
         self.decide(key, cost, false).await
     }
 
+    /// [`check`](Limiter::check) without waiting, when the backend can
+    /// decide synchronously (see [`Backend::check_now`]); `None` otherwise.
+    pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision, Error>> {
+        match self.request(key, cost, true) {
+            Ok(request) => Some(self.backend.check_now(request)?.map_err(Error::Backend)),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     async fn decide(&self, key: &str, cost: u64, commit: bool) -> Result<Decision, Error> {
+        let request = self.request(key, cost, commit)?;
+        Ok(self.backend.check(request).await?)
+    }
+
+    fn request<'a>(&'a self, key: &'a str, cost: u64, commit: bool) -> Result<CheckRequest<'a>, Error> {
         if let Some(q) = self.quotas.too_costly(cost) {
             return Err(Error::CostTooHigh {
                 quota: q.name().to_owned(),
@@ -126,12 +142,11 @@ impl<B: Backend> Limiter<B> {
                 max: q.max_cost(),
             });
         }
-        let request = CheckRequest {
+        Ok(CheckRequest {
             key,
             quotas: &self.quotas,
             cost,
             commit,
-        };
-        Ok(self.backend.check(request).await?)
+        })
     }
 }

@@ -133,6 +133,9 @@ pub enum QuotaError {
     TooLarge,
     /// A name that is not one of the algorithms.
     UnknownAlgorithm(String),
+    /// A quota name that clients could not be sent: 1 to 64 printable ASCII
+    /// characters are allowed.
+    InvalidName(String),
 }
 
 impl fmt::Display for QuotaError {
@@ -155,6 +158,10 @@ impl fmt::Display for QuotaError {
             ),
             QuotaError::TooLarge => f.write_str(
                 "burst x period is too large to compute exactly; use a smaller burst or period",
+            ),
+            QuotaError::InvalidName(n) => write!(
+                f,
+                "quota name {n:?} must be 1 to 64 printable ASCII characters"
             ),
             QuotaError::UnknownAlgorithm(s) => {
                 write!(f, "unknown algorithm {s:?}; valid algorithms are ")?;

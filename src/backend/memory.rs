@@ -285,4 +285,8 @@ impl<C: Clock> Backend for MemoryBackend<C> {
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
         ready(Ok(self.decide(request)))
     }
+
+    fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
+        Some(Ok(self.decide(request)))
+    }
 }

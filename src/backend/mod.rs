@@ -55,6 +55,14 @@ pub trait Backend: Send + Sync + 'static {
         &'a self,
         request: CheckRequest<'a>,
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a;
+
+    /// Decides without waiting, when the backend can: in-memory backends can,
+    /// and the HTTP layer then decides inside `call` with no allocation.
+    /// `None` (the default) means "ask [`check`](Backend::check)".
+    fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
+        let _ = request;
+        None
+    }
 }
 
 /// What kind of failure a backend met.

@@ -1,0 +1,72 @@
+//! The response body: the inner service's, or a refusal's.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+pin_project! {
+    /// The body of a response from [`RateLimit`](super::RateLimit): the inner
+    /// service's body untouched, or the small body of a response the layer
+    /// made itself (a 429, 400 or 503). The inner body type is not
+    /// constrained beyond carrying [`Bytes`].
+    pub struct ResponseBody<B> {
+        #[pin]
+        inner: Inner<B>,
+    }
+}
+
+pin_project! {
+    #[project = InnerProj]
+    enum Inner<B> {
+        Service { #[pin] body: B },
+        Own { body: Option<Bytes> },
+    }
+}
+
+impl<B> ResponseBody<B> {
+    pub(crate) fn service(body: B) -> Self {
+        ResponseBody {
+            inner: Inner::Service { body },
+        }
+    }
+
+    pub(crate) fn own(body: Bytes) -> Self {
+        ResponseBody {
+            inner: Inner::Own {
+                body: (!body.is_empty()).then_some(body),
+            },
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        match self.project().inner.project() {
+            InnerProj::Service { body } => body.poll_frame(cx),
+            InnerProj::Own { body } => Poll::Ready(body.take().map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            Inner::Service { body } => body.is_end_stream(),
+            Inner::Own { body } => body.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            Inner::Service { body } => body.size_hint(),
+            Inner::Own { body } => SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64)),
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! How decisions are told to clients: rate-limit headers, `Retry-After`, and
+//! the problem-details body of a refusal.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderName, HeaderValue, Response, StatusCode};
+use smallvec::SmallVec;
+
+use crate::decision::Decision;
+use crate::quota_set::QuotaSet;
+
+/// Which rate-limit headers responses carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// The IETF draft (draft-ietf-httpapi-ratelimit-headers-10 and later):
+    /// structured-field lists with one named policy per quota,
+    /// `RateLimit-Policy: "10-per-60s";q=10;w=60` and
+    /// `RateLimit: "10-per-60s";r=7;t=42`.
+    #[default]
+    Ietf,
+    /// The older draft-6 form, for the quota closest to refusing:
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (seconds).
+    Draft6,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`
+    /// (seconds from now, not an epoch time), and `X-RateLimit-Retry-After`
+    /// on a 429.
+    Legacy,
+    /// No rate-limit headers (a 429 still carries `Retry-After`).
+    None,
+}
+
+/// The headers a response gains; four fit without allocating.
+pub(crate) type Headers = SmallVec<[(HeaderName, HeaderValue); 4]>;
+
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+static X_RETRY_AFTER: HeaderName = HeaderName::from_static("x-ratelimit-retry-after");
+
+/// Whole seconds, rounded up: a client told to wait 0 s retries straight
+/// into another refusal.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// `Retry-After` seconds: rounded up, and never 0 on a refusal.
+pub(crate) fn retry_after_secs(d: Duration) -> u64 {
+    ceil_secs(d).max(1)
+}
+
+fn number(n: u64) -> HeaderValue {
+    HeaderValue::from(n)
+}
+
+/// Appends `name` as an RFC 9651 string (quota names are printable ASCII,
+/// checked when the quota is built).
+fn sf_string(out: &mut String, name: &str) {
+    out.push('"');
+    for c in name.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+}
+
+/// The rate-limit headers for `decision`.
+pub(crate) fn rate_limit_headers(style: HeaderStyle, quotas: &QuotaSet, decision: &Decision) -> Headers {
+    let mut out = Headers::new();
+    match style {
+        HeaderStyle::Ietf => {
+            let (mut policy, mut state) = (String::new(), String::new());
+            for (i, (q, d)) in quotas.quotas().iter().zip(decision.quotas()).enumerate() {
+                if i > 0 {
+                    policy.push_str(", ");
+                    state.push_str(", ");
+                }
+                sf_string(&mut policy, q.name());
+                let _ = write!(policy, ";q={};w={}", d.limit, ceil_secs(q.period()).max(1));
+                sf_string(&mut state, q.name());
+                let _ = write!(state, ";r={};t={}", d.remaining, ceil_secs(d.reset));
+            }
+            // Both are built from printable ASCII and digits only.
+            if let (Ok(p), Ok(s)) = (HeaderValue::try_from(policy), HeaderValue::try_from(state)) {
+                out.push((RATELIMIT_POLICY.clone(), p));
+                out.push((RATELIMIT.clone(), s));
+            }
+        }
+        HeaderStyle::Draft6 | HeaderStyle::Legacy => {
+            let Some(b) = decision.binding() else {
+                return out;
+            };
+            let names = if style == HeaderStyle::Draft6 {
+                [&RATELIMIT_LIMIT, &RATELIMIT_REMAINING, &RATELIMIT_RESET]
+            } else {
+                [&X_LIMIT, &X_REMAINING, &X_RESET]
+            };
+            let values = [b.limit, b.remaining, ceil_secs(b.reset)];
+            for (name, value) in names.into_iter().zip(values) {
+                out.push((name.clone(), number(value)));
+            }
+        }
+        HeaderStyle::None => {}
+    }
+    if let Some(wait) = decision.retry_after().filter(|_| !decision.allowed()) {
+        let secs = retry_after_secs(wait);
+        out.push((RETRY_AFTER, number(secs)));
+        if style == HeaderStyle::Legacy {
+            out.push((X_RETRY_AFTER.clone(), number(secs)));
+        }
+    }
+    out
+}
+
+/// Adds the layer's headers to a response from the inner service. The IETF
+/// fields are lists, so a nested layer's policies are appended to the inner
+/// one's; the single-value styles show the outermost layer's numbers.
+pub(crate) fn apply(headers: Headers, to: &mut http::HeaderMap) {
+    for (name, value) in headers {
+        if name == RATELIMIT || name == RATELIMIT_POLICY {
+            to.append(name, value);
+        } else {
+            to.insert(name, value);
+        }
+    }
+}
+
+/// The problem type for an exceeded quota (IANA HTTP problem types).
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// An `application/problem+json` response (RFC 9457).
+pub(crate) fn problem(
+    status: StatusCode,
+    kind: &str,
+    detail: &str,
+    violated: &[&str],
+) -> Response<Bytes> {
+    let mut body = String::with_capacity(160);
+    body.push_str("{\"type\":");
+    json_string(&mut body, kind);
+    body.push_str(",\"title\":");
+    json_string(&mut body, status.canonical_reason().unwrap_or("Error"));
+    let _ = write!(body, ",\"status\":{}", status.as_u16());
+    body.push_str(",\"detail\":");
+    json_string(&mut body, detail);
+    if !violated.is_empty() {
+        body.push_str(",\"violated-policies\":[");
+        for (i, name) in violated.iter().enumerate() {
+            if i > 0 {
+                body.push(',');
+            }
+            json_string(&mut body, name);
+        }
+        body.push(']');
+    }
+    body.push('}');
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        assert_eq!(retry_after_secs(Duration::from_micros(1)), 1);
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(2001)), 3);
+        assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
+    }
+
+    #[test]
+    fn problem_bodies_escape_strings() {
+        let r = problem(StatusCode::TOO_MANY_REQUESTS, QUOTA_EXCEEDED, "a \"b\"\n", &["x\\y"]);
+        let body = std::str::from_utf8(r.body()).unwrap();
+        assert!(body.contains(r#""detail":"a \"b\"\u000a""#), "{body}");
+        assert!(body.contains(r#""violated-policies":["x\\y"]"#), "{body}");
+    }
+}
