@@ -34,8 +34,20 @@ struct Accounts(Arc<HashMap<&'static str, Account>>);
 impl Accounts {
     fn new() -> Self {
         Accounts(Arc::new(HashMap::from([
-            ("gold-123", Account { id: 1, tier: Tier::Gold }),
-            ("free-456", Account { id: 2, tier: Tier::Free }),
+            (
+                "gold-123",
+                Account {
+                    id: 1,
+                    tier: Tier::Gold,
+                },
+            ),
+            (
+                "free-456",
+                Account {
+                    id: 2,
+                    tier: Tier::Free,
+                },
+            ),
         ])))
     }
 
@@ -46,7 +58,9 @@ impl Accounts {
     }
 
     fn tier(&self, parts: &Parts) -> Tier {
-        api_key(parts).and_then(|k| self.0.get(k)).map_or(Tier::Free, |a| a.tier)
+        api_key(parts)
+            .and_then(|k| self.0.get(k))
+            .map_or(Tier::Free, |a| a.tier)
     }
 }
 
@@ -87,16 +101,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Tier::Free => 10,
         })
         .build();
-    let app = Router::new().route("/", get(|| async { "hello\n" })).layer(layer);
+    let app = Router::new()
+        .route("/", get(|| async { "hello\n" }))
+        .layer(layer);
 
-    let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3001);
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3001);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!("listening on http://{}", listener.local_addr()?);
     println!("  gold-123: 100 requests a minute; free-456 and no key: 10 a minute");
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
     Ok(())
 }

@@ -27,27 +27,40 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Everything: 5 requests per 10 seconds per client IP, bursts allowed.
     let everywhere = Limiter::new(
         backend.clone(),
-        QuotaSet::new("app", [Quota::gcra(5, Duration::from_secs(10)).name("app").build()?])?,
+        QuotaSet::new(
+            "app",
+            [Quota::gcra(5, Duration::from_secs(10))
+                .name("app")
+                .build()?],
+        )?,
     );
     // /report: 6 units a minute, and each report costs 3.
     let reports = Limiter::new(
         backend,
         QuotaSet::new(
             "reports",
-            [Quota::sliding_window(6, Duration::from_secs(60)).name("reports").build()?],
+            [Quota::sliding_window(6, Duration::from_secs(60))
+                .name("reports")
+                .build()?],
         )?,
     );
 
     let app = Router::new()
         .route(
             "/report",
-            post(|| async { "report queued\n" })
-                .layer(RateLimitLayer::builder(reports, PeerIp::new()).cost(|_| 3).build()),
+            post(|| async { "report queued\n" }).layer(
+                RateLimitLayer::builder(reports, PeerIp::new())
+                    .cost(|_| 3)
+                    .build(),
+            ),
         )
         .route("/", get(|| async { "hello\n" }))
         .layer(RateLimitLayer::new(everywhere, PeerIp::new()));
 
-    let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let addr = listener.local_addr()?;
     println!("tollgate quickstart listening on http://{addr}");
@@ -55,12 +68,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  POST /report: also 6 units a minute, each report costs 3 (so 2 a minute)");
     println!();
     println!("try:");
-    println!("  for i in $(seq 3); do curl -si -X POST http://{addr}/report | grep -Ei '^(HTTP|ratelimit|retry-after)'; done");
-    println!("  for i in $(seq 7); do curl -si http://{addr}/ | grep -Ei '^(HTTP|ratelimit|retry-after)'; done");
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    println!(
+        "  for i in $(seq 3); do curl -si -X POST http://{addr}/report | grep -Ei '^(HTTP|ratelimit|retry-after)'; done"
+    );
+    println!(
+        "  for i in $(seq 7); do curl -si http://{addr}/ | grep -Ei '^(HTTP|ratelimit|retry-after)'; done"
+    );
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
     Ok(())
 }

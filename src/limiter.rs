@@ -134,7 +134,12 @@ impl<B: Backend> Limiter<B> {
         Ok(self.backend.check(request).await?)
     }
 
-    fn request<'a>(&'a self, key: &'a str, cost: u64, commit: bool) -> Result<CheckRequest<'a>, Error> {
+    fn request<'a>(
+        &'a self,
+        key: &'a str,
+        cost: u64,
+        commit: bool,
+    ) -> Result<CheckRequest<'a>, Error> {
         if let Some(q) = self.quotas.too_costly(cost) {
             return Err(Error::CostTooHigh {
                 quota: q.name().to_owned(),

@@ -277,11 +277,15 @@ fn chain(headers: &HeaderMap, header: ForwardedHeader) -> Result<Vec<Option<IpAd
             }
         }
         if out.len() > 64 {
-            return Err(KeyError::Malformed(format!("the {name} header (over 64 hops)")));
+            return Err(KeyError::Malformed(format!(
+                "the {name} header (over 64 hops)"
+            )));
         }
     }
     if header == ForwardedHeader::XRealIp && out.len() > 1 {
-        return Err(KeyError::Malformed("the x-real-ip header (several addresses)".into()));
+        return Err(KeyError::Malformed(
+            "the x-real-ip header (several addresses)".into(),
+        ));
     }
     Ok(out)
 }
@@ -342,7 +346,9 @@ mod tests {
     }
 
     fn key(k: &impl KeyExtractor, p: &Parts) -> Result<Key, KeyError> {
-        k.extract(p).into_ready().expect("built-in extractors are ready")
+        k.extract(p)
+            .into_ready()
+            .expect("built-in extractors are ready")
     }
 
     fn lb() -> ClientIp {
@@ -368,7 +374,10 @@ mod tests {
     fn several_header_lines_form_one_chain() {
         let p = parts(
             "10.0.0.2:1",
-            &[("x-forwarded-for", "203.0.113.9"), ("x-forwarded-for", "10.1.1.1")],
+            &[
+                ("x-forwarded-for", "203.0.113.9"),
+                ("x-forwarded-for", "10.1.1.1"),
+            ],
         );
         assert_eq!(key(&lb(), &p).unwrap().as_str(), "ip:203.0.113.9");
     }
@@ -379,7 +388,10 @@ mod tests {
             "192.0.2.1:1",
             &[("x-forwarded-for", "6.6.6.6, 203.0.113.9, 192.0.2.8")],
         );
-        assert_eq!(key(&ClientIp::hops(2), &p).unwrap().as_str(), "ip:203.0.113.9");
+        assert_eq!(
+            key(&ClientIp::hops(2), &p).unwrap().as_str(),
+            "ip:203.0.113.9"
+        );
         assert!(matches!(
             key(&ClientIp::hops(4), &p),
             Err(KeyError::Malformed(_))
@@ -425,7 +437,10 @@ mod tests {
     #[test]
     fn ipv6_is_grouped_by_prefix_and_mapped_ipv4_is_ipv4() {
         let p = parts("[2001:db8:1:2:aaaa::1]:1", &[]);
-        assert_eq!(key(&PeerIp::new(), &p).unwrap().as_str(), "ip:2001:db8:1:2::/64");
+        assert_eq!(
+            key(&PeerIp::new(), &p).unwrap().as_str(),
+            "ip:2001:db8:1:2::/64"
+        );
         assert_eq!(
             key(&PeerIp::new().ipv6_prefix(48), &p).unwrap().as_str(),
             "ip:2001:db8:1::/48"

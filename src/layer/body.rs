@@ -66,7 +66,9 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
             Inner::Service { body } => body.size_hint(),
-            Inner::Own { body } => SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64)),
+            Inner::Own { body } => {
+                SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
+            }
         }
     }
 }

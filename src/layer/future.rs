@@ -10,11 +10,13 @@ use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::Verdict;
 use super::body::ResponseBody;
 use super::headers::{Headers, apply};
-use super::Verdict;
 
-/// What the asynchronous part of a decision ends in.
+/// What the asynchronous part of a decision ends in. Always boxed inside the
+/// response future, so its size is not worth trading an allocation for.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Gate<ReqBody> {
     Admit {
         request: Request<ReqBody>,

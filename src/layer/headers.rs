@@ -75,7 +75,11 @@ fn sf_string(out: &mut String, name: &str) {
 }
 
 /// The rate-limit headers for `decision`.
-pub(crate) fn rate_limit_headers(style: HeaderStyle, quotas: &QuotaSet, decision: &Decision) -> Headers {
+pub(crate) fn rate_limit_headers(
+    style: HeaderStyle,
+    quotas: &QuotaSet,
+    decision: &Decision,
+) -> Headers {
     let mut out = Headers::new();
     match style {
         HeaderStyle::Ietf => {
@@ -202,7 +206,12 @@ mod tests {
 
     #[test]
     fn problem_bodies_escape_strings() {
-        let r = problem(StatusCode::TOO_MANY_REQUESTS, QUOTA_EXCEEDED, "a \"b\"\n", &["x\\y"]);
+        let r = problem(
+            StatusCode::TOO_MANY_REQUESTS,
+            QUOTA_EXCEEDED,
+            "a \"b\"\n",
+            &["x\\y"],
+        );
         let body = std::str::from_utf8(r.body()).unwrap();
         assert!(body.contains(r#""detail":"a \"b\"\u000a""#), "{body}");
         assert!(body.contains(r#""violated-policies":["x\\y"]"#), "{body}");

@@ -170,7 +170,8 @@ pub struct RateLimitLayerBuilder<B, K> {
 
 impl<B, K> fmt::Debug for RateLimitLayerBuilder<B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayerBuilder").finish_non_exhaustive()
+        f.debug_struct("RateLimitLayerBuilder")
+            .finish_non_exhaustive()
     }
 }
 
@@ -253,6 +254,16 @@ pub(crate) struct Shared<B, K> {
     rejection: Option<Arc<RejectFn>>,
 }
 
+/// What a request's key means for it.
+pub(crate) enum KeyOutcome {
+    /// Limit it under this key.
+    Limit(Key),
+    /// It has no key, and passes unlimited.
+    Unlimited,
+    /// It has no key, and gets this answer.
+    Respond(Response<Bytes>),
+}
+
 /// What becomes of a request.
 pub(crate) enum Verdict {
     /// Pass it on, after `delay`, adding `headers` to the response.
@@ -266,10 +277,10 @@ impl<B: Backend, K> Shared<B, K> {
         self.cost.as_ref().map_or(1, |f| f(parts))
     }
 
-    /// The key, or the verdict for a request without one.
-    pub(crate) fn admit_key(&self, key: Result<Key, KeyError>) -> Result<Key, Verdict> {
+    /// What becomes of a request with this extraction result.
+    pub(crate) fn admit_key(&self, key: Result<Key, KeyError>) -> KeyOutcome {
         let error = match key {
-            Ok(key) if key.as_str().len() <= self.max_key_len => return Ok(key),
+            Ok(key) if key.as_str().len() <= self.max_key_len => return KeyOutcome::Limit(key),
             Ok(key) => KeyError::TooLong {
                 len: key.as_str().len(),
                 max: self.max_key_len,
@@ -279,7 +290,7 @@ impl<B: Backend, K> Shared<B, K> {
         match self.on_missing_key {
             OnMissingKey::Allow => {
                 tracing::debug!(%error, "no rate-limit key; request passes unlimited");
-                Err(pass())
+                KeyOutcome::Unlimited
             }
             OnMissingKey::Reject => {
                 if error.status().is_server_error() {
@@ -288,7 +299,7 @@ impl<B: Backend, K> Shared<B, K> {
                     tracing::debug!(%error, "no rate-limit key");
                 }
                 let detail = format!("No rate-limit key: {error}.");
-                Err(Verdict::Respond(problem(error.status(), "about:blank", &detail, &[])))
+                KeyOutcome::Respond(problem(error.status(), "about:blank", &detail, &[]))
             }
         }
     }
@@ -310,7 +321,10 @@ impl<B: Backend, K> Shared<B, K> {
             if delay.is_zero() || self.on_delay == OnDelay::Wait {
                 return Verdict::Pass { headers, delay };
             }
-            headers.push((http::header::RETRY_AFTER, HeaderValue::from(retry_after_secs(delay))));
+            headers.push((
+                http::header::RETRY_AFTER,
+                HeaderValue::from(retry_after_secs(delay)),
+            ));
             let detail = format!("Queued; retry in {} seconds.", retry_after_secs(delay));
             return Verdict::Respond(with_headers(
                 problem(StatusCode::TOO_MANY_REQUESTS, QUOTA_EXCEEDED, &detail, &[]),
@@ -328,7 +342,12 @@ impl<B: Backend, K> Shared<B, K> {
             None => {
                 let wait = decision.retry_after().map_or(1, retry_after_secs);
                 let detail = format!("Quota exceeded; retry in {wait} seconds.");
-                problem(StatusCode::TOO_MANY_REQUESTS, QUOTA_EXCEEDED, &detail, &rejection.violated())
+                problem(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    QUOTA_EXCEEDED,
+                    &detail,
+                    &rejection.violated(),
+                )
             }
         };
         Verdict::Respond(with_headers(response, headers))
@@ -336,8 +355,12 @@ impl<B: Backend, K> Shared<B, K> {
 
     fn failed(&self, key: &Key, error: &Error) -> Verdict {
         match error {
-            Error::CostTooHigh { .. } => tracing::error!(key = %key, %error, "rate-limit cost misconfigured"),
-            _ => tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide"),
+            Error::CostTooHigh { .. } => {
+                tracing::error!(key = %key, %error, "rate-limit cost misconfigured")
+            }
+            _ => {
+                tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide")
+            }
         }
         match self.on_backend_error {
             OnBackendError::Allow => pass(),

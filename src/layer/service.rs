@@ -8,7 +8,8 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::future::{Gate, ResponseFuture};
-use super::{Shared, Verdict, timed_out};
+use super::headers::Headers;
+use super::{KeyOutcome, Shared, Verdict, timed_out};
 use crate::backend::Backend;
 use crate::key::KeyExtractor;
 
@@ -85,19 +86,25 @@ where
             Err(pending) => {
                 let shared = Arc::clone(shared);
                 return ResponseFuture::gate(inner, async move {
-                    let key = match shared.admit_key(pending.await) {
-                        Ok(key) => key,
-                        Err(verdict) => return Gate::new(verdict, parts, body),
-                    };
-                    decide_async(&shared, key, cost, parts, body).await
+                    match shared.admit_key(pending.await) {
+                        KeyOutcome::Limit(key) => {
+                            decide_async(&shared, key, cost, parts, body).await
+                        }
+                        KeyOutcome::Unlimited => Gate::Admit {
+                            request: Request::from_parts(parts, body),
+                            headers: Headers::new(),
+                        },
+                        KeyOutcome::Respond(response) => Gate::Respond(response),
+                    }
                 });
             }
         };
         let key = match shared.admit_key(key) {
-            Ok(key) => key,
-            Err(Verdict::Respond(response)) => return ResponseFuture::respond(response),
-            Err(Verdict::Pass { headers, .. }) => {
-                return ResponseFuture::inner(inner.call(Request::from_parts(parts, body)), headers);
+            KeyOutcome::Limit(key) => key,
+            KeyOutcome::Respond(response) => return ResponseFuture::respond(response),
+            KeyOutcome::Unlimited => {
+                let request = Request::from_parts(parts, body);
+                return ResponseFuture::inner(inner.call(request), Headers::new());
             }
         };
         match shared.limiter.check_now(key.as_str(), cost) {
