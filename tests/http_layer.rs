@@ -585,3 +585,121 @@ async fn a_cost_no_quota_admits_is_treated_as_a_limiter_failure() {
         StatusCode::SERVICE_UNAVAILABLE
     );
 }
+
+#[derive(Clone)]
+struct UserId(u32);
+
+impl std::fmt::Display for UserId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[tokio::test]
+async fn user_and_route_together_form_the_key() {
+    use tollgate::key::ExtensionKey;
+    let c = clock();
+    let app = app(RateLimitLayer::new(
+        limiter(&c, Quota::fixed_window(1, 60 * SEC).build().unwrap()),
+        (ExtensionKey::<UserId>::new(), RouteKey),
+    ));
+    let as_user = |user: u32, path: &str| {
+        let mut req = Request::get(path).body(Body::empty()).unwrap();
+        req.extensions_mut().insert(UserId(user));
+        req
+    };
+    assert_eq!(send(&app, as_user(1, "/")).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&app, as_user(1, "/")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(&app, as_user(1, "/items/7")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(send(&app, as_user(2, "/")).await.status, StatusCode::OK);
+    // No user id: the tuple cannot be formed, so the request is refused.
+    let anonymous = Request::get("/").body(Body::empty()).unwrap();
+    assert_eq!(send(&app, anonymous).await.status, StatusCode::BAD_REQUEST);
+}
+
+/// Finds the account behind an API key by awaiting a lookup.
+struct Lookup;
+
+impl tollgate::key::KeyExtractor for Lookup {
+    fn extract(&self, parts: &http::request::Parts) -> tollgate::key::KeyFuture {
+        let api_key = parts.headers.get("x-api-key").cloned();
+        tollgate::key::KeyFuture::new(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            match api_key.as_ref().and_then(|v| v.to_str().ok()) {
+                Some("k1" | "k2") => Ok("account:1".into()),
+                Some(_) => Ok("account:other".into()),
+                None => Err(tollgate::key::KeyError::Missing("x-api-key header")),
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_key_extractor_may_await() {
+    let c = clock();
+    let app = app(RateLimitLayer::new(
+        limiter(&c, Quota::fixed_window(2, 60 * SEC).build().unwrap()),
+        Lookup,
+    ));
+    // Two API keys of one account share its limit.
+    assert_eq!(
+        send(&app, request("192.0.2.1", &[("x-api-key", b"k1")]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&app, request("192.0.2.1", &[("x-api-key", b"k2")]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let r = send(&app, request("192.0.2.1", &[("x-api-key", b"k1")])).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.list("ratelimit")[0].int("r"), 0);
+    assert_eq!(
+        send(&app, from("192.0.2.1")).await.status,
+        StatusCode::BAD_REQUEST
+    );
+}
+
+#[tokio::test]
+async fn any_tower_service_and_body_type_can_be_limited() {
+    use tower::{Service, ServiceBuilder, service_fn};
+    let c = clock();
+    let layer = RateLimitLayer::new(
+        limiter(&c, Quota::gcra(1, 60 * SEC).build().unwrap()),
+        tollgate::key::GlobalKey,
+    );
+    // A plain tower service with its own request and response body types.
+    let mut svc =
+        ServiceBuilder::new()
+            .layer(layer)
+            .service(service_fn(|req: Request<String>| async move {
+                Ok::<_, std::convert::Infallible>(Response::new(http_body_util::Full::new(
+                    Bytes::from(req.into_body()),
+                )))
+            }));
+    let first = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new("ping".to_owned()))
+        .await
+        .unwrap();
+    assert_eq!(reply(first).await.body, "ping");
+    let second = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new("ping".to_owned()))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+}
