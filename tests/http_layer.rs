@@ -37,7 +37,7 @@ fn limiter(
     )
 }
 
-fn app<B: Backend, K: tollgate::key::KeyExtractor>(layer: RateLimitLayer<B, K>) -> Router {
+fn app<P: tollgate::Policy>(layer: RateLimitLayer<P>) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
         .route("/items/{id}", get(|| async { "item" }))

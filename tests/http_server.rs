@@ -23,7 +23,7 @@ fn clocked(quota: Quota) -> (Limiter<MemoryBackend<ManualClock>>, ManualClock) {
     (Limiter::new(backend, quota), clock)
 }
 
-fn app(layer: RateLimitLayer<impl Backend, impl tollgate::key::KeyExtractor>) -> Router {
+fn app(layer: RateLimitLayer<impl tollgate::Policy>) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer)

@@ -10,7 +10,7 @@ use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::Verdict;
+use super::policy::VerdictKind;
 use super::body::ResponseBody;
 use super::headers::{Headers, apply};
 
@@ -26,19 +26,19 @@ pub(crate) enum Gate<ReqBody> {
 }
 
 impl<ReqBody> Gate<ReqBody> {
-    pub(crate) fn new(verdict: Verdict, parts: Parts, body: ReqBody) -> Self {
+    fn new(verdict: VerdictKind, parts: Parts, body: ReqBody) -> Self {
         match verdict {
-            Verdict::Pass { headers, .. } => Gate::Admit {
+            VerdictKind::Pass { headers, .. } => Gate::Admit {
                 request: Request::from_parts(parts, body),
                 headers,
             },
-            Verdict::Respond(response) => Gate::Respond(response),
+            VerdictKind::Respond(response) => Gate::Respond(response),
         }
     }
 
     /// Waits out the verdict's delay, if any.
-    pub(crate) async fn after(verdict: Verdict, parts: Parts, body: ReqBody) -> Self {
-        if let Verdict::Pass { delay, .. } = &verdict {
+    pub(crate) async fn after(verdict: VerdictKind, parts: Parts, body: ReqBody) -> Self {
+        if let VerdictKind::Pass { delay, .. } = &verdict {
             if !delay.is_zero() {
                 tokio::time::sleep(*delay).await;
             }

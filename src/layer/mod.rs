@@ -3,6 +3,7 @@
 mod body;
 mod future;
 mod headers;
+mod policy;
 mod service;
 
 use std::fmt;
@@ -10,21 +11,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::Response;
 use http::request::Parts;
-use http::{HeaderValue, Response, StatusCode};
 use tower_layer::Layer;
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, QUOTA_EXCEEDED};
+pub use policy::{LimitPolicy, Policy, Verdict};
 pub use service::RateLimit;
 
-use crate::backend::{Backend, BackendError, BackendErrorKind};
+pub(crate) use headers::Headers;
+pub(crate) use policy::Signals;
+
+use crate::backend::Backend;
 use crate::decision::Decision;
-use crate::key::{Key, KeyError, KeyExtractor};
-use crate::limiter::{Error, Limiter};
+use crate::key::{Key, KeyExtractor};
+use crate::limiter::Limiter;
 use crate::quota_set::QuotaSet;
-use headers::{Headers, problem, rate_limit_headers, retry_after_secs};
 
 /// What to do with a request when the backend fails or does not answer in
 /// time.
@@ -64,7 +68,7 @@ pub enum OnDelay {
 }
 
 type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
-type RejectFn = dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync;
+pub(crate) type RejectFn = dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync;
 
 /// A refused request, for a custom response (see
 /// [`RateLimitLayerBuilder::rejection_response`]).
@@ -88,6 +92,7 @@ impl Rejection<'_> {
     }
 }
 
+
 /// Rate-limits a tower service: picks each request's key, asks the limiter,
 /// and answers refused requests with 429, `Retry-After` and rate-limit
 /// headers.
@@ -106,28 +111,44 @@ impl Rejection<'_> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct RateLimitLayer<B, K> {
-    shared: Arc<Shared<B, K>>,
+///
+/// The type parameter is the [`Policy`] that decides: one limiter and key
+/// ([`LimitPolicy`], from [`new`](RateLimitLayer::new) and
+/// [`builder`](RateLimitLayer::builder)), or a rules file (with the `rules`
+/// feature).
+pub struct RateLimitLayer<P> {
+    policy: Arc<P>,
 }
 
-impl<B, K> Clone for RateLimitLayer<B, K> {
+impl<P> Clone for RateLimitLayer<P> {
     fn clone(&self) -> Self {
         RateLimitLayer {
-            shared: Arc::clone(&self.shared),
+            policy: Arc::clone(&self.policy),
         }
     }
 }
 
-impl<B, K> fmt::Debug for RateLimitLayer<B, K> {
+impl<P> fmt::Debug for RateLimitLayer<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayer")
-            .field("quotas", &self.shared.limiter.quotas().name())
-            .field("header_style", &self.shared.header_style)
-            .finish_non_exhaustive()
+        f.debug_struct("RateLimitLayer").finish_non_exhaustive()
     }
 }
 
-impl<B: Backend, K: KeyExtractor> RateLimitLayer<B, K> {
+impl<P: Policy> RateLimitLayer<P> {
+    /// A layer deciding by `policy`.
+    pub fn from_policy(policy: P) -> Self {
+        RateLimitLayer {
+            policy: Arc::new(policy),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &P {
+        &self.policy
+    }
+}
+
+impl<B: Backend, K: KeyExtractor> RateLimitLayer<LimitPolicy<B, K>> {
     /// Limits each request by `key` with `limiter`, with the defaults: IETF
     /// headers, cost 1, let requests through if the backend fails or takes
     /// over 100 ms, reject requests without a key.
@@ -138,65 +159,61 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayer<B, K> {
     /// A builder for everything beyond the defaults.
     pub fn builder(limiter: Limiter<B>, key: K) -> RateLimitLayerBuilder<B, K> {
         RateLimitLayerBuilder {
-            shared: Shared {
+            policy: LimitPolicy {
                 limiter,
                 key,
-                header_style: HeaderStyle::default(),
-                on_backend_error: OnBackendError::default(),
+                signals: Signals::default(),
                 on_missing_key: OnMissingKey::default(),
-                on_delay: OnDelay::default(),
                 timeout: Duration::from_millis(100),
                 max_key_len: 256,
                 cost: None,
-                rejection: None,
             },
         }
     }
 }
 
-impl<S, B, K> Layer<S> for RateLimitLayer<B, K> {
-    type Service = RateLimit<S, B, K>;
+impl<S, P> Layer<S> for RateLimitLayer<P> {
+    type Service = RateLimit<S, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, Arc::clone(&self.shared))
+        RateLimit::new(inner, Arc::clone(&self.policy))
     }
 }
 
-/// Builds a [`RateLimitLayer`].
+/// Builds a [`RateLimitLayer`] for one limiter.
 #[must_use = "call .build() to get the layer"]
 pub struct RateLimitLayerBuilder<B, K> {
-    shared: Shared<B, K>,
+    policy: LimitPolicy<B, K>,
 }
 
 impl<B, K> fmt::Debug for RateLimitLayerBuilder<B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayerBuilder")
-            .finish_non_exhaustive()
+        f.debug_struct("RateLimitLayerBuilder").finish_non_exhaustive()
     }
 }
 
 impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
     /// Which rate-limit headers responses carry ([`HeaderStyle::Ietf`] by default).
     pub fn header_style(mut self, style: HeaderStyle) -> Self {
-        self.shared.header_style = style;
+        self.policy.signals.header_style = style;
         self
     }
 
     /// What to do when the backend fails or times out ([`OnBackendError::Allow`] by default).
     pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
-        self.shared.on_backend_error = policy;
+        self.policy.signals.on_backend_error = policy;
         self
     }
 
     /// What to do with a request that has no key ([`OnMissingKey::Reject`] by default).
     pub fn on_missing_key(mut self, policy: OnMissingKey) -> Self {
-        self.shared.on_missing_key = policy;
+        self.policy.on_missing_key = policy;
         self
     }
 
     /// What to do with a leaky-bucket delay ([`OnDelay::Wait`] by default).
     pub fn on_delay(mut self, policy: OnDelay) -> Self {
-        self.shared.on_delay = policy;
+        self.policy.signals.on_delay = policy;
         self
     }
 
@@ -204,21 +221,21 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
     /// default); past it, [`on_backend_error`](Self::on_backend_error)
     /// applies. The in-memory backend answers at once.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.shared.timeout = timeout;
+        self.policy.timeout = timeout;
         self
     }
 
     /// The longest key accepted, in bytes (256 by default); longer keys are a
-    /// [`KeyError::TooLong`].
+    /// [`KeyError::TooLong`](crate::key::KeyError::TooLong).
     pub fn max_key_len(mut self, bytes: usize) -> Self {
-        self.shared.max_key_len = bytes;
+        self.policy.max_key_len = bytes;
         self
     }
 
     /// What each request costs (1 by default), from its head: heavier
     /// operations spend more of the quota.
     pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
-        self.shared.cost = Some(Arc::new(cost));
+        self.policy.cost = Some(Arc::new(cost));
         self
     }
 
@@ -228,173 +245,12 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         mut self,
         respond: impl Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,
     ) -> Self {
-        self.shared.rejection = Some(Arc::new(respond));
+        self.policy.signals.rejection = Some(Arc::new(respond));
         self
     }
 
     /// The layer.
-    pub fn build(self) -> RateLimitLayer<B, K> {
-        RateLimitLayer {
-            shared: Arc::new(self.shared),
-        }
+    pub fn build(self) -> RateLimitLayer<LimitPolicy<B, K>> {
+        RateLimitLayer::from_policy(self.policy)
     }
-}
-
-/// Everything a service shares with its clones.
-pub(crate) struct Shared<B, K> {
-    pub(crate) limiter: Limiter<B>,
-    pub(crate) key: K,
-    header_style: HeaderStyle,
-    on_backend_error: OnBackendError,
-    on_missing_key: OnMissingKey,
-    on_delay: OnDelay,
-    pub(crate) timeout: Duration,
-    max_key_len: usize,
-    cost: Option<Arc<CostFn>>,
-    rejection: Option<Arc<RejectFn>>,
-}
-
-/// What a request's key means for it.
-pub(crate) enum KeyOutcome {
-    /// Limit it under this key.
-    Limit(Key),
-    /// It has no key, and passes unlimited.
-    Unlimited,
-    /// It has no key, and gets this answer.
-    Respond(Response<Bytes>),
-}
-
-/// What becomes of a request.
-pub(crate) enum Verdict {
-    /// Pass it on, after `delay`, adding `headers` to the response.
-    Pass { headers: Headers, delay: Duration },
-    /// Answer it with this response.
-    Respond(Response<Bytes>),
-}
-
-impl<B: Backend, K> Shared<B, K> {
-    pub(crate) fn cost(&self, parts: &Parts) -> u64 {
-        self.cost.as_ref().map_or(1, |f| f(parts))
-    }
-
-    /// What becomes of a request with this extraction result.
-    pub(crate) fn admit_key(&self, key: Result<Key, KeyError>) -> KeyOutcome {
-        let error = match key {
-            Ok(key) if key.as_str().len() <= self.max_key_len => return KeyOutcome::Limit(key),
-            Ok(key) => KeyError::TooLong {
-                len: key.as_str().len(),
-                max: self.max_key_len,
-            },
-            Err(e) => e,
-        };
-        match self.on_missing_key {
-            OnMissingKey::Allow => {
-                tracing::debug!(%error, "no rate-limit key; request passes unlimited");
-                KeyOutcome::Unlimited
-            }
-            OnMissingKey::Reject => {
-                if error.status().is_server_error() {
-                    tracing::error!(%error, "no rate-limit key");
-                } else {
-                    tracing::debug!(%error, "no rate-limit key");
-                }
-                let detail = format!("No rate-limit key: {error}.");
-                KeyOutcome::Respond(problem(error.status(), "about:blank", &detail, &[]))
-            }
-        }
-    }
-
-    /// Turns the limiter's answer into what happens to the request. The one
-    /// place that decides, for the synchronous and the asynchronous path.
-    pub(crate) fn judge(&self, key: &Key, outcome: Result<Decision, Error>) -> Verdict {
-        let decision = match outcome {
-            Ok(decision) => decision,
-            Err(error) => return self.failed(key, &error),
-        };
-        let quotas = self.limiter.quotas();
-        let mut headers = rate_limit_headers(self.header_style, quotas, &decision);
-        if decision.allowed() {
-            if decision.exceeded() {
-                tracing::info!(key = %key, "shadow quota would have refused the request");
-            }
-            let delay = decision.delay();
-            if delay.is_zero() || self.on_delay == OnDelay::Wait {
-                return Verdict::Pass { headers, delay };
-            }
-            headers.push((
-                http::header::RETRY_AFTER,
-                HeaderValue::from(retry_after_secs(delay)),
-            ));
-            let detail = format!("Queued; retry in {} seconds.", retry_after_secs(delay));
-            return Verdict::Respond(with_headers(
-                problem(StatusCode::TOO_MANY_REQUESTS, QUOTA_EXCEEDED, &detail, &[]),
-                headers,
-            ));
-        }
-        let rejection = Rejection {
-            decision: &decision,
-            quotas,
-            key,
-        };
-        tracing::debug!(key = %key, violated = ?rejection.violated(), "rate limited");
-        let response = match &self.rejection {
-            Some(respond) => respond(&rejection),
-            None => {
-                let wait = decision.retry_after().map_or(1, retry_after_secs);
-                let detail = format!("Quota exceeded; retry in {wait} seconds.");
-                problem(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    QUOTA_EXCEEDED,
-                    &detail,
-                    &rejection.violated(),
-                )
-            }
-        };
-        Verdict::Respond(with_headers(response, headers))
-    }
-
-    fn failed(&self, key: &Key, error: &Error) -> Verdict {
-        match error {
-            Error::CostTooHigh { .. } => {
-                tracing::error!(key = %key, %error, "rate-limit cost misconfigured")
-            }
-            _ => {
-                tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide")
-            }
-        }
-        match self.on_backend_error {
-            OnBackendError::Allow => pass(),
-            OnBackendError::Reject => Verdict::Respond(problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "about:blank",
-                "The rate limiter is unavailable.",
-                &[],
-            )),
-        }
-    }
-}
-
-/// The error of a backend that did not answer in time.
-pub(crate) fn timed_out(timeout: Duration) -> Error {
-    Error::Backend(BackendError::new(
-        BackendErrorKind::Timeout,
-        format!("no answer within {timeout:?}"),
-    ))
-}
-
-fn pass() -> Verdict {
-    Verdict::Pass {
-        headers: Headers::new(),
-        delay: Duration::ZERO,
-    }
-}
-
-/// Adds headers the response does not set itself.
-fn with_headers(mut response: Response<Bytes>, headers: Headers) -> Response<Bytes> {
-    for (name, value) in headers {
-        if !response.headers().contains_key(&name) {
-            response.headers_mut().insert(name, value);
-        }
-    }
-    response
 }
