@@ -57,6 +57,8 @@ mod layer;
 mod limiter;
 mod quota;
 mod quota_set;
+#[cfg(feature = "rules")]
+pub mod rules;
 
 pub use backend::{
     Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend, MemoryBackendBuilder,

@@ -398,3 +398,14 @@ impl KeyExtractor for RouteKey {
         KeyFuture::ready(Ok(Key(format!("route:{} {path}", parts.method))))
     }
 }
+
+/// A user id an authentication layer can put in the request extensions, for
+/// rules files (`key: user`), which cannot name your own types.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UserId(pub String);
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}

@@ -10,9 +10,9 @@ use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::policy::VerdictKind;
 use super::body::ResponseBody;
 use super::headers::{Headers, apply};
+use super::policy::VerdictKind;
 
 /// What the asynchronous part of a decision ends in. Always boxed inside the
 /// response future, so its size is not worth trading an allocation for.

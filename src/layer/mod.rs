@@ -24,6 +24,12 @@ pub use service::RateLimit;
 pub(crate) use headers::Headers;
 pub(crate) use policy::Signals;
 
+/// What other policies (the rules) build on.
+pub(crate) mod policy_support {
+    pub(crate) use super::headers::problem;
+    pub(crate) use super::policy::{KeyOutcome, Sealed, admit_key, check_within};
+}
+
 use crate::backend::Backend;
 use crate::decision::Decision;
 use crate::key::{Key, KeyExtractor};
@@ -91,7 +97,6 @@ impl Rejection<'_> {
             .collect()
     }
 }
-
 
 /// Rate-limits a tower service: picks each request's key, asks the limiter,
 /// and answers refused requests with 429, `Retry-After` and rate-limit
@@ -188,7 +193,8 @@ pub struct RateLimitLayerBuilder<B, K> {
 
 impl<B, K> fmt::Debug for RateLimitLayerBuilder<B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayerBuilder").finish_non_exhaustive()
+        f.debug_struct("RateLimitLayerBuilder")
+            .finish_non_exhaustive()
     }
 }
 

@@ -11,8 +11,7 @@ use http::{HeaderValue, Response, StatusCode};
 
 use super::headers::{Headers, problem, rate_limit_headers, retry_after_secs};
 use super::{
-    CostFn, HeaderStyle, OnBackendError, OnDelay, OnMissingKey, QUOTA_EXCEEDED, RejectFn,
-    Rejection,
+    CostFn, HeaderStyle, OnBackendError, OnDelay, OnMissingKey, QUOTA_EXCEEDED, RejectFn, Rejection,
 };
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::decision::Decision;
@@ -48,7 +47,9 @@ pub(crate) enum VerdictKind {
 impl fmt::Debug for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            VerdictKind::Pass { delay, .. } => f.debug_struct("Pass").field("delay", delay).finish(),
+            VerdictKind::Pass { delay, .. } => {
+                f.debug_struct("Pass").field("delay", delay).finish()
+            }
             VerdictKind::Respond(r) => f.debug_tuple("Respond").field(&r.status()).finish(),
         }
     }
@@ -107,7 +108,12 @@ pub(crate) struct Signals {
 impl Signals {
     /// Turns the limiter's answer into what happens to the request. The one
     /// place that decides, whatever the policy and path.
-    pub(crate) fn judge(&self, quotas: &QuotaSet, key: &Key, outcome: Result<Decision, Error>) -> Verdict {
+    pub(crate) fn judge(
+        &self,
+        quotas: &QuotaSet,
+        key: &Key,
+        outcome: Result<Decision, Error>,
+    ) -> Verdict {
         let decision = match outcome {
             Ok(decision) => decision,
             Err(error) => return self.failed(key, &error),
@@ -138,7 +144,12 @@ impl Signals {
             None => {
                 let wait = decision.retry_after().map_or(1, retry_after_secs);
                 let detail = format!("Quota exceeded; retry in {wait} seconds.");
-                problem(StatusCode::TOO_MANY_REQUESTS, QUOTA_EXCEEDED, &detail, &rejection.violated())
+                problem(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    QUOTA_EXCEEDED,
+                    &detail,
+                    &rejection.violated(),
+                )
             }
         };
         Verdict::respond(with_headers(response, headers))
@@ -149,7 +160,9 @@ impl Signals {
             Error::CostTooHigh { .. } => {
                 tracing::error!(key = %key, %error, "rate-limit cost misconfigured")
             }
-            _ => tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide"),
+            _ => {
+                tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide")
+            }
         }
         match self.on_backend_error {
             OnBackendError::Allow => Verdict::pass(Headers::new()),
@@ -183,7 +196,11 @@ pub(crate) enum KeyOutcome {
 
 /// Checks an extracted key against the length limit and the missing-key
 /// policy.
-pub(crate) fn admit_key(key: Result<Key, KeyError>, max_len: usize, policy: OnMissingKey) -> KeyOutcome {
+pub(crate) fn admit_key(
+    key: Result<Key, KeyError>,
+    max_len: usize,
+    policy: OnMissingKey,
+) -> KeyOutcome {
     let error = match key {
         Ok(key) if key.as_str().len() <= max_len => return KeyOutcome::Limit(key),
         Ok(key) => KeyError::TooLong {
@@ -204,7 +221,12 @@ pub(crate) fn admit_key(key: Result<Key, KeyError>, max_len: usize, policy: OnMi
                 tracing::debug!(%error, "no rate-limit key");
             }
             let detail = format!("No rate-limit key: {error}.");
-            KeyOutcome::Settled(Verdict::respond(problem(error.status(), "about:blank", &detail, &[])))
+            KeyOutcome::Settled(Verdict::respond(problem(
+                error.status(),
+                "about:blank",
+                &detail,
+                &[],
+            )))
         }
     }
 }
@@ -276,7 +298,11 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
 
     fn decide<'a>(&'a self, parts: &'a Parts) -> impl Future<Output = Verdict> + Send + 'a {
         async move {
-            let key = match admit_key(self.key.extract(parts).await, self.max_key_len, self.on_missing_key) {
+            let key = match admit_key(
+                self.key.extract(parts).await,
+                self.max_key_len,
+                self.on_missing_key,
+            ) {
                 KeyOutcome::Limit(key) => key,
                 KeyOutcome::Settled(verdict) => return verdict,
             };

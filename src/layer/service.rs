@@ -80,9 +80,12 @@ where
                 ResponseFuture::inner(inner.call(Request::from_parts(parts, body)), headers)
             }
             Some(VerdictKind::Respond(response)) => ResponseFuture::respond(response),
-            Some(pass_later) => ResponseFuture::gate(inner, async move {
-                Gate::after(pass_later, parts, body).await
-            }),
+            Some(pass_later) => {
+                ResponseFuture::gate(
+                    inner,
+                    async move { Gate::after(pass_later, parts, body).await },
+                )
+            }
             None => {
                 let policy = Arc::clone(&self.policy);
                 ResponseFuture::gate(inner, async move {
