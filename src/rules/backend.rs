@@ -1,7 +1,5 @@
 //! A backend chosen by configuration.
 
-use std::future::Future;
-
 use super::file::BackendConfig;
 use crate::backend::{Backend, BackendError, CheckRequest, MemoryBackend};
 use crate::decision::Decision;
@@ -34,14 +32,9 @@ impl AnyBackend {
 }
 
 impl Backend for AnyBackend {
-    fn check<'a>(
-        &'a self,
-        request: CheckRequest<'a>,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
-        async move {
-            match self {
-                AnyBackend::Memory(m) => m.check(request).await,
-            }
+    async fn check(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
+        match self {
+            AnyBackend::Memory(m) => m.check(request).await,
         }
     }
 

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+#[cfg(feature = "gateway")]
+pub mod gateway;
+
 use std::net::SocketAddr;
 
 use axum::Router;

@@ -1,0 +1,347 @@
+//! Rules files: parsing, errors, live reload, and the layer they drive.
+#![cfg(feature = "rules")]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::routing::any;
+use http::{Request, StatusCode};
+use support::{Reply, reply};
+use tollgate::RateLimitLayer;
+use tollgate::rules::Rules;
+use tower::ServiceExt;
+
+#[test]
+fn the_commented_example_parses() {
+    let rules = Rules::load("examples/rules.yaml").unwrap();
+    let text = rules.describe();
+    for rule in ["login", "api", "exports", "search-trial", "default"] {
+        assert!(text.contains(&format!("rule {rule}:")), "{text}");
+    }
+}
+
+/// Parses `yaml`, expecting an error at `line` that says `says`.
+fn error(yaml: &str, line: usize, says: &str) {
+    let err = Rules::parse(yaml).expect_err(yaml).to_string();
+    assert!(
+        err.contains(&format!("line {line} ")),
+        "wanted line {line}: {err}"
+    );
+    assert!(err.contains(says), "wanted {says:?}: {err}");
+}
+
+const HEAD: &str = "rules:\n  - name: a\n    key: client_ip\n    quotas:\n";
+
+#[test]
+fn each_mistake_is_reported_where_it_is_written() {
+    error(
+        &format!("{HEAD}      - {{ algorithm: token-bucket, limit: 5, period: 1m }}\n"),
+        5,
+        "valid algorithms are token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window, gcra",
+    );
+    error(
+        &format!("{HEAD}      - algorithm: gcra\n        limit: 5\n        period: 0s\n"),
+        7,
+        "zero",
+    );
+    error(
+        &format!("{HEAD}      - algorithm: gcra\n        limit: 5\n        period: 5 minutes\n"),
+        7,
+        "write a number and a unit",
+    );
+    error(
+        &format!("{HEAD}      - algorithm: gcra\n        limit: 0\n        period: 1s\n"),
+        5,
+        "the limit must be at least 1",
+    );
+    error(
+        &format!("{HEAD}      - {{ algorithm: fixed_window, limit: 5, period: 1s, burst: 9 }}\n"),
+        5,
+        "fixed_window has no burst",
+    );
+    error(
+        &format!("{HEAD}      - {{ algorithm: gcra, limit: 5, period: 1s, mode: soft }}\n"),
+        5,
+        "needs soft_percent",
+    );
+    error(
+        &format!("{HEAD}      - {{ algorithm: gcra, limit: 5, period: 1s, limt: 3 }}\n"),
+        5,
+        "unknown field `limt`",
+    );
+    error(
+        "rules:\n  - name: a\n    key: client_id\n    quotas: []\n",
+        3,
+        "valid keys are peer_ip, client_ip, header:<name>, user, global, route",
+    );
+    error(
+        "rules:\n  - name: a\n    key: global\n    quotas: []\n",
+        4,
+        "at least one quota",
+    );
+    error(
+        "allow:\n  ips: [10.0.0.300/8]\nrules: []\n",
+        2,
+        "not an IP address or network",
+    );
+    error(
+        "headers: x-ratelimit\nrules: []\n",
+        1,
+        "valid values are ietf, draft6, legacy, none",
+    );
+    error(
+        "rules:\n  - name: a\n    match: { path: \"users/{id}\" }\n    key: global\n    quotas: []\n",
+        3,
+        "must start with /",
+    );
+    error("rules:\n  - name: a\n    key: [global\n", 3, "");
+}
+
+#[test]
+fn mistakes_across_rules_are_named() {
+    let two = "rules:\n  - name: a\n    key: global\n    quotas: [{ algorithm: gcra, limit: 1, period: 1s }]\n";
+    let err = Rules::parse(&format!("{two}{}", &two["rules:\n".len()..])).unwrap_err();
+    assert!(
+        err.to_string().contains("two rules are named \"a\""),
+        "{err}"
+    );
+    let zero = format!(
+        "{}    overrides:\n      - {{ keys: [\"key:x\"], multiply: 0 }}\n",
+        two
+    );
+    let err = Rules::parse(&zero).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("rule a, override 1: multiply must be at least 1"),
+        "{err}"
+    );
+    let both = format!("{}    overrides:\n      - {{ keys: [\"key:x\"] }}\n", two);
+    assert!(
+        Rules::parse(&both)
+            .unwrap_err()
+            .to_string()
+            .contains("either multiply or quotas")
+    );
+}
+
+fn app(rules: Rules) -> Router {
+    Router::new()
+        .fallback(any(|| async { "ok" }))
+        .layer(RateLimitLayer::from_policy(rules))
+}
+
+fn req(method: &str, path: &str, ip: [u8; 4], headers: &[(&str, &str)]) -> Request<Body> {
+    let mut r = Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let mut r = r.body(Body::empty()).unwrap();
+    r.extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from((ip, 5000))));
+    r
+}
+
+async fn send(app: &Router, r: Request<Body>) -> Reply {
+    reply(app.clone().oneshot(r).await.unwrap()).await
+}
+
+const TIERS: &str = r#"
+allow: { keys: ["key:monitor"], ips: ["192.0.2.99"] }
+deny: { keys: ["key:revoked"], ips: ["198.51.100.0/24"] }
+rules:
+  - name: login
+    match: { path: /login, methods: [POST] }
+    key: peer_ip
+    quotas: [{ name: login, algorithm: sliding_log, limit: 2, period: 1m }]
+  - name: api
+    match: { prefix: /api/ }
+    key: header:x-api-key
+    quotas: [{ name: api, algorithm: fixed_window, limit: 2, period: 1m }]
+    overrides:
+      - { keys: ["key:gold"], multiply: 3 }
+  - name: trial
+    match: { path: "/search/{term}" }
+    key: peer_ip
+    quotas: [{ name: trial, algorithm: fixed_window, limit: 1, period: 1m, mode: shadow }]
+"#;
+
+async fn admitted(app: &Router, n: usize, make: impl Fn() -> Request<Body>) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        ok += usize::from(send(app, make()).await.status == StatusCode::OK);
+    }
+    ok
+}
+
+#[tokio::test]
+async fn rules_match_by_path_method_and_prefix_and_apply_tiers_and_lists() {
+    let app = app(Rules::parse(TIERS).unwrap());
+    let ip = [192, 0, 2, 1];
+    assert_eq!(
+        admitted(&app, 5, || req("POST", "/login", ip, &[])).await,
+        2
+    );
+    assert_eq!(
+        admitted(&app, 5, || req("GET", "/login", ip, &[])).await,
+        5,
+        "GET matches no rule"
+    );
+    let key = |k: &'static str| move || req("GET", "/api/x", ip, &[("x-api-key", k)]);
+    assert_eq!(admitted(&app, 10, key("plain")).await, 2);
+    assert_eq!(
+        admitted(&app, 10, key("gold")).await,
+        6,
+        "the gold tier gets 3x"
+    );
+    assert_eq!(
+        admitted(&app, 10, key("monitor")).await,
+        10,
+        "allowlisted key"
+    );
+    assert_eq!(
+        send(&app, key("revoked")()).await.status,
+        StatusCode::FORBIDDEN
+    );
+    let no_key = send(&app, req("GET", "/api/x", ip, &[])).await;
+    assert_eq!(no_key.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        admitted(&app, 5, || req("POST", "/login", [192, 0, 2, 99], &[])).await,
+        5,
+        "allowlisted ip"
+    );
+    let denied = send(&app, req("GET", "/anything", [198, 51, 100, 7], &[])).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        denied.header("content-type"),
+        Some("application/problem+json")
+    );
+    // Shadow mode: never refused, but the headers tell.
+    let trial = || req("GET", "/search/cats", ip, &[]);
+    assert_eq!(admitted(&app, 3, trial).await, 3);
+    assert_eq!(send(&app, trial()).await.list("ratelimit")[0].int("r"), 0);
+}
+
+#[tokio::test]
+async fn matching_all_checks_every_matching_rule() {
+    let yaml = r#"
+matching: all
+rules:
+  - name: route
+    match: { prefix: /a }
+    key: peer_ip
+    quotas: [{ name: route, algorithm: fixed_window, limit: 5, period: 1m }]
+  - name: global
+    key: global
+    quotas: [{ name: global, algorithm: fixed_window, limit: 3, period: 1m }]
+"#;
+    let app = app(Rules::parse(yaml).unwrap());
+    let r = send(&app, req("GET", "/a", [192, 0, 2, 1], &[])).await;
+    let names: Vec<String> = r
+        .list("ratelimit")
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect();
+    assert_eq!(names, ["route", "global"]);
+    assert_eq!(
+        admitted(&app, 5, || req("GET", "/b", [192, 0, 2, 2], &[])).await,
+        2,
+        "global: 3 in all"
+    );
+}
+
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("tollgate-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rules.yaml");
+        std::fs::write(&path, text).unwrap();
+        TempFile(path)
+    }
+
+    fn write(&self, text: &str) {
+        // Write then rename, as editors and config managers do.
+        let tmp = self.0.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.0).unwrap();
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0.parent().unwrap());
+    }
+}
+
+fn two_rules(a_limit: u32, b_limit: u32) -> String {
+    format!(
+        r#"
+rules:
+  - name: a
+    match: {{ prefix: /a }}
+    key: peer_ip
+    quotas: [{{ name: a, algorithm: fixed_window, limit: {a_limit}, period: 1h }}]
+  - name: b
+    key: peer_ip
+    quotas: [{{ name: b, algorithm: fixed_window, limit: {b_limit}, period: 1h }}]
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_file_takes_effect_while_traffic_flows() {
+    let file = TempFile::new("reload", &two_rules(100, 10));
+    let rules = Rules::load(&file.0).unwrap();
+    let _watch = rules.watch(Duration::from_millis(50));
+    let app = app(rules);
+    let ip = [192, 0, 2, 1];
+    // Traffic on both rules, then rule a shrinks to 20 while b stays.
+    assert_eq!(admitted(&app, 15, || req("GET", "/a", ip, &[])).await, 15);
+    assert_eq!(admitted(&app, 4, || req("GET", "/b", ip, &[])).await, 4);
+    file.write(&two_rules(20, 10));
+    let changed = std::time::Instant::now();
+    loop {
+        // Keep traffic flowing until the new limit shows.
+        let r = send(&app, req("GET", "/a", ip, &[])).await;
+        if r.list("ratelimit-policy")[0].int("q") == 20 {
+            break;
+        }
+        assert!(
+            changed.elapsed() < Duration::from_secs(1),
+            "the new limit did not hold within a second"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The changed quota starts afresh (its meaning changed); b kept its 4.
+    let b = send(&app, req("GET", "/b", ip, &[])).await;
+    assert_eq!(b.list("ratelimit")[0].int("r"), 10 - 5);
+
+    // A broken file leaves the rules in force.
+    file.write("rules:\n  - name: a\n    key: nonsense\n");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = send(&app, req("GET", "/b", ip, &[])).await;
+    assert_eq!(
+        (b.status, b.list("ratelimit")[0].int("r")),
+        (StatusCode::OK, 4)
+    );
+}
+
+#[test]
+fn reload_reports_an_invalid_file_and_keeps_the_old_rules() {
+    let file = TempFile::new("invalid", &two_rules(5, 5));
+    let rules = Rules::load(&file.0).unwrap();
+    assert_eq!(rules.reload(), Ok(false), "nothing changed");
+    file.write("rules: [");
+    let err = rules.reload().unwrap_err();
+    assert!(err.to_string().contains("rules.yaml"), "{err}");
+    assert!(rules.describe().contains("rule a:"));
+    file.write(&two_rules(6, 5));
+    assert_eq!(rules.reload(), Ok(true));
+    assert!(rules.describe().contains("fixed_window 6 per"));
+}
