@@ -21,10 +21,12 @@ pub use headers::{HeaderStyle, QUOTA_EXCEEDED};
 pub use policy::{LimitPolicy, Policy, Verdict};
 pub use service::RateLimit;
 
+#[cfg(feature = "rules")]
 pub(crate) use headers::Headers;
 pub(crate) use policy::Signals;
 
 /// What other policies (the rules) build on.
+#[cfg(feature = "rules")]
 pub(crate) mod policy_support {
     pub(crate) use super::headers::problem;
     pub(crate) use super::policy::{KeyOutcome, Sealed, admit_key, check_within};

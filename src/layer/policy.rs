@@ -72,6 +72,7 @@ impl Verdict {
         matches!(self.0, VerdictKind::Respond(_))
     }
 
+    #[cfg(feature = "rules")]
     /// Combines the verdicts of several limits on one request: the first
     /// response wins; otherwise the request passes after the longest delay
     /// with every limit's headers.
@@ -309,4 +310,5 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
     }
 }
 
+#[cfg(feature = "rules")]
 pub(crate) use sealed::Sealed;

@@ -1,0 +1,147 @@
+//! One in-memory decision, tollgate beside governor's keyed limiter, in one
+//! run: a hot key, a million keys, and several threads on one key.
+//!
+//! `cargo bench --bench engine` (add `-- --quick` for a fast pass).
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use governor::{Quota as GovQuota, RateLimiter};
+use tollgate::{Algorithm, Limiter, MemoryBackend, Quota};
+
+const KEYS: usize = 1_000_000;
+
+/// A limit so high that every check is admitted and writes its state, the
+/// path a real admitted request takes.
+fn tollgate(algorithm: Algorithm) -> Limiter<MemoryBackend> {
+    let quota = Quota::builder(algorithm, 1_000_000, Duration::from_secs(1))
+        .build()
+        .expect("valid quota");
+    let backend = MemoryBackend::builder().max_keys(4 * KEYS).build();
+    Limiter::new(backend, quota)
+}
+
+fn governor() -> governor::DefaultKeyedRateLimiter<String> {
+    RateLimiter::keyed(GovQuota::per_second(NonZeroU32::new(1_000_000).expect("non-zero")))
+}
+
+/// The algorithms whose state is fixed-size; the sliding log's cost grows
+/// with its limit and is measured with a small one.
+fn algorithms() -> Vec<(Algorithm, &'static str)> {
+    Algorithm::ALL.iter().map(|a| (*a, a.name())).collect()
+}
+
+fn hot_key(c: &mut Criterion) {
+    let mut g = c.benchmark_group("hot_key");
+    let key = "client-42".to_owned();
+    for (algorithm, name) in algorithms() {
+        let limiter = match algorithm {
+            Algorithm::SlidingLog => Limiter::new(
+                MemoryBackend::new(),
+                Quota::sliding_log(100, Duration::from_millis(1)).build().expect("valid"),
+            ),
+            _ => tollgate(algorithm),
+        };
+        g.bench_function(format!("tollgate/{name}"), |b| {
+            b.iter(|| black_box(limiter.check_now(black_box(&key), 1)))
+        });
+    }
+    let gov = governor();
+    g.bench_function("governor/gcra", |b| b.iter(|| black_box(gov.check_key(black_box(&key)))));
+    g.finish();
+}
+
+fn many_keys(c: &mut Criterion) {
+    let mut g = c.benchmark_group("million_keys");
+    g.sample_size(30);
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("client-{i}")).collect();
+    for (algorithm, name) in algorithms() {
+        if algorithm == Algorithm::SlidingLog {
+            continue;
+        }
+        let limiter = tollgate(algorithm);
+        for k in &keys {
+            let _ = limiter.check_now(k, 1);
+        }
+        let mut i = 0;
+        g.bench_function(format!("tollgate/{name}"), |b| {
+            b.iter(|| {
+                i = (i + 7919) % KEYS;
+                black_box(limiter.check_now(&keys[i], 1))
+            })
+        });
+    }
+    let gov = governor();
+    for k in &keys {
+        let _ = gov.check_key(k);
+    }
+    let mut i = 0;
+    g.bench_function("governor/gcra", |b| {
+        b.iter(|| {
+            i = (i + 7919) % KEYS;
+            black_box(gov.check_key(&keys[i]))
+        })
+    });
+    g.finish();
+}
+
+/// `iters` checks split over `threads` threads hammering one key.
+fn contended(threads: usize, iters: u64, check: Arc<dyn Fn() + Send + Sync>) -> Duration {
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (barrier, check) = (Arc::clone(&barrier), Arc::clone(&check));
+            std::thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..iters / threads as u64 {
+                    check();
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for h in handles {
+        h.join().expect("bench thread");
+    }
+    start.elapsed()
+}
+
+fn threads_on_one_key(c: &mut Criterion) {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+    let mut g = c.benchmark_group(format!("one_key_{threads}_threads"));
+    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::FixedWindow] {
+        let limiter = Arc::new(tollgate(algorithm));
+        g.bench_function(format!("tollgate/{}", algorithm.name()), |b| {
+            b.iter_custom(|iters| {
+                let l = Arc::clone(&limiter);
+                contended(threads, iters, Arc::new(move || {
+                    black_box(l.check_now("hot", 1));
+                }))
+            })
+        });
+    }
+    let gov = Arc::new(governor());
+    let key = "hot".to_owned();
+    g.bench_function("governor/gcra", |b| {
+        b.iter_custom(|iters| {
+            let (g, k) = (Arc::clone(&gov), key.clone());
+            contended(threads, iters, Arc::new(move || {
+                black_box(g.check_key(&k)).ok();
+            }))
+        })
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = hot_key, many_keys, threads_on_one_key
+}
+criterion_main!(benches);
