@@ -1,0 +1,41 @@
+//! The server `scripts/bench-http.sh` loads: an axum hello-world, bare or
+//! behind a rate limiter whose limit is never reached (so what is measured is
+//! the cost of deciding, on every request).
+//!
+//! `MODE=bare|tollgate|governor [PORT=8000] cargo run --release --example bench_server`
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::{Router, routing::get};
+use tollgate::key::PeerIp;
+use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mode = std::env::var("MODE").unwrap_or_else(|_| "bare".into());
+    let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(8000);
+    let app = Router::new().route("/", get(|| async { "hello" }));
+    let app = match mode.as_str() {
+        "bare" => app,
+        "tollgate" => {
+            let quota = Quota::gcra(1_000_000, Duration::from_secs(1)).burst(1_000_000).build()?;
+            app.layer(RateLimitLayer::new(Limiter::new(MemoryBackend::new(), quota), PeerIp::new()))
+        }
+        "governor" => {
+            let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1_000)
+                .burst_size(1_000_000)
+                .use_headers()
+                .finish()
+                .ok_or("invalid governor config")?;
+            app.layer(GovernorLayer::new(config))
+        }
+        other => return Err(format!("unknown MODE {other:?}").into()),
+    };
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+    Ok(())
+}
