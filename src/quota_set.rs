@@ -129,29 +129,72 @@ impl QuotaSet {
             .enumerate()
             .map(|(i, q)| algorithm::check(q.algorithm(), state(i), &q.params, cost, now))
             .collect();
-        let allowed = self
-            .quotas
-            .iter()
-            .zip(&steps)
-            .all(|(q, s)| s.allowed || q.params.shadow);
+        let allowed = self.admits(steps.iter().map(|s| s.allowed));
         let mut updates = SmallVec::new();
-        let mut decisions = SmallVec::new();
-        for (q, step) in self.quotas.iter().zip(steps) {
+        let mut verdicts = SmallVec::<[Verdict; 2]>::new();
+        for step in steps {
             let admitted = allowed && step.allowed;
             let view = if admitted { step.admit } else { step.refuse };
-            let soft_margin = q.params.capacity - q.params.reported_capacity;
-            decisions.push(QuotaDecision {
+            verdicts.push(Verdict {
                 allowed: step.allowed,
-                limit: q.params.reported_capacity,
-                remaining: view.remaining.saturating_sub(soft_margin),
-                reset: Duration::from_micros(view.reset),
-                retry_after: (!step.allowed).then(|| Duration::from_micros(step.retry_after)),
-                delay: Duration::from_micros(if admitted { step.delay } else { 0 }),
+                remaining: view.remaining,
+                reset: view.reset,
+                retry_after: step.retry_after,
+                delay: if admitted { step.delay } else { 0 },
             });
             updates.push(if commit { view.update } else { Update::Keep });
         }
-        (Decision::new(allowed, decisions), updates)
+        (self.decision_from(&verdicts), updates)
     }
+
+    /// Whether a request passes, given whether each quota admits it: every
+    /// enforced quota must.
+    pub(crate) fn admits(&self, allowed: impl IntoIterator<Item = bool>) -> bool {
+        self.quotas
+            .iter()
+            .zip(allowed)
+            .all(|(q, allowed)| allowed || q.params.shadow)
+    }
+
+    /// The decision reported for the quotas' verdicts (one per quota, in
+    /// order), however they were computed: in this process or by the Redis
+    /// script, which returns the same numbers.
+    pub(crate) fn decision_from(&self, verdicts: &[Verdict]) -> Decision {
+        let allowed = self.admits(verdicts.iter().map(|v| v.allowed));
+        let decisions = self
+            .quotas
+            .iter()
+            .zip(verdicts)
+            .map(|(q, v)| {
+                let soft_margin = q.params.capacity - q.params.reported_capacity;
+                QuotaDecision {
+                    allowed: v.allowed,
+                    limit: q.params.reported_capacity,
+                    remaining: v.remaining.saturating_sub(soft_margin),
+                    reset: Duration::from_micros(v.reset),
+                    retry_after: (!v.allowed).then(|| Duration::from_micros(v.retry_after)),
+                    delay: Duration::from_micros(v.delay),
+                }
+            })
+            .collect();
+        Decision::new(allowed, decisions)
+    }
+}
+
+/// One quota's verdict on one request, in the algorithms' integers: the
+/// view (admit or refuse) already chosen by whether the whole set admits it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    /// Whether this quota admits the request.
+    pub allowed: bool,
+    /// Units left (effective: soft mode's margin not yet taken off).
+    pub remaining: u64,
+    /// Microseconds until the quota is fully restored.
+    pub reset: u64,
+    /// Microseconds until the same request would pass (when not allowed).
+    pub retry_after: u64,
+    /// Microseconds the admitted request waits for its turn.
+    pub delay: u64,
 }
 
 impl From<Quota> for QuotaSet {
