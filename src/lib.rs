@@ -63,6 +63,10 @@ pub mod rules;
 pub use backend::{
     Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend, MemoryBackendBuilder,
 };
+#[cfg(feature = "redis")]
+pub use backend::redis::{
+    CircuitBreaker, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError, RedisStats,
+};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use decision::{Decision, QuotaDecision};
 pub use layer::{

@@ -2,6 +2,8 @@
 //! `redis` feature) Redis, shared by a fleet.
 
 mod memory;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 
 use std::fmt;
 use std::future::Future;

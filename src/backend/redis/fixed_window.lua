@@ -1,0 +1,28 @@
+-- Fixed window (src/algorithm/fixed_window.rs). A hash: s = the window's
+-- first microsecond, c = its count.
+algorithms.fixed_window = function(key, p)
+  local current = now - math.fmod(now, p.period)
+  local start, count = current, 0
+  local stored = redis.call('HMGET', key, 's', 'c')
+  -- A window newer than the clock (it stepped back) still holds.
+  if stored[1] and tonumber(stored[1]) >= current then
+    start, count = tonumber(stored[1]), tonumber(stored[2])
+  end
+  local window_end = start + p.period - now
+  local refuse = { remaining = math.max(p.capacity - count, 0), reset = window_end }
+  if count == 0 then
+    refuse.reset = 0
+  end
+  if count + cost <= p.capacity then
+    local admit = {
+      remaining = p.capacity - (count + cost),
+      reset = window_end,
+      write = function()
+        redis.call('HSET', key, 's', int(start), 'c', int(count + cost))
+        expire(key, start + p.period)
+      end,
+    }
+    return allow(0, admit, refuse)
+  end
+  return deny(window_end, refuse)
+end

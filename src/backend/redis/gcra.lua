@@ -1,0 +1,40 @@
+-- GCRA and the leaky bucket (src/algorithm/gcra.rs, leaky_bucket.rs). A
+-- string: the theoretical arrival time.
+local function schedule(key, p)
+  local tolerance = p.capacity * p.interval
+  local start = now
+  local stored = redis.call('GET', key)
+  if stored then
+    start = math.max(tonumber(stored), now)
+  end
+  local next = start + cost * p.interval
+  local refuse = {
+    remaining = idiv(math.max(tolerance - (start - now), 0), p.interval),
+    reset = start - now,
+  }
+  if next - now <= tolerance then
+    local admit = {
+      remaining = idiv(tolerance - (next - now), p.interval),
+      reset = next - now,
+      write = function()
+        redis.call('SET', key, int(next))
+        expire(key, next)
+      end,
+    }
+    return start, allow(0, admit, refuse)
+  end
+  return start, deny(next - tolerance - now, refuse)
+end
+
+algorithms.gcra = function(key, p)
+  local _, step = schedule(key, p)
+  return step
+end
+
+algorithms.leaky_bucket = function(key, p)
+  local start, step = schedule(key, p)
+  if step.allowed then
+    step.delay = start - now
+  end
+  return step
+end

@@ -1,0 +1,82 @@
+-- tollgate: one rate-limit decision for every quota of a set, in one call.
+--
+-- This script is assembled from several files (prelude.lua, one file per
+-- algorithm, decide.lua) and mirrors src/algorithm/*.rs and
+-- QuotaSet::evaluate exactly. Lua numbers are doubles: every value here is an
+-- integer below 2^53, so + - * and comparisons are exact; integer division
+-- goes through math.fmod, which is exact, instead of math.floor(a / b), whose
+-- quotient can round up to the next integer.
+--
+-- KEYS[i]: the state of quota i (all under one hash tag).
+-- ARGV[1]: the time in microseconds, or '' to read Redis's TIME.
+-- ARGV[2]: the cost.  ARGV[3]: '1' to commit, '0' to peek.
+-- ARGV[4]: milliseconds added to every expiry (0 unless a test clock is used).
+-- ARGV[5 + 8 * (i - 1) ...]: quota i's parameters (see params below).
+--
+-- Returns, per quota: allowed (1/0), remaining, reset, retry-after, delay.
+
+local function idiv(a, b)
+  return (a - math.fmod(a, b)) / b
+end
+
+local function ceil_div(a, b)
+  local q = idiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
+-- Decimal text of an integer: tostring() keeps only 14 digits.
+local function int(x)
+  return string.format('%d', x)
+end
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local cost = tonumber(ARGV[2])
+local commit = ARGV[3] == '1'
+local slack_ms = tonumber(ARGV[4])
+
+local function params(i)
+  local base = 4 + 8 * (i - 1)
+  return {
+    algorithm = ARGV[base + 1],
+    period = tonumber(ARGV[base + 2]),
+    capacity = tonumber(ARGV[base + 3]),
+    interval = tonumber(ARGV[base + 4]),
+    unit = tonumber(ARGV[base + 5]),
+    refill = tonumber(ARGV[base + 6]),
+    count_rejected = ARGV[base + 7] == '1',
+    shadow = ARGV[base + 8] == '1',
+  }
+end
+
+-- Keeps `key` until `expires_at` (the moment its state means the same as no
+-- state, State::expires_at in Rust), rounded up to Redis's millisecond and
+-- one more for the millisecond Redis truncates its own clock to.
+local function expire(key, expires_at)
+  if expires_at <= now then
+    redis.call('DEL', key)
+  else
+    redis.call('PEXPIRE', key, int(ceil_div(expires_at - now, 1000) + 1 + slack_ms))
+  end
+end
+
+local function allow(delay, admit, refuse)
+  return { allowed = true, retry_after = 0, delay = delay, admit = admit, refuse = refuse }
+end
+
+local function deny(retry_after, refuse)
+  if retry_after < 1 then
+    retry_after = 1
+  end
+  return { allowed = false, retry_after = retry_after, delay = 0, admit = refuse, refuse = refuse }
+end
+
+local algorithms = {}

@@ -1,0 +1,184 @@
+//! The decision script: its source, its arguments, its reply.
+
+use std::fmt::Write as _;
+use std::sync::LazyLock;
+
+use deadpool_redis::redis::{Cmd, Script};
+
+use crate::quota_set::{QuotaSet, Verdict};
+
+/// The whole script: the Lua files of this folder, concatenated.
+pub(crate) const SOURCE: &str = concat!(
+    include_str!("prelude.lua"),
+    include_str!("token_bucket.lua"),
+    include_str!("gcra.lua"),
+    include_str!("fixed_window.lua"),
+    include_str!("sliding_window.lua"),
+    include_str!("sliding_log.lua"),
+    include_str!("decide.lua"),
+);
+
+/// The script's SHA1, the name EVALSHA calls it by.
+pub(crate) static SHA1: LazyLock<String> =
+    LazyLock::new(|| Script::new(SOURCE).get_hash().to_owned());
+
+/// ARGV slots per quota (see prelude.lua).
+const PER_QUOTA: usize = 8;
+/// Numbers returned per quota (see decide.lua).
+const REPLY_PER_QUOTA: usize = 5;
+
+/// Redis keys of one client key's quotas: `<prefix>{<client key>}:<state id>`.
+///
+/// The braces are a hash tag, so all keys of one decision live in one
+/// cluster slot. Braces in the client key would end the tag early (and `{}`
+/// would void it), so `{`, `}` and `%` are percent-encoded; an empty key is
+/// spelled `%`, which no encoded key is.
+pub(crate) fn redis_keys(prefix: &str, key: &str, quotas: &QuotaSet) -> Vec<String> {
+    let mut tag = String::with_capacity(prefix.len() + key.len() + 4);
+    tag.push_str(prefix);
+    tag.push('{');
+    if key.is_empty() {
+        tag.push('%');
+    }
+    for c in key.chars() {
+        match c {
+            '{' => tag.push_str("%7B"),
+            '}' => tag.push_str("%7D"),
+            '%' => tag.push_str("%25"),
+            c => tag.push(c),
+        }
+    }
+    tag.push_str("}:");
+    quotas
+        .state_ids()
+        .iter()
+        .map(|id| {
+            let mut k = String::with_capacity(tag.len() + 16);
+            k.push_str(&tag);
+            let _ = write!(k, "{id:016x}");
+            k
+        })
+        .collect()
+}
+
+/// The script's arguments after KEYS: time ('' for Redis's TIME), cost,
+/// commit flag, expiry slack, then each quota's parameters.
+pub(crate) fn arguments(
+    quotas: &QuotaSet,
+    now: Option<u64>,
+    cost: u64,
+    commit: bool,
+    slack_ms: u64,
+) -> Vec<String> {
+    let mut args = Vec::with_capacity(4 + PER_QUOTA * quotas.quotas().len());
+    args.push(now.map_or_else(String::new, |n| n.to_string()));
+    args.push(cost.to_string());
+    args.push(if commit { "1" } else { "0" }.to_owned());
+    args.push(slack_ms.to_string());
+    for q in quotas.quotas() {
+        let p = &q.params;
+        args.push(q.algorithm().name().to_owned());
+        for n in [p.period, p.capacity, p.interval, p.unit, p.refill] {
+            args.push(n.to_string());
+        }
+        args.push(if p.count_rejected { "1" } else { "0" }.to_owned());
+        args.push(if p.shadow { "1" } else { "0" }.to_owned());
+    }
+    args
+}
+
+/// `EVALSHA <sha> ...` or, to load the script, `EVAL <source> ...`.
+pub(crate) fn command(load: bool, keys: &[String], args: &[String]) -> Cmd {
+    let mut cmd = if load {
+        let mut c = deadpool_redis::redis::cmd("EVAL");
+        c.arg(SOURCE);
+        c
+    } else {
+        let mut c = deadpool_redis::redis::cmd("EVALSHA");
+        c.arg(SHA1.as_str());
+        c
+    };
+    cmd.arg(keys.len()).arg(keys).arg(args);
+    cmd
+}
+
+/// The per-quota verdicts of a reply, or what is wrong with it.
+pub(crate) fn verdicts(reply: &[i64], quotas: usize) -> Result<Vec<Verdict>, String> {
+    if reply.len() != quotas * REPLY_PER_QUOTA {
+        return Err(format!(
+            "the script returned {} numbers for {quotas} quotas; expected {}",
+            reply.len(),
+            quotas * REPLY_PER_QUOTA
+        ));
+    }
+    reply
+        .chunks_exact(REPLY_PER_QUOTA)
+        .map(|n| {
+            let get = |i: usize| {
+                u64::try_from(n[i]).map_err(|_| format!("the script returned {}", n[i]))
+            };
+            Ok(Verdict {
+                allowed: get(0)? == 1,
+                remaining: get(1)?,
+                reset: get(2)?,
+                retry_after: get(3)?,
+                delay: get(4)?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Quota;
+    use crate::quota::Algorithm;
+    use std::time::Duration;
+
+    #[test]
+    fn every_key_of_a_decision_carries_the_same_non_empty_tag() {
+        let set = QuotaSet::new(
+            "s",
+            [
+                Quota::gcra(1, Duration::from_secs(1)).build().unwrap(),
+                Quota::fixed_window(1, Duration::from_secs(1))
+                    .name("fw")
+                    .build()
+                    .unwrap(),
+            ],
+        )
+        .unwrap();
+        let tag = |k: &str| {
+            let open = k.find('{').unwrap();
+            let close = open + k[open..].find('}').unwrap();
+            k[open + 1..close].to_owned()
+        };
+        for client in ["user:1", "", "}", "{}", "a}b{c", "%7D", "%"] {
+            let keys = redis_keys("rl:", client, &set);
+            assert_eq!(keys.len(), 2);
+            assert!(!tag(&keys[0]).is_empty(), "{client:?}: {keys:?}");
+            assert_eq!(tag(&keys[0]), tag(&keys[1]), "{client:?}");
+        }
+        // Distinct client keys, distinct Redis keys.
+        let all: std::collections::HashSet<_> = ["}", "%7D", "%", "", "%25"]
+            .iter()
+            .map(|c| redis_keys("rl:", c, &set)[0].clone())
+            .collect();
+        assert_eq!(all.len(), 5);
+        assert_eq!(
+            redis_keys("rl:", "user:1", &set)[0],
+            format!("rl:{{user:1}}:{:016x}", set.state_ids()[0])
+        );
+    }
+
+    #[test]
+    fn the_script_is_assembled_from_every_algorithm() {
+        for a in Algorithm::ALL {
+            assert!(
+                SOURCE.contains(&format!("algorithms.{} = function", a.name())),
+                "{a}"
+            );
+        }
+        assert_eq!(SHA1.len(), 40);
+    }
+}

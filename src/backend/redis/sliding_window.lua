@@ -1,0 +1,76 @@
+-- Sliding window counter (src/algorithm/sliding_window.rs). A hash: s = the
+-- current window's first microsecond, p = the previous window's count,
+-- c = the current one's.
+algorithms.sliding_window = function(key, p)
+  local period = p.period
+  -- The one float computation, in the same operations and order as weigh()
+  -- in Rust, so both round alike.
+  local function weigh(prev, still_in)
+    return math.floor(prev * still_in / period)
+  end
+  -- The first offset e in [from, period) at which `prev`, weighted, is at
+  -- most `room`; nil if none. weigh() only falls as e grows, so the answer
+  -- is unique: the estimate only decides how far the two walks go.
+  local function first_fit(prev, room, from)
+    if prev == 0 or weigh(prev, period - from) <= room then
+      return from
+    end
+    local max_still_in = math.min(math.ceil((room + 1) * period / prev) - 1, period)
+    local e = math.max(period - max_still_in, 0)
+    while e < period and weigh(prev, period - e) > room do
+      e = e + 1
+    end
+    while e > from and weigh(prev, period - (e - 1)) <= room do
+      e = e - 1
+    end
+    if e < period then
+      return math.max(e, from)
+    end
+    return nil
+  end
+
+  local current = now - math.fmod(now, period)
+  local start, prev, curr = current, 0, 0
+  local stored = redis.call('HMGET', key, 's', 'p', 'c')
+  if stored[1] then
+    local s = tonumber(stored[1])
+    if s >= current then
+      start, prev, curr = s, tonumber(stored[2]), tonumber(stored[3])
+    elseif s + period == current then
+      prev = tonumber(stored[3])
+    end
+  end
+  local elapsed = math.max(now - start, 0)
+  local used = weigh(prev, period - elapsed) + curr
+  local function reset(c)
+    if c > 0 then
+      return start + 2 * period - now
+    elseif prev > 0 then
+      return start + period - now
+    end
+    return 0
+  end
+  local refuse = { remaining = math.max(p.capacity - used, 0), reset = reset(curr) }
+  if used + cost <= p.capacity then
+    local admit = {
+      remaining = p.capacity - used - cost,
+      reset = reset(curr + cost),
+      write = function()
+        redis.call('HSET', key, 's', int(start), 'p', int(prev), 'c', int(curr + cost))
+        expire(key, start + 2 * period)
+      end,
+    }
+    return allow(0, admit, refuse)
+  end
+  local e
+  if curr + cost <= p.capacity then
+    e = first_fit(prev, p.capacity - curr - cost, elapsed)
+  end
+  local at
+  if e then
+    at = start + e
+  else
+    at = start + period + (first_fit(curr, p.capacity - cost, 0) or period)
+  end
+  return deny(at - now, refuse)
+end
