@@ -410,22 +410,20 @@ impl RedisBackend {
             0
         };
         let args = script::arguments(quotas, now, request.cost, request.commit, slack);
-        let (generation, mut conn) = inner.connection().await?;
-        let reply = match conn.query(&script::command(false, &keys, &args)).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let n = bump(&inner.counters.script_loads);
-                tracing::debug!(script_loads = n, "tollgate: Redis lost the script; sending it");
-                conn.query(&script::command(true, &keys, &args)).await
+        let (mut conn, fresh) = inner.connection().await?;
+        let reply = match inner.evaluate(&mut conn, &keys, &args).await {
+            Err((_, true)) if !fresh => {
+                // The connection kept from earlier checks died (Redis
+                // restarted, say): try once more on a new one. If the dead
+                // one had run the script before failing, this spends twice,
+                // which errs on the strict side.
+                inner.forget_connection(Some(conn.0));
+                let (mut conn, _) = inner.connection().await?;
+                inner.evaluate(&mut conn, &keys, &args).await
             }
             reply => reply,
         };
-        let reply = reply.map_err(|e| {
-            let (e, broken) = redis_error(e);
-            if broken {
-                inner.forget_connection(Some(generation));
-            }
-            e
-        })?;
+        let reply = reply.map_err(|(e, _)| e)?;
         script::verdicts(&reply, quotas.quotas().len())
             .map_err(|m| BackendError::new(BackendErrorKind::Protocol, m))
     }
@@ -468,23 +466,51 @@ impl Inner {
         }
     }
 
+    /// Runs the script on `conn` (its generation and connection), sending
+    /// it again if Redis lost it. On failure, says whether the connection is
+    /// broken, and forgets it if so.
+    async fn evaluate(
+        &self,
+        conn: &mut (u64, Conn),
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Vec<i64>, (BackendError, bool)> {
+        let reply = match conn.1.query(&script::command(false, keys, args)).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                let n = bump(&self.counters.script_loads);
+                tracing::debug!(script_loads = n, "tollgate: Redis lost the script; sending it");
+                conn.1.query(&script::command(true, keys, args)).await
+            }
+            reply => reply,
+        };
+        reply.map_err(|e| {
+            let (e, broken) = redis_error(e);
+            if broken {
+                self.forget_connection(Some(conn.0));
+            }
+            (e, broken)
+        })
+    }
+
     fn cached_connection(&self) -> Option<(u64, Conn)> {
         lock(&self.conn).clone()
     }
 
-    async fn connection(&self) -> Result<(u64, Conn), BackendError> {
+    /// The connection in use (its generation and itself), and whether it
+    /// was just made.
+    async fn connection(&self) -> Result<((u64, Conn), bool), BackendError> {
         if let Some(c) = self.cached_connection() {
-            return Ok(c);
+            return Ok((c, false));
         }
         let conn = self.source.connect().await?;
         let mut slot = lock(&self.conn);
         // Another check may have connected meanwhile: share its connection.
         if let Some(c) = &*slot {
-            return Ok(c.clone());
+            return Ok((c.clone(), true));
         }
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         *slot = Some((generation, conn.clone()));
-        Ok((generation, conn))
+        Ok(((generation, conn), true))
     }
 
     /// Drops the connection in use (only if it is still `generation`'s).

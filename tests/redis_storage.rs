@@ -1,0 +1,226 @@
+//! What the Redis backend leaves in Redis: keys that expire once their state
+//! stops mattering, sliding logs of at most `limit` unique entries, nothing
+//! written for refused requests, and few calls under a one-key flood thanks
+//! to the denial cache.
+
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::time::Duration;
+
+use support::redis::RedisServer;
+use tollgate::{
+    Algorithm, Limiter, ManualClock, Quota, QuotaSet, RedisBackend, Timestamp,
+};
+
+const YEAR: Duration = Duration::from_secs(365 * 86_400);
+
+fn backend(server: &RedisServer) -> RedisBackend {
+    RedisBackend::from_url(server.url())
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// Everything Redis holds under `key`, as text, and its TTL.
+fn dump(server: &RedisServer, key: &str) -> String {
+    let content = match server.cli(&["TYPE", key]).as_str() {
+        "string" => server.cli(&["GET", key]),
+        "hash" => server.cli(&["HGETALL", key]),
+        "zset" => server.cli(&["ZRANGE", key, "0", "-1", "WITHSCORES"]),
+        "none" => String::new(),
+        other => panic!("unexpected type {other}"),
+    };
+    content
+}
+
+#[tokio::test]
+async fn keys_expire_once_their_state_stops_mattering() {
+    let server = RedisServer::start();
+    let backend = backend(&server);
+    let period = Duration::from_millis(200);
+    let quotas = QuotaSet::new(
+        "ttl",
+        Algorithm::ALL.map(|a| {
+            Quota::new(a, 4, period)
+                .name(a.name())
+                .build()
+                .unwrap()
+        }),
+    )
+    .unwrap();
+    let limiter = Limiter::new(backend.clone(), quotas);
+    assert!(limiter.check("k", 2).await.unwrap().allowed());
+    let keys = backend.redis_keys("k", limiter.quotas());
+    for (key, a) in keys.iter().zip(Algorithm::ALL) {
+        let pttl: i64 = server.cli(&["PTTL", key]).parse().unwrap();
+        // A window keeps its state for its period (the sliding window for
+        // two); the buckets until refilled: two of four units is 100 ms.
+        let at_most = match a {
+            Algorithm::SlidingWindow => 400,
+            Algorithm::FixedWindow | Algorithm::SlidingLog => 200,
+            _ => 100,
+        };
+        assert!(
+            pttl > 0 && pttl <= at_most + 2,
+            "{a}: PTTL {pttl} ms, expected at most {at_most} + 2"
+        );
+    }
+    // Two periods later (the sliding window's horizon), nothing is left.
+    tokio::time::sleep(2 * period + Duration::from_millis(50)).await;
+    for (key, a) in keys.iter().zip(Algorithm::ALL) {
+        assert_eq!(server.cli(&["EXISTS", key]), "0", "{a}: {key}");
+    }
+    assert_eq!(server.cli(&["DBSIZE"]), "0");
+}
+
+#[tokio::test]
+async fn refused_requests_write_nothing_unless_counted() {
+    let server = RedisServer::start();
+    let backend = backend(&server);
+    for a in Algorithm::ALL {
+        let limiter = Limiter::new(
+            backend.clone(),
+            QuotaSet::new(format!("refused-{a}"), [Quota::new(a, 3, YEAR).build().unwrap()])
+                .unwrap(),
+        );
+        assert!(limiter.check("k", 3).await.unwrap().allowed());
+        let key = &backend.redis_keys("k", limiter.quotas())[0];
+        let before = dump(&server, key);
+        let ttl_before: i64 = server.cli(&["PTTL", key]).parse().unwrap();
+        for _ in 0..5 {
+            assert!(!limiter.check("k", 1).await.unwrap().allowed());
+        }
+        assert_eq!(dump(&server, key), before, "{a}");
+        let ttl_after: i64 = server.cli(&["PTTL", key]).parse().unwrap();
+        assert!(ttl_after <= ttl_before, "{a}: the expiry was pushed back");
+    }
+    // Counting refused attempts logs them, still at most `limit` entries.
+    let limiter = Limiter::new(
+        backend.clone(),
+        QuotaSet::new(
+            "counted",
+            [Quota::sliding_log(3, YEAR).count_rejected(true).build().unwrap()],
+        )
+        .unwrap(),
+    );
+    assert!(limiter.check("k", 3).await.unwrap().allowed());
+    let key = &backend.redis_keys("k", limiter.quotas())[0];
+    let before = dump(&server, key);
+    assert!(!limiter.check("k", 1).await.unwrap().allowed());
+    assert_ne!(dump(&server, key), before);
+    assert_eq!(server.cli(&["ZCARD", key]), "3");
+}
+
+#[tokio::test]
+async fn a_sliding_log_keeps_at_most_limit_unique_entries() {
+    let server = RedisServer::start();
+    // A clock that never moves: every request lands in the same microsecond.
+    let clock = ManualClock::new(Timestamp::from_secs(1_760_000_000));
+    let backend = RedisBackend::from_url(server.url())
+        .clock(clock)
+        .denial_cache(0)
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let limiter = Limiter::new(
+        backend.clone(),
+        Quota::sliding_log(25, Duration::from_secs(60))
+            .count_rejected(true)
+            .build()
+            .unwrap(),
+    );
+    let mut admitted = 0;
+    for _ in 0..100 {
+        admitted += u32::from(limiter.check("k", 1).await.unwrap().allowed());
+    }
+    assert_eq!(admitted, 25);
+    let key = &backend.redis_keys("k", limiter.quotas())[0];
+    assert_eq!(server.cli(&["ZCARD", key]), "25");
+    let scores = server.cli(&["ZRANGE", key, "0", "-1", "WITHSCORES"]);
+    let lines: Vec<&str> = scores.lines().collect();
+    let members: std::collections::HashSet<&str> = lines.iter().step_by(2).copied().collect();
+    assert_eq!(members.len(), 25);
+    assert!(lines.iter().skip(1).step_by(2).all(|s| *s == "1760000000000000"));
+}
+
+/// One key flooded by 8 tasks; returns (admitted, EVALSHA + EVAL calls).
+async fn flood(server: &RedisServer, backend: RedisBackend) -> (u64, u64) {
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let limiter = Limiter::new(backend, Quota::fixed_window(10, YEAR).build().unwrap());
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let limiter = limiter.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..250 {
+                let d = limiter.check("flooder", 1).await.expect("a decision");
+                if d.allowed() {
+                    admitted += 1;
+                } else {
+                    assert_eq!(d.remaining(), 0);
+                    assert!(d.retry_after().is_some_and(|r| r > Duration::ZERO));
+                }
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    let calls = server.command_calls("evalsha") + server.command_calls("eval");
+    (admitted, calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_denial_cache_spares_redis_a_flood() {
+    let server = RedisServer::start();
+    let cached = RedisBackend::from_url(server.url())
+        .prefix("cached:")
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let (admitted, calls) = flood(&server, cached.clone()).await;
+    eprintln!("with the cache: {calls} Redis calls, {:?}", cached.stats());
+    assert_eq!(admitted, 10);
+    // The 10 admissions, and the refusals already in flight when the first
+    // was cached.
+    assert!(calls <= 10 + 8 * 2, "{calls} calls");
+    assert!(cached.stats().cache_hits >= 2000 - calls);
+
+    let uncached = RedisBackend::from_url(server.url())
+        .prefix("uncached:")
+        .denial_cache(0)
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let (admitted, calls) = flood(&server, uncached.clone()).await;
+    eprintln!("without: {calls} Redis calls, {:?}", uncached.stats());
+    assert_eq!(admitted, 10);
+    assert!(calls >= 2000, "{calls} calls");
+    assert_eq!(uncached.stats().cache_hits, 0);
+}
+
+#[tokio::test]
+async fn a_cached_denial_reads_like_the_one_redis_gave() {
+    let server = RedisServer::start();
+    let backend = backend(&server);
+    let limiter = Limiter::new(
+        backend.clone(),
+        Quota::gcra(2, Duration::from_secs(10)).build().unwrap(),
+    );
+    limiter.check("k", 2).await.unwrap();
+    let from_redis = limiter.check("k", 1).await.unwrap();
+    assert!(!from_redis.allowed());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let cached = limiter.check("k", 1).await.unwrap();
+    assert_eq!(backend.stats().cache_hits, 1);
+    assert!(!cached.allowed());
+    assert_eq!(cached.remaining(), from_redis.remaining());
+    let (before, after) = (from_redis.retry_after().unwrap(), cached.retry_after().unwrap());
+    assert!(after < before && after >= before - Duration::from_millis(500));
+    // A cheaper request is not answered from the cache: a cost of 0 passes.
+    assert!(limiter.check("k", 0).await.unwrap().allowed());
+}
