@@ -60,12 +60,12 @@ mod quota_set;
 #[cfg(feature = "rules")]
 pub mod rules;
 
-pub use backend::{
-    Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend, MemoryBackendBuilder,
-};
 #[cfg(feature = "redis")]
 pub use backend::redis::{
     CircuitBreaker, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError, RedisStats,
+};
+pub use backend::{
+    Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend, MemoryBackendBuilder,
 };
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use decision::{Decision, QuotaDecision};

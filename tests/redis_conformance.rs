@@ -140,7 +140,9 @@ async fn seeds_fixed_window_boundary_burst() {
     let mut t = Twin::new(
         &f.redis,
         &f.clock,
-        set([Quota::fixed_window(5, Duration::from_secs(60)).build().unwrap()]),
+        set([Quota::fixed_window(5, Duration::from_secs(60))
+            .build()
+            .unwrap()]),
         "fw:",
     );
     for i in 0..5 {
@@ -185,7 +187,9 @@ async fn seeds_sliding_window_counter_examples() {
     let mut t = Twin::new(
         &f.redis,
         &f.clock,
-        set([Quota::sliding_window(7, Duration::from_secs(60)).build().unwrap()]),
+        set([Quota::sliding_window(7, Duration::from_secs(60))
+            .build()
+            .unwrap()]),
         "sw7:",
     );
     t.at(minute + 10 * S).check("k", 5).await;
@@ -202,7 +206,9 @@ async fn seeds_sliding_window_counter_examples() {
     let mut t = Twin::new(
         &f.redis,
         &f.clock,
-        set([Quota::sliding_window(10, Duration::from_secs(60)).build().unwrap()]),
+        set([Quota::sliding_window(10, Duration::from_secs(60))
+            .build()
+            .unwrap()]),
         "sw10:",
     );
     t.at(minute + 10 * S).check("k", 9).await;
@@ -222,7 +228,9 @@ async fn classdojo_push_notifications_and_the_peers_examples() {
         &f.redis,
         &f.clock,
         set([
-            Quota::sliding_log(10, Duration::from_secs(60)).build().unwrap(),
+            Quota::sliding_log(10, Duration::from_secs(60))
+                .build()
+                .unwrap(),
             Quota::min_interval(Duration::from_secs(3)).build().unwrap(),
         ]),
         "push:",
@@ -237,7 +245,9 @@ async fn classdojo_push_notifications_and_the_peers_examples() {
     let mut tweets = Twin::new(
         &f.redis,
         &f.clock,
-        set([Quota::token_bucket(300, Duration::from_secs(3 * 3600)).build().unwrap()]),
+        set([Quota::token_bucket(300, Duration::from_secs(3 * 3600))
+            .build()
+            .unwrap()]),
         "tweets:",
     );
     assert!(tweets.at(T0).check("u", 300).await.allowed());
@@ -278,7 +288,9 @@ async fn classdojo_push_notifications_and_the_peers_examples() {
                 .mode(Mode::Shadow)
                 .build()
                 .unwrap(),
-            Quota::fixed_window(100, Duration::from_secs(60)).build().unwrap(),
+            Quota::fixed_window(100, Duration::from_secs(60))
+                .build()
+                .unwrap(),
         ]),
         "shadow:",
     );
@@ -305,12 +317,12 @@ async fn leaky_bucket_delays_and_refusals_match() {
     for _ in 0..3 {
         got.push(t.at(T0).check("k", 1).await.delay());
     }
-    assert_eq!(
-        got,
-        [0, 500, 1000].map(Duration::from_millis).to_vec()
-    );
+    assert_eq!(got, [0, 500, 1000].map(Duration::from_millis).to_vec());
     assert!(!t.at(T0).allowed("k").await);
-    assert_eq!(t.at(T0 + S / 2).check("k", 1).await.delay(), Duration::from_secs(1));
+    assert_eq!(
+        t.at(T0 + S / 2).check("k", 1).await.delay(),
+        Duration::from_secs(1)
+    );
 }
 
 #[tokio::test]
@@ -319,7 +331,9 @@ async fn many_requests_in_one_microsecond_are_all_logged() {
     let mut t = Twin::new(
         &f.redis,
         &f.clock,
-        set([Quota::sliding_log(50, Duration::from_secs(1)).build().unwrap()]),
+        set([Quota::sliding_log(50, Duration::from_secs(1))
+            .build()
+            .unwrap()]),
         "same-us:",
     );
     let mut admitted = 0;
@@ -339,7 +353,9 @@ async fn costs_peeks_and_too_costly_requests_match() {
         let mut t = Twin::new(
             &f.redis,
             &f.clock,
-            set([Quota::new(a, 10, Duration::from_secs(10)).build().unwrap()]),
+            set([Quota::builder(a, 10, Duration::from_secs(10))
+                .build()
+                .unwrap()]),
             &format!("cost-{a}:"),
         );
         t.at(T0 + 3 * S);
@@ -382,16 +398,7 @@ impl Rng {
     }
 }
 
-const PERIODS: [u64; 8] = [
-    1_000,
-    7_777,
-    100_000,
-    999_999,
-    S,
-    3_333_333,
-    10 * S,
-    60 * S,
-];
+const PERIODS: [u64; 8] = [1_000, 7_777, 100_000, 999_999, S, 3_333_333, 10 * S, 60 * S];
 
 fn random_quota(rng: &mut Rng, index: usize) -> Option<Quota> {
     let algorithm = rng.pick(&Algorithm::ALL);
@@ -401,7 +408,7 @@ fn random_quota(rng: &mut Rng, index: usize) -> Option<Quota> {
         1 + rng.below(12)
     };
     let period = Duration::from_micros(rng.pick(&PERIODS));
-    let mut b = Quota::new(algorithm, limit, period).name(format!("q{index}"));
+    let mut b = Quota::builder(algorithm, limit, period).name(format!("q{index}"));
     if algorithm.has_burst() && rng.chance(50) {
         b = b.burst(1 + rng.below(2 * limit));
     }
@@ -437,7 +444,12 @@ async fn random_trace(f: &Fixture, seed: u64) {
         .map(|q| q.period().as_micros() as u64)
         .min()
         .unwrap_or(S);
-    let max_cost = quotas.quotas().iter().map(Quota::max_cost).min().unwrap_or(1);
+    let max_cost = quotas
+        .quotas()
+        .iter()
+        .map(Quota::max_cost)
+        .min()
+        .unwrap_or(1);
     let mut t = Twin::new(&f.redis, &f.clock, quotas, &format!("r{seed}:"));
     let mut now = T0 + rng.below(1_000 * S);
     for _ in 0..60 {

@@ -4,16 +4,16 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
+#[path = "support/redis.rs"]
+mod redis_support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use support::redis::RedisServer;
+use redis_support::RedisServer;
 use tollgate::{
-    BackendErrorKind, CircuitBreaker, Error, Limiter, MemoryBackend, OnFailure, Quota,
-    RedisBackend,
+    BackendErrorKind, CircuitBreaker, Error, Limiter, MemoryBackend, OnFailure, Quota, RedisBackend,
 };
 
 const LONG: Duration = Duration::from_secs(3600);
@@ -212,7 +212,10 @@ async fn paused_redis_costs_each_check_at_most_the_timeout() {
         }));
     }
     assert!(kinds.contains(&Err(BackendErrorKind::Timeout)), "{kinds:?}");
-    assert!(kinds.contains(&Err(BackendErrorKind::Unavailable)), "{kinds:?}");
+    assert!(
+        kinds.contains(&Err(BackendErrorKind::Unavailable)),
+        "{kinds:?}"
+    );
 
     // Once the pause is over, a probe gets through and the breaker closes.
     tokio::time::sleep(Duration::from_millis(800)).await;

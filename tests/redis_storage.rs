@@ -5,14 +5,13 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
+#[path = "support/redis.rs"]
+mod redis_support;
 
 use std::time::Duration;
 
-use support::redis::RedisServer;
-use tollgate::{
-    Algorithm, Limiter, ManualClock, Quota, QuotaSet, RedisBackend, Timestamp,
-};
+use redis_support::RedisServer;
+use tollgate::{Algorithm, Limiter, ManualClock, Quota, QuotaSet, RedisBackend, Timestamp};
 
 const YEAR: Duration = Duration::from_secs(365 * 86_400);
 
@@ -23,16 +22,15 @@ fn backend(server: &RedisServer) -> RedisBackend {
         .unwrap()
 }
 
-/// Everything Redis holds under `key`, as text, and its TTL.
+/// Everything Redis holds under `key`, as text.
 fn dump(server: &RedisServer, key: &str) -> String {
-    let content = match server.cli(&["TYPE", key]).as_str() {
+    match server.cli(&["TYPE", key]).as_str() {
         "string" => server.cli(&["GET", key]),
         "hash" => server.cli(&["HGETALL", key]),
         "zset" => server.cli(&["ZRANGE", key, "0", "-1", "WITHSCORES"]),
         "none" => String::new(),
         other => panic!("unexpected type {other}"),
-    };
-    content
+    }
 }
 
 #[tokio::test]
@@ -42,12 +40,7 @@ async fn keys_expire_once_their_state_stops_mattering() {
     let period = Duration::from_millis(200);
     let quotas = QuotaSet::new(
         "ttl",
-        Algorithm::ALL.map(|a| {
-            Quota::new(a, 4, period)
-                .name(a.name())
-                .build()
-                .unwrap()
-        }),
+        Algorithm::ALL.map(|a| Quota::builder(a, 4, period).name(a.name()).build().unwrap()),
     )
     .unwrap();
     let limiter = Limiter::new(backend.clone(), quotas);
@@ -82,8 +75,11 @@ async fn refused_requests_write_nothing_unless_counted() {
     for a in Algorithm::ALL {
         let limiter = Limiter::new(
             backend.clone(),
-            QuotaSet::new(format!("refused-{a}"), [Quota::new(a, 3, YEAR).build().unwrap()])
-                .unwrap(),
+            QuotaSet::new(
+                format!("refused-{a}"),
+                [Quota::builder(a, 3, YEAR).build().unwrap()],
+            )
+            .unwrap(),
         );
         assert!(limiter.check("k", 3).await.unwrap().allowed());
         let key = &backend.redis_keys("k", limiter.quotas())[0];
@@ -101,7 +97,10 @@ async fn refused_requests_write_nothing_unless_counted() {
         backend.clone(),
         QuotaSet::new(
             "counted",
-            [Quota::sliding_log(3, YEAR).count_rejected(true).build().unwrap()],
+            [Quota::sliding_log(3, YEAR)
+                .count_rejected(true)
+                .build()
+                .unwrap()],
         )
         .unwrap(),
     );
@@ -142,7 +141,13 @@ async fn a_sliding_log_keeps_at_most_limit_unique_entries() {
     let lines: Vec<&str> = scores.lines().collect();
     let members: std::collections::HashSet<&str> = lines.iter().step_by(2).copied().collect();
     assert_eq!(members.len(), 25);
-    assert!(lines.iter().skip(1).step_by(2).all(|s| *s == "1760000000000000"));
+    assert!(
+        lines
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .all(|s| *s == "1760000000000000")
+    );
 }
 
 /// One key flooded by 8 tasks; returns (admitted, EVALSHA + EVAL calls).
@@ -219,7 +224,10 @@ async fn a_cached_denial_reads_like_the_one_redis_gave() {
     assert_eq!(backend.stats().cache_hits, 1);
     assert!(!cached.allowed());
     assert_eq!(cached.remaining(), from_redis.remaining());
-    let (before, after) = (from_redis.retry_after().unwrap(), cached.retry_after().unwrap());
+    let (before, after) = (
+        from_redis.retry_after().unwrap(),
+        cached.retry_after().unwrap(),
+    );
     assert!(after < before && after >= before - Duration::from_millis(500));
     // A cheaper request is not answered from the cache: a cost of 0 passes.
     assert!(limiter.check("k", 0).await.unwrap().allowed());

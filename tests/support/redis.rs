@@ -23,10 +23,7 @@ static DIRS: AtomicU32 = AtomicU32::new(0);
 
 fn temp_dir(tag: &str) -> PathBuf {
     let n = DIRS.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!(
-        "tollgate-test-{}-{tag}-{n}",
-        std::process::id()
-    ));
+    let dir = std::env::temp_dir().join(format!("tollgate-test-{}-{tag}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create a temporary directory");
     dir

@@ -7,7 +7,7 @@
 //! of the same key costing more. Sets that log refused attempts
 //! (`count_rejected`) are never cached: Redis must see those attempts.
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -20,8 +20,11 @@ const SHARDS: usize = 16;
 /// How many entries a full shard looks at to choose one to evict.
 const EVICTION_SAMPLE: usize = 8;
 
+/// One shard: entries by (quota set, client key).
+type Shard = HashMap<(u64, Box<str>), Entry, foldhash::fast::RandomState>;
+
 pub(crate) struct DenialCache {
-    shards: Box<[Mutex<HashMap<(u64, Box<str>), Entry, foldhash::fast::RandomState>>]>,
+    shards: Box<[Mutex<Shard>]>,
     per_shard: usize,
     hasher: foldhash::fast::RandomState,
 }
@@ -61,14 +64,8 @@ impl DenialCache {
         }
     }
 
-    fn shard(
-        &self,
-        set: u64,
-        key: &str,
-    ) -> MutexGuard<'_, HashMap<(u64, Box<str>), Entry, foldhash::fast::RandomState>> {
-        let mut h = self.hasher.build_hasher();
-        Lookup(set, key).hash(&mut h);
-        let index = (h.finish() >> 48) as usize % SHARDS;
+    fn shard(&self, set: u64, key: &str) -> MutexGuard<'_, Shard> {
+        let index = (self.hasher.hash_one(Lookup(set, key)) >> 48) as usize % SHARDS;
         // A poisoned lock only means a panic elsewhere; the map is intact.
         self.shards[index]
             .lock()
@@ -188,7 +185,10 @@ mod tests {
         assert_eq!(hit.retry_after(), Some(Duration::from_micros(300)));
         assert_eq!(hit.quotas()[0].reset, Duration::from_micros(800));
         assert!(cache.get(1, "k", 3, 1_200).is_some());
-        assert!(cache.get(1, "k", 1, 1_200).is_none(), "a cheaper request may pass");
+        assert!(
+            cache.get(1, "k", 1, 1_200).is_none(),
+            "a cheaper request may pass"
+        );
         assert!(cache.get(2, "k", 2, 1_200).is_none(), "another set");
         assert!(cache.get(1, "j", 2, 1_200).is_none(), "another key");
         assert!(cache.get(1, "k", 2, 1_500).is_none());

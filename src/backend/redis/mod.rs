@@ -324,7 +324,10 @@ impl RedisBackend {
         let permit = inner.breaker.permit();
         if permit == Permit::Refuse {
             let n = bump(&inner.counters.short_circuits);
-            tracing::debug!(short_circuits = n, "tollgate: circuit open, Redis not called");
+            tracing::debug!(
+                short_circuits = n,
+                "tollgate: circuit open, Redis not called"
+            );
             let e = BackendError::new(
                 BackendErrorKind::Unavailable,
                 "Redis failed repeatedly; the circuit breaker is open",
@@ -478,7 +481,10 @@ impl Inner {
         let reply = match conn.1.query(&script::command(false, keys, args)).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 let n = bump(&self.counters.script_loads);
-                tracing::debug!(script_loads = n, "tollgate: Redis lost the script; sending it");
+                tracing::debug!(
+                    script_loads = n,
+                    "tollgate: Redis lost the script; sending it"
+                );
                 conn.1.query(&script::command(true, keys, args)).await
             }
             reply => reply,
@@ -535,10 +541,7 @@ impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &*self.inner;
         f.debug_struct("RedisBackend")
-            .field(
-                "cluster",
-                &matches!(inner.source, Source::Cluster(_)),
-            )
+            .field("cluster", &matches!(inner.source, Source::Cluster(_)))
             .field("prefix", &inner.prefix)
             .field("timeout", &inner.timeout)
             .field("on_failure", &inner.on_failure)

@@ -114,9 +114,8 @@ pub(crate) fn verdicts(reply: &[i64], quotas: usize) -> Result<Vec<Verdict>, Str
     reply
         .chunks_exact(REPLY_PER_QUOTA)
         .map(|n| {
-            let get = |i: usize| {
-                u64::try_from(n[i]).map_err(|_| format!("the script returned {}", n[i]))
-            };
+            let get =
+                |i: usize| u64::try_from(n[i]).map_err(|_| format!("the script returned {}", n[i]));
             Ok(Verdict {
                 allowed: get(0)? == 1,
                 remaining: get(1)?,
