@@ -444,6 +444,11 @@ async fn random_trace(f: &Fixture, seed: u64) {
         .map(|q| q.period().as_micros() as u64)
         .min()
         .unwrap_or(S);
+    let periods: Vec<u64> = quotas
+        .quotas()
+        .iter()
+        .map(|q| q.period().as_micros() as u64)
+        .collect();
     let max_cost = quotas
         .quotas()
         .iter()
@@ -453,11 +458,18 @@ async fn random_trace(f: &Fixture, seed: u64) {
     let mut t = Twin::new(&f.redis, &f.clock, quotas, &format!("r{seed}:"));
     let mut now = T0 + rng.below(1_000 * S);
     for _ in 0..60 {
-        now += match rng.below(10) {
-            0..=2 => 0,
-            3..=5 => rng.below(shortest / 4 + 1),
-            6..=8 => rng.below(2 * shortest + 1),
-            _ => rng.below(10 * shortest + 1),
+        now = match rng.below(12) {
+            0..=2 => now,
+            3..=5 => now + rng.below(shortest / 4 + 1),
+            6..=8 => now + rng.below(2 * shortest + 1),
+            9 => now + rng.below(10 * shortest + 1),
+            // On a window boundary of one of the quotas, or a microsecond
+            // either side of it.
+            _ => {
+                let period = rng.pick(&periods);
+                let boundary = (now / period + 1) * period;
+                boundary + rng.below(3) - 1
+            }
         };
         t.at(now);
         let key = rng.pick(&["a", "b", "{c}"]);
@@ -471,10 +483,16 @@ async fn random_trace(f: &Fixture, seed: u64) {
     }
 }
 
+/// 400 traces of 60 requests; `TOLLGATE_CONFORMANCE_TRACES=20000` for a
+/// deeper run.
 #[tokio::test]
 async fn random_traces_match() {
     let f = fixture();
-    for seed in 0..300 {
+    let traces = std::env::var("TOLLGATE_CONFORMANCE_TRACES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(400);
+    for seed in 0..traces {
         random_trace(&f, seed).await;
     }
 }

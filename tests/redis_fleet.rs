@@ -53,7 +53,16 @@ fn fleet(
 ) -> Vec<RedisBackend> {
     (0..SERVERS)
         .map(|i| {
-            let b = RedisBackend::from_url(server.url())
+            // One of them built from a pool of the application's own.
+            let b = if i == 0 {
+                let pool = deadpool_redis::Config::from_url(server.url())
+                    .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+                    .unwrap();
+                RedisBackend::from_pool(pool)
+            } else {
+                RedisBackend::from_url(server.url())
+            };
+            let b = b
                 .prefix(prefix)
                 .denial_cache(if cache { 10_000 } else { 0 })
                 .timeout(Duration::from_secs(5));

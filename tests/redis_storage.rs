@@ -232,3 +232,22 @@ async fn a_cached_denial_reads_like_the_one_redis_gave() {
     // A cheaper request is not answered from the cache: a cost of 0 passes.
     assert!(limiter.check("k", 0).await.unwrap().allowed());
 }
+
+#[tokio::test]
+async fn an_enforced_quotas_denial_is_not_served_to_its_shadow_twin() {
+    let server = RedisServer::start();
+    let backend = backend(&server);
+    let quota = Quota::gcra(1, YEAR);
+    // Same name and numbers, so the same state: only the mode differs.
+    let enforced = Limiter::new(backend.clone(), quota.clone().build().unwrap());
+    let shadow = Limiter::new(
+        backend.clone(),
+        quota.mode(tollgate::Mode::Shadow).build().unwrap(),
+    );
+    assert!(enforced.check("k", 1).await.unwrap().allowed());
+    assert!(!enforced.check("k", 1).await.unwrap().allowed());
+    assert!(!enforced.check("k", 1).await.unwrap().allowed());
+    assert_eq!(backend.stats().cache_hits, 1);
+    let d = shadow.check("k", 1).await.unwrap();
+    assert!(d.allowed() && d.exceeded());
+}

@@ -60,9 +60,12 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 /// - **Denial cache**: a key Redis refused stays refused locally until its
 ///   retry-after has passed, without asking Redis (on by default).
 ///
-/// Connections: one multiplexed connection (taken from the pool, replaced
-/// when it fails) carries every check, pipelined. Taking a pooled connection
-/// per check would cost deadpool's health-check `PING`, a second round trip.
+/// Connections: one multiplexed connection carries every check, pipelined.
+/// It is taken out of the pool for good (the pool may make another in its
+/// place) and replaced by another when it fails. Getting a pooled connection
+/// per check would cost deadpool's health-check `PING`: a second round trip.
+///
+/// Needs Redis 5 or later (tested with 7.0) or a Redis Cluster of those.
 ///
 /// Clones share the connection, the breaker, the cache and the counters.
 ///
@@ -188,15 +191,18 @@ impl Conn {
 }
 
 impl Source {
+    /// A connection of the backend's own: taken out of the pool, so that
+    /// nothing else the pool serves (a `MULTI`, a blocking `BLPOP`) shares
+    /// it, and the pool makes another in its place.
     async fn connect(&self) -> Result<Conn, BackendError> {
         match self {
             Source::Single(pool) => {
                 let c = pool.get().await.map_err(pool_error)?;
-                Ok(Conn::Single((*c).clone()))
+                Ok(Conn::Single(deadpool_redis::Connection::take(c)))
             }
             Source::Cluster(pool) => {
                 let c = pool.get().await.map_err(pool_error)?;
-                Ok(Conn::Cluster((*c).clone()))
+                Ok(Conn::Cluster(deadpool_redis::cluster::Connection::take(c)))
             }
         }
     }
@@ -263,7 +269,8 @@ impl RedisBackend {
     }
 
     /// A backend on an existing connection pool. The backend takes one
-    /// connection from it at a time.
+    /// connection out of it for its own use, and another whenever that one
+    /// fails.
     pub fn from_pool(pool: deadpool_redis::Pool) -> RedisBackendBuilder {
         RedisBackendBuilder::new(SourceConfig::Pool(pool))
     }
@@ -313,7 +320,7 @@ impl RedisBackend {
             .cache
             .as_ref()
             .filter(|_| !quotas.quotas().iter().any(|q| q.params.count_rejected));
-        let set = foldhash::fast::FixedState::default().hash_one(quotas.state_ids());
+        let set = cache_id(quotas);
         if let Some(cache) = cache {
             if let Some(decision) = cache.get(set, request.key, request.cost, inner.local_now()) {
                 bump(&inner.counters.cache_hits);
@@ -444,6 +451,14 @@ impl RedisBackend {
             }
         }
     }
+}
+
+/// What tells one quota set's cached denials from another's: the state ids,
+/// and which quotas are shadows (which the state ids leave out, and which
+/// change what is refused).
+fn cache_id(quotas: &QuotaSet) -> u64 {
+    let shadows: Vec<bool> = quotas.quotas().iter().map(|q| q.params.shadow).collect();
+    foldhash::fast::FixedState::default().hash_one((quotas.state_ids(), shadows))
 }
 
 /// How long the request stays refused whatever else happens: the longest

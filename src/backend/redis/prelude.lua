@@ -34,6 +34,11 @@ end
 
 local now
 if ARGV[1] == '' then
+  -- Redis before 5 refuses writes after TIME unless the script's effects,
+  -- not the script, are replicated; since 7 this does nothing.
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
