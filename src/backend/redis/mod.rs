@@ -6,7 +6,7 @@ mod script;
 
 use std::fmt;
 use std::future::Future;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -320,7 +320,7 @@ impl RedisBackend {
             .cache
             .as_ref()
             .filter(|_| !quotas.quotas().iter().any(|q| q.params.count_rejected));
-        let set = cache_id(quotas);
+        let set = if cache.is_some() { cache_id(quotas) } else { 0 };
         if let Some(cache) = cache {
             if let Some(decision) = cache.get(set, request.key, request.cost, inner.local_now()) {
                 bump(&inner.counters.cache_hits);
@@ -457,8 +457,12 @@ impl RedisBackend {
 /// and which quotas are shadows (which the state ids leave out, and which
 /// change what is refused).
 fn cache_id(quotas: &QuotaSet) -> u64 {
-    let shadows: Vec<bool> = quotas.quotas().iter().map(|q| q.params.shadow).collect();
-    foldhash::fast::FixedState::default().hash_one((quotas.state_ids(), shadows))
+    let mut h = foldhash::fast::FixedState::default().build_hasher();
+    quotas.state_ids().hash(&mut h);
+    for q in quotas.quotas() {
+        q.params.shadow.hash(&mut h);
+    }
+    h.finish()
 }
 
 /// How long the request stays refused whatever else happens: the longest
