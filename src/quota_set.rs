@@ -131,11 +131,11 @@ impl QuotaSet {
             .collect();
         let allowed = self.admits(steps.iter().map(|s| s.allowed));
         let mut updates = SmallVec::new();
-        let mut verdicts = SmallVec::<[Verdict; 2]>::new();
+        let mut verdicts = SmallVec::<[QuotaVerdict; 2]>::new();
         for step in steps {
             let admitted = allowed && step.allowed;
             let view = if admitted { step.admit } else { step.refuse };
-            verdicts.push(Verdict {
+            verdicts.push(QuotaVerdict {
                 allowed: step.allowed,
                 remaining: view.remaining,
                 reset: view.reset,
@@ -159,7 +159,7 @@ impl QuotaSet {
     /// The decision reported for the quotas' verdicts (one per quota, in
     /// order), however they were computed: in this process or by the Redis
     /// script, which returns the same numbers.
-    pub(crate) fn decision_from(&self, verdicts: &[Verdict]) -> Decision {
+    pub(crate) fn decision_from(&self, verdicts: &[QuotaVerdict]) -> Decision {
         let allowed = self.admits(verdicts.iter().map(|v| v.allowed));
         let decisions = self
             .quotas
@@ -184,7 +184,7 @@ impl QuotaSet {
 /// One quota's verdict on one request, in the algorithms' integers: the
 /// view (admit or refuse) already chosen by whether the whole set admits it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Verdict {
+pub(crate) struct QuotaVerdict {
     /// Whether this quota admits the request.
     pub allowed: bool,
     /// Units left (effective: soft mode's margin not yet taken off).

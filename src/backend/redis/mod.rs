@@ -19,7 +19,7 @@ pub use breaker::CircuitBreaker;
 use super::{Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend};
 use crate::clock::{Clock, micros};
 use crate::decision::Decision;
-use crate::quota_set::{QuotaSet, Verdict};
+use crate::quota_set::{QuotaSet, QuotaVerdict};
 use breaker::{Breaker, Permit, ProbeGuard, Transition};
 use cache::DenialCache;
 
@@ -409,7 +409,7 @@ impl RedisBackend {
     }
 
     /// One round trip (two if the script must be sent again).
-    async fn call(&self, request: CheckRequest<'_>) -> Result<Vec<Verdict>, BackendError> {
+    async fn call(&self, request: CheckRequest<'_>) -> Result<Vec<QuotaVerdict>, BackendError> {
         let inner = &*self.inner;
         let quotas = request.quotas;
         let keys = script::redis_keys(&inner.prefix, request.key, quotas);
@@ -467,7 +467,7 @@ fn cache_id(quotas: &QuotaSet) -> u64 {
 
 /// How long the request stays refused whatever else happens: the longest
 /// wait among the enforced quotas that refused it (`None` if it passed).
-fn enforced_wait(quotas: &QuotaSet, verdicts: &[Verdict]) -> Option<u64> {
+fn enforced_wait(quotas: &QuotaSet, verdicts: &[QuotaVerdict]) -> Option<u64> {
     quotas
         .quotas()
         .iter()

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use deadpool_redis::redis::{Cmd, Script};
 
-use crate::quota_set::{QuotaSet, Verdict};
+use crate::quota_set::{QuotaSet, QuotaVerdict};
 
 /// The whole script: the Lua files of this folder, concatenated.
 pub(crate) const SOURCE: &str = concat!(
@@ -103,7 +103,7 @@ pub(crate) fn command(load: bool, keys: &[String], args: &[String]) -> Cmd {
 }
 
 /// The per-quota verdicts of a reply, or what is wrong with it.
-pub(crate) fn verdicts(reply: &[i64], quotas: usize) -> Result<Vec<Verdict>, String> {
+pub(crate) fn verdicts(reply: &[i64], quotas: usize) -> Result<Vec<QuotaVerdict>, String> {
     if reply.len() != quotas * REPLY_PER_QUOTA {
         return Err(format!(
             "the script returned {} numbers for {quotas} quotas; expected {}",
@@ -116,7 +116,7 @@ pub(crate) fn verdicts(reply: &[i64], quotas: usize) -> Result<Vec<Verdict>, Str
         .map(|n| {
             let get =
                 |i: usize| u64::try_from(n[i]).map_err(|_| format!("the script returned {}", n[i]));
-            Ok(Verdict {
+            Ok(QuotaVerdict {
                 allowed: get(0)? == 1,
                 remaining: get(1)?,
                 reset: get(2)?,
