@@ -37,7 +37,7 @@ fn dump(server: &RedisServer, key: &str) -> String {
 async fn keys_expire_once_their_state_stops_mattering() {
     let server = RedisServer::start();
     let backend = backend(&server);
-    let period = Duration::from_millis(200);
+    let period = Duration::from_secs(1);
     let quotas = QuotaSet::new(
         "ttl",
         Algorithm::ALL.map(|a| Quota::builder(a, 4, period).name(a.name()).build().unwrap()),
@@ -46,22 +46,26 @@ async fn keys_expire_once_their_state_stops_mattering() {
     let limiter = Limiter::new(backend.clone(), quotas);
     assert!(limiter.check("k", 2).await.unwrap().allowed());
     let keys = backend.redis_keys("k", limiter.quotas());
-    for (key, a) in keys.iter().zip(Algorithm::ALL) {
-        let pttl: i64 = server.cli(&["PTTL", key]).parse().unwrap();
+    // All TTLs in one redis-cli run, so a busy machine cannot let the
+    // shortest expire before it is read.
+    let script: String = keys.iter().map(|k| format!("PTTL {k}\n")).collect();
+    let ttls = server.cli_stdin(&script);
+    let ttls: Vec<i64> = ttls.lines().map(|l| l.parse().unwrap()).collect();
+    for ((pttl, key), a) in ttls.iter().zip(&keys).zip(Algorithm::ALL) {
         // A window keeps its state for its period (the sliding window for
-        // two); the buckets until refilled: two of four units is 100 ms.
+        // two); the buckets until refilled: two of four units, half a period.
         let at_most = match a {
-            Algorithm::SlidingWindow => 400,
-            Algorithm::FixedWindow | Algorithm::SlidingLog => 200,
-            _ => 100,
+            Algorithm::SlidingWindow => 2000,
+            Algorithm::FixedWindow | Algorithm::SlidingLog => 1000,
+            _ => 500,
         };
         assert!(
-            pttl > 0 && pttl <= at_most + 2,
-            "{a}: PTTL {pttl} ms, expected at most {at_most} + 2"
+            *pttl > 0 && *pttl <= at_most + 2,
+            "{a}: PTTL {pttl} ms of {key}, expected at most {at_most} + 2"
         );
     }
     // Two periods later (the sliding window's horizon), nothing is left.
-    tokio::time::sleep(2 * period + Duration::from_millis(50)).await;
+    tokio::time::sleep(2 * period + Duration::from_millis(100)).await;
     for (key, a) in keys.iter().zip(Algorithm::ALL) {
         assert_eq!(server.cli(&["EXISTS", key]), "0", "{a}: {key}");
     }
@@ -152,8 +156,10 @@ async fn a_sliding_log_keeps_at_most_limit_unique_entries() {
 
 /// One key flooded by 8 tasks; returns (admitted, EVALSHA + EVAL calls).
 async fn flood(server: &RedisServer, backend: RedisBackend) -> (u64, u64) {
-    server.cli(&["CONFIG", "RESETSTAT"]);
     let limiter = Limiter::new(backend, Quota::fixed_window(10, YEAR).build().unwrap());
+    // Load the script first, so the count below has no NOSCRIPT round trips.
+    limiter.check("warm-up", 1).await.unwrap();
+    server.cli(&["CONFIG", "RESETSTAT"]);
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let limiter = limiter.clone();
@@ -190,9 +196,9 @@ async fn the_denial_cache_spares_redis_a_flood() {
     let (admitted, calls) = flood(&server, cached.clone()).await;
     eprintln!("with the cache: {calls} Redis calls, {:?}", cached.stats());
     assert_eq!(admitted, 10);
-    // The 10 admissions, and the refusals already in flight when the first
-    // was cached.
-    assert!(calls <= 10 + 8 * 2, "{calls} calls");
+    // The 10 admissions, and the refusals already in flight (one per task at
+    // most) when the first was cached.
+    assert!(calls <= 10 + 8, "{calls} calls");
     assert!(cached.stats().cache_hits >= 2000 - calls);
 
     let uncached = RedisBackend::from_url(server.url())

@@ -120,6 +120,25 @@ impl RedisServer {
         cli(self.port, args)
     }
 
+    /// Runs `redis-cli` with `input` as its standard input (one command a
+    /// line) and returns what it printed.
+    pub fn cli_stdin(&self, input: &str) -> String {
+        let mut child = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run redis-cli");
+        child
+            .stdin
+            .take()
+            .expect("redis-cli's stdin")
+            .write_all(input.as_bytes())
+            .expect("write to redis-cli");
+        let out = child.wait_with_output().expect("redis-cli's output");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     /// The `calls` of one command in `INFO commandstats` (0 if never run).
     pub fn command_calls(&self, command: &str) -> u64 {
         let stats = self.cli(&["INFO", "commandstats"]);
