@@ -731,3 +731,21 @@ impl fmt::Display for RedisConfigError {
 }
 
 impl std::error::Error for RedisConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_configurations_are_refused_when_built() {
+        let braces = RedisBackend::from_url("redis://127.0.0.1:6379")
+            .prefix("app{1}:")
+            .build();
+        assert!(matches!(braces, Err(RedisConfigError::BracesInPrefix(_))));
+        let url = RedisBackend::from_url("http://127.0.0.1:6379").build();
+        assert!(matches!(url, Err(RedisConfigError::Pool(_))), "{url:?}");
+        // Building connects to nothing: no Redis is needed here.
+        let ok = RedisBackend::from_url("redis://127.0.0.1:1").build();
+        assert!(ok.is_ok());
+    }
+}
