@@ -25,7 +25,9 @@ fn tollgate(algorithm: Algorithm) -> Limiter<MemoryBackend> {
 }
 
 fn governor() -> governor::DefaultKeyedRateLimiter<String> {
-    RateLimiter::keyed(GovQuota::per_second(NonZeroU32::new(1_000_000).expect("non-zero")))
+    RateLimiter::keyed(GovQuota::per_second(
+        NonZeroU32::new(1_000_000).expect("non-zero"),
+    ))
 }
 
 /// The algorithms whose state is fixed-size; the sliding log's cost grows
@@ -41,7 +43,9 @@ fn hot_key(c: &mut Criterion) {
         let limiter = match algorithm {
             Algorithm::SlidingLog => Limiter::new(
                 MemoryBackend::new(),
-                Quota::sliding_log(100, Duration::from_millis(1)).build().expect("valid"),
+                Quota::sliding_log(100, Duration::from_millis(1))
+                    .build()
+                    .expect("valid"),
             ),
             _ => tollgate(algorithm),
         };
@@ -50,7 +54,9 @@ fn hot_key(c: &mut Criterion) {
         });
     }
     let gov = governor();
-    g.bench_function("governor/gcra", |b| b.iter(|| black_box(gov.check_key(black_box(&key)))));
+    g.bench_function("governor/gcra", |b| {
+        b.iter(|| black_box(gov.check_key(black_box(&key))))
+    });
     g.finish();
 }
 
@@ -111,16 +117,26 @@ fn contended(threads: usize, iters: u64, check: Arc<dyn Fn() + Send + Sync>) -> 
 }
 
 fn threads_on_one_key(c: &mut Criterion) {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(2);
     let mut g = c.benchmark_group(format!("one_key_{threads}_threads"));
-    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::FixedWindow] {
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+    ] {
         let limiter = Arc::new(tollgate(algorithm));
         g.bench_function(format!("tollgate/{}", algorithm.name()), |b| {
             b.iter_custom(|iters| {
                 let l = Arc::clone(&limiter);
-                contended(threads, iters, Arc::new(move || {
-                    black_box(l.check_now("hot", 1));
-                }))
+                contended(
+                    threads,
+                    iters,
+                    Arc::new(move || {
+                        black_box(l.check_now("hot", 1));
+                    }),
+                )
             })
         });
     }
@@ -129,9 +145,13 @@ fn threads_on_one_key(c: &mut Criterion) {
     g.bench_function("governor/gcra", |b| {
         b.iter_custom(|iters| {
             let (g, k) = (Arc::clone(&gov), key.clone());
-            contended(threads, iters, Arc::new(move || {
-                black_box(g.check_key(&k)).ok();
-            }))
+            contended(
+                threads,
+                iters,
+                Arc::new(move || {
+                    black_box(g.check_key(&k)).ok();
+                }),
+            )
         })
     });
     g.finish();

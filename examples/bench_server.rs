@@ -16,13 +16,21 @@ use tower_governor::governor::GovernorConfigBuilder;
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mode = std::env::var("MODE").unwrap_or_else(|_| "bare".into());
-    let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(8000);
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(8000);
     let app = Router::new().route("/", get(|| async { "hello" }));
     let app = match mode.as_str() {
         "bare" => app,
         "tollgate" => {
-            let quota = Quota::gcra(1_000_000, Duration::from_secs(1)).burst(1_000_000).build()?;
-            app.layer(RateLimitLayer::new(Limiter::new(MemoryBackend::new(), quota), PeerIp::new()))
+            let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
+                .burst(1_000_000)
+                .build()?;
+            app.layer(RateLimitLayer::new(
+                Limiter::new(MemoryBackend::new(), quota),
+                PeerIp::new(),
+            ))
         }
         "governor" => {
             let config = GovernorConfigBuilder::default()
@@ -36,6 +44,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         other => return Err(format!("unknown MODE {other:?}").into()),
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
     Ok(())
 }
