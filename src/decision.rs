@@ -22,6 +22,8 @@ pub struct QuotaDecision {
     pub retry_after: Option<Duration>,
     /// Leaky bucket: how long the admitted request waits for its turn.
     pub delay: Duration,
+    /// Whether the quota is in shadow mode: it reports, but never refuses.
+    pub shadow: bool,
 }
 
 /// The answer to one check: whether the request may proceed, and what each
@@ -53,22 +55,27 @@ impl Decision {
         &self.quotas
     }
 
-    /// The indices of the quotas that refused (or would have).
+    /// The indices of the enforced quotas that refused.
     pub fn violated(&self) -> impl Iterator<Item = usize> + '_ {
         self.quotas
             .iter()
             .enumerate()
-            .filter(|(_, q)| !q.allowed)
+            .filter(|(_, q)| !q.allowed && !q.shadow)
             .map(|(i, _)| i)
     }
 
     /// When refused: the time until the same request would pass, the longest
-    /// wait among the quotas that refused it.
+    /// wait among the enforced quotas that refused it. (A shadow quota's wait
+    /// is in its own [`QuotaDecision`].)
     pub fn retry_after(&self) -> Option<Duration> {
         if self.allowed {
             return None;
         }
-        self.quotas.iter().filter_map(|q| q.retry_after).max()
+        self.quotas
+            .iter()
+            .filter(|q| !q.shadow)
+            .filter_map(|q| q.retry_after)
+            .max()
     }
 
     /// How long an admitted request must wait for its turn (leaky bucket).

@@ -174,6 +174,7 @@ impl QuotaSet {
                     reset: Duration::from_micros(v.reset),
                     retry_after: (!v.allowed).then(|| Duration::from_micros(v.retry_after)),
                     delay: Duration::from_micros(v.delay),
+                    shadow: q.params.shadow,
                 }
             })
             .collect();

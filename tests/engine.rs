@@ -294,3 +294,34 @@ async fn expired_state_is_reclaimed_without_a_cleanup_task() {
     }
     assert_eq!(backend.len(), 5_000, "the first 5 000 states were swept");
 }
+
+#[tokio::test]
+async fn a_shadow_quota_neither_lengthens_retry_after_nor_counts_as_violated() {
+    let set = QuotaSet::new(
+        "api",
+        [
+            Quota::fixed_window(1, 10 * SEC)
+                .name("enforced")
+                .build()
+                .unwrap(),
+            Quota::fixed_window(1, 60 * SEC)
+                .name("trial")
+                .mode(Mode::Shadow)
+                .build()
+                .unwrap(),
+        ],
+    )
+    .unwrap();
+    let (l, _) = limiter(set);
+    assert!(allowed(&l, "k").await);
+    let d = l.check("k", 1).await.unwrap();
+    assert!(!d.allowed());
+    assert_eq!(
+        d.retry_after(),
+        Some(10 * SEC),
+        "the shadow quota's 60 s does not count"
+    );
+    assert_eq!(d.violated().collect::<Vec<_>>(), [0]);
+    assert!(d.quotas()[1].shadow && !d.quotas()[1].allowed);
+    assert_eq!(d.quotas()[1].retry_after, Some(60 * SEC));
+}

@@ -11,6 +11,9 @@ use crate::decision::Decision;
 pub enum AnyBackend {
     /// This process's memory.
     Memory(MemoryBackend),
+    /// Redis, shared by every server pointed at it.
+    #[cfg(feature = "redis")]
+    Redis(crate::backend::redis::RedisBackend),
 }
 
 impl AnyBackend {
@@ -19,6 +22,27 @@ impl AnyBackend {
             BackendConfig::Memory { max_keys } => Ok(AnyBackend::Memory(
                 MemoryBackend::builder().max_keys(*max_keys).build(),
             )),
+            #[cfg(feature = "redis")]
+            BackendConfig::Redis {
+                url,
+                prefix,
+                timeout,
+                on_failure,
+            } => {
+                use crate::backend::redis::{OnFailure, RedisBackend};
+                let on_failure = match on_failure.0 {
+                    super::file::RedisFailure::Error => OnFailure::Error,
+                    super::file::RedisFailure::Memory => OnFailure::Fallback(MemoryBackend::new()),
+                };
+                RedisBackend::from_url(url.clone())
+                    .prefix(prefix.clone())
+                    .timeout(timeout.0)
+                    .on_failure(on_failure)
+                    .build()
+                    .map(AnyBackend::Redis)
+                    .map_err(|e| format!("backend: redis: {e}"))
+            }
+            #[cfg(not(feature = "redis"))]
             BackendConfig::Redis { .. } => {
                 Err("backend: redis needs tollgate built with the redis feature".into())
             }
@@ -35,12 +59,16 @@ impl Backend for AnyBackend {
     async fn check(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
         match self {
             AnyBackend::Memory(m) => m.check(request).await,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.check(request).await,
         }
     }
 
     fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
         match self {
             AnyBackend::Memory(m) => m.check_now(request),
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.check_now(request),
         }
     }
 }

@@ -53,7 +53,18 @@ pub(crate) enum BackendConfig {
         url: String,
         #[serde(default = "default_prefix")]
         prefix: String,
+        /// How long one Redis call may take.
+        #[serde(default = "default_redis_timeout")]
+        timeout: Period,
+        /// What to do when Redis fails: `error` (the top-level
+        /// `on_backend_error` applies) or `memory` (decide in this process).
+        #[serde(default)]
+        on_failure: RedisFailureName,
     },
+}
+
+pub(crate) fn default_redis_timeout() -> Period {
+    Period(Duration::from_millis(50))
 }
 
 fn default_max_keys() -> usize {
@@ -120,6 +131,19 @@ name_enum!(MissingKeyName => OnMissingKey {
     "reject" => OnMissingKey::Reject,
     "allow" => OnMissingKey::Allow,
 } default "reject");
+
+/// What the Redis backend does when Redis fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum RedisFailure {
+    #[default]
+    Error,
+    Memory,
+}
+
+name_enum!(RedisFailureName => RedisFailure {
+    "error" => RedisFailure::Error,
+    "memory" => RedisFailure::Memory,
+} default "error");
 
 /// Which rules a request is checked against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -636,8 +660,21 @@ impl fmt::Display for RulesFile {
             BackendConfig::Memory { max_keys } => {
                 writeln!(f, "backend: memory, at most {max_keys} keys")?
             }
-            BackendConfig::Redis { url, prefix } => {
-                writeln!(f, "backend: redis at {url}, key prefix {prefix:?}")?
+            BackendConfig::Redis {
+                url,
+                prefix,
+                timeout,
+                on_failure,
+            } => {
+                let failure = match on_failure.0 {
+                    RedisFailure::Error => "fail",
+                    RedisFailure::Memory => "decide in memory",
+                };
+                writeln!(
+                    f,
+                    "backend: redis at {url}, key prefix {prefix:?}; if Redis takes over {:?} or fails: {failure}",
+                    timeout.0
+                )?
             }
         }
         let headers = match self.headers.0 {

@@ -134,6 +134,8 @@ impl Rules {
         let config = BackendConfig::Redis {
             url: url.to_owned(),
             prefix: "tollgate:".into(),
+            timeout: file::default_redis_timeout(),
+            on_failure: Default::default(),
         };
         Rules::build(&text, Some(path), Some(BackendOverride(config)))
     }

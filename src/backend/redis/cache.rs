@@ -172,6 +172,7 @@ mod tests {
                 reset: Duration::from_micros(retry * 2),
                 retry_after: Some(Duration::from_micros(retry)),
                 delay: Duration::ZERO,
+                shadow: false,
             }],
         )
     }
