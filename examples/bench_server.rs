@@ -2,7 +2,8 @@
 //! behind a rate limiter whose limit is never reached (so what is measured is
 //! the cost of deciding, on every request).
 //!
-//! `MODE=bare|tollgate|governor [PORT=8000] cargo run --release --example bench_server`
+//! `MODE=bare|tollgate|governor|tollgate-redis [PORT=8000] cargo run --release --example bench_server`
+//! (`tollgate-redis` needs `--features redis` and `REDIS_URL`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -29,6 +30,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .build()?;
             app.layer(RateLimitLayer::new(
                 Limiter::new(MemoryBackend::new(), quota),
+                PeerIp::new(),
+            ))
+        }
+        #[cfg(feature = "redis")]
+        "tollgate-redis" => {
+            let url =
+                std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+            let backend = tollgate::RedisBackend::from_url(url).build()?;
+            let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
+                .burst(1_000_000)
+                .build()?;
+            app.layer(RateLimitLayer::new(
+                Limiter::new(backend, quota),
                 PeerIp::new(),
             ))
         }

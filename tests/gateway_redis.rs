@@ -2,9 +2,9 @@
 //! Redis as its backend.
 #![cfg(all(feature = "gateway", feature = "redis"))]
 
-mod support;
 #[path = "support/redis.rs"]
 mod redis_support;
+mod support;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -62,7 +62,11 @@ async fn a_rules_file_can_name_redis_and_its_failure_policy() {
         redis.url()
     );
     let rules = Rules::parse(&yaml).unwrap();
-    assert!(rules.describe().contains("decide in memory"), "{}", rules.describe());
+    assert!(
+        rules.describe().contains("decide in memory"),
+        "{}",
+        rules.describe()
+    );
     let app = axum::Router::new()
         .fallback(|| async { "ok" })
         .layer(tollgate::RateLimitLayer::from_policy(rules));
@@ -72,9 +76,19 @@ async fn a_rules_file_can_name_redis_and_its_failure_policy() {
         let r = support::get(&c, addr, "/x", &[("x-api-key", b"k")]).await;
         assert_eq!(r.status, StatusCode::OK);
     }
-    assert_eq!(support::get(&c, addr, "/x", &[("x-api-key", b"k")]).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        support::get(&c, addr, "/x", &[("x-api-key", b"k")])
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     let keys = redis.cli(&["--scan", "--pattern", "t:*"]);
     assert!(keys.contains("t:{key:k}:"), "state is in Redis: {keys}");
-    let err = Rules::parse("backend:\n  redis:\n    url: redis://x\n    on_failure: retry\nrules: []\n").unwrap_err();
-    assert!(err.to_string().contains("valid values are error, memory"), "{err}");
+    let err =
+        Rules::parse("backend:\n  redis:\n    url: redis://x\n    on_failure: retry\nrules: []\n")
+            .unwrap_err();
+    assert!(
+        err.to_string().contains("valid values are error, memory"),
+        "{err}"
+    );
 }
