@@ -1,0 +1,118 @@
+//! The cost of the layer on one request, through `oneshot`-style calls on a
+//! ready service: bare, behind tollgate (memory, IETF headers), and the
+//! allocations each request makes.
+//!
+//! `cargo bench --bench layer`
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use criterion::{Criterion, criterion_group, criterion_main};
+use http::{Request, Response};
+use tollgate::key::PeerIp;
+use tollgate::{HeaderStyle, Limiter, MemoryBackend, Quota, RateLimitLayer};
+use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+
+struct Counting;
+
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn request() -> Request<()> {
+    let mut r = Request::new(());
+    r.extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from(([192, 0, 2, 1], 1234))));
+    r
+}
+
+async fn hello(_: Request<()>) -> Result<Response<String>, Infallible> {
+    Ok(Response::new(String::new()))
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
+        .burst(1_000_000)
+        .build()
+        .expect("quota");
+    let mut g = c.benchmark_group("layer");
+    let mut bare = ServiceBuilder::new().service(service_fn(hello));
+    let styles = [
+        ("ietf", HeaderStyle::Ietf),
+        ("legacy", HeaderStyle::Legacy),
+        ("none", HeaderStyle::None),
+    ];
+    g.bench_function("bare", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(bare.ready().await.expect("ready").call(request()).await)
+            })
+        })
+    });
+    for (name, style) in styles {
+        let limiter = Limiter::new(MemoryBackend::new(), quota.clone());
+        let layer = RateLimitLayer::builder(limiter, PeerIp::new())
+            .header_style(style)
+            .build();
+        let mut svc = ServiceBuilder::new()
+            .layer(layer)
+            .service(service_fn(hello));
+        g.bench_function(format!("tollgate/{name}"), |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    black_box(svc.ready().await.expect("ready").call(request()).await)
+                })
+            })
+        });
+        // Allocations per request, beyond the request itself and the bare service.
+        let count = |svc: &mut dyn FnMut()| {
+            let before = ALLOCS.load(Ordering::Relaxed);
+            for _ in 0..1000 {
+                svc();
+            }
+            (ALLOCS.load(Ordering::Relaxed) - before) as f64 / 1000.0
+        };
+        let bare_allocs = count(&mut || {
+            rt.block_on(async {
+                let _ = bare.ready().await.expect("ready").call(request()).await;
+            })
+        });
+        let allocs = count(&mut || {
+            rt.block_on(async {
+                let _ = svc.ready().await.expect("ready").call(request()).await;
+            })
+        });
+        println!(
+            "allocations per request, {name} headers: {:.1} (bare: {bare_allocs:.1})",
+            allocs - bare_allocs
+        );
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    targets = bench
+}
+criterion_main!(benches);
