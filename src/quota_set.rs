@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{self, State, Update};
+use crate::algorithm::{self, State, Step, Update};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
 use crate::quota::Quota;
@@ -123,16 +123,13 @@ impl QuotaSet {
         commit: bool,
     ) -> (Decision, SmallVec<[Update; 2]>) {
         let now = now.as_micros();
-        let steps: SmallVec<[_; 2]> = self
-            .quotas
-            .iter()
-            .enumerate()
-            .map(|(i, q)| algorithm::check(q.algorithm(), state(i), &q.params, cost, now))
-            .collect();
-        let allowed = self.admits(steps.iter().map(|s| s.allowed));
+        let check = |i: usize| {
+            let q = &self.quotas[i];
+            algorithm::check(q.algorithm(), state(i), &q.params, cost, now)
+        };
         let mut updates = SmallVec::new();
         let mut verdicts = SmallVec::<[QuotaVerdict; 2]>::new();
-        for step in steps {
+        let mut settle = |step: Step, allowed: bool| {
             let admitted = allowed && step.allowed;
             let view = if admitted { step.admit } else { step.refuse };
             verdicts.push(QuotaVerdict {
@@ -143,6 +140,18 @@ impl QuotaSet {
                 delay: if admitted { step.delay } else { 0 },
             });
             updates.push(if commit { view.update } else { Update::Keep });
+        };
+        // One quota, the common case, needs no list of steps.
+        if let [quota] = &*self.quotas {
+            let step = check(0);
+            let allowed = step.allowed || quota.params.shadow;
+            settle(step, allowed);
+        } else {
+            let steps: SmallVec<[Step; 2]> = (0..self.quotas.len()).map(check).collect();
+            let allowed = self.admits(steps.iter().map(|s| s.allowed));
+            for step in steps {
+                settle(step, allowed);
+            }
         }
         (self.decision_from(&verdicts), updates)
     }

@@ -60,21 +60,38 @@ impl Update {
     /// Applies the update to a stored state (`None`: nothing stored yet).
     /// Returns false when there is nothing to store.
     pub(crate) fn apply(self, slot: &mut Option<State>, p: &Params) -> bool {
-        match self {
-            Update::Keep => false,
-            Update::Set(state) => {
+        match (self, slot.as_mut()) {
+            (Update::Keep, _) => false,
+            (update, Some(state)) => {
+                update.apply_to(state, p);
+                true
+            }
+            (Update::Set(state), None) => {
                 *slot = Some(state);
                 true
             }
-            Update::Log { now, count } => {
-                let mut log = match slot.take() {
-                    Some(State::SlidingLog(log)) => log,
-                    _ => Box::default(),
-                };
+            (Update::Log { now, count }, None) => {
+                let mut log = Box::default();
                 sliding_log::append(&mut log, p, now, count);
                 *slot = Some(State::SlidingLog(log));
                 true
             }
+        }
+    }
+
+    /// Applies the update to a state stored already, in place.
+    pub(crate) fn apply_to(self, state: &mut State, p: &Params) {
+        match self {
+            Update::Keep => {}
+            Update::Set(new) => *state = new,
+            Update::Log { now, count } => match state {
+                State::SlidingLog(log) => sliding_log::append(log, p, now, count),
+                other => {
+                    let mut log = Box::default();
+                    sliding_log::append(&mut log, p, now, count);
+                    *other = State::SlidingLog(log);
+                }
+            },
         }
     }
 }

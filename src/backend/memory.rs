@@ -194,55 +194,91 @@ impl<C: Clock> MemoryBackend<C> {
         let key_hash = inner.hasher.hash_one(key);
         let shard_index = (key_hash >> 40) as usize & (inner.shards.len() - 1);
         let mut shard = lock(&inner.shards[shard_index].0);
+        let shard = &mut *shard;
         let ids = request.quotas.state_ids();
+        let quotas = request.quotas.quotas();
+        let matches = |id: u64| move |e: &Entry| e.id == id && &*e.key == key;
+        // One quota, the common case: one lookup, and the state updated in
+        // place.
+        if let ([id], [quota]) = (ids, quotas) {
+            let hash = entry_hash(key_hash, *id);
+            let entry = shard.table.find_mut(hash, matches(*id));
+            let (decision, mut updates) = request.quotas.evaluate(
+                |_| entry.as_deref().map(|e| &e.state),
+                request.cost,
+                now,
+                request.commit,
+            );
+            let update = updates.pop().unwrap_or(Update::Keep);
+            match entry {
+                Some(entry) => entry.update(update, &quota.params),
+                None => shard.insert(inner, key, key_hash, *id, update, &quota.params, now.as_micros()),
+            }
+            return decision;
+        }
         let table = &shard.table;
         let (decision, updates) = request.quotas.evaluate(
             |i| {
                 let id = ids[i];
                 table
-                    .find(entry_hash(key_hash, id), |e| e.id == id && &*e.key == key)
+                    .find(entry_hash(key_hash, id), matches(id))
                     .map(|e| &e.state)
             },
             request.cost,
             now,
             request.commit,
         );
-        let now = now.as_micros();
-        for ((update, &id), quota) in updates.into_iter().zip(ids).zip(request.quotas.quotas()) {
-            if update == Update::Keep {
-                continue;
-            }
+        for ((update, &id), quota) in updates.into_iter().zip(ids).zip(quotas) {
             let hash = entry_hash(key_hash, id);
-            if let Some(entry) = shard.table.find_mut(hash, |e| e.id == id && &*e.key == key) {
-                let mut slot = Some(std::mem::replace(&mut entry.state, State::Tat(0)));
-                update.apply(&mut slot, &quota.params);
-                if let Some(state) = slot {
-                    entry.expires_at = state.expires_at(&quota.params);
-                    entry.state = state;
-                }
-                continue;
+            match shard.table.find_mut(hash, matches(id)) {
+                Some(entry) => entry.update(update, &quota.params),
+                None => shard.insert(inner, key, key_hash, id, update, &quota.params, now.as_micros()),
             }
-            let mut slot = None;
-            if !update.apply(&mut slot, &quota.params) {
-                continue;
-            }
-            let Some(state) = slot else { continue };
-            shard.make_room(inner.per_shard, now);
-            let entry = Entry {
-                id,
-                expires_at: state.expires_at(&quota.params),
-                key: key.into(),
-                state,
-            };
-            shard.table.insert_unique(hash, entry, |e| {
-                entry_hash(inner.hasher.hash_one(&*e.key), e.id)
-            });
         }
         decision
     }
 }
 
+impl Entry {
+    fn update(&mut self, update: Update, p: &crate::quota::Params) {
+        if update != Update::Keep {
+            update.apply_to(&mut self.state, p);
+            self.expires_at = self.state.expires_at(p);
+        }
+    }
+}
+
 impl Shard {
+    /// Stores the first state of a key's quota, making room if needed.
+    #[allow(clippy::too_many_arguments)]
+    fn insert<C>(
+        &mut self,
+        inner: &Inner<C>,
+        key: &str,
+        key_hash: u64,
+        id: u64,
+        update: Update,
+        p: &crate::quota::Params,
+        now: u64,
+    ) {
+        let mut slot = None;
+        if !update.apply(&mut slot, p) {
+            return;
+        }
+        let Some(state) = slot else { return };
+        self.make_room(inner.per_shard, now);
+        let entry = Entry {
+            id,
+            expires_at: state.expires_at(p),
+            key: key.into(),
+            state,
+        };
+        let hasher = &inner.hasher;
+        self.table.insert_unique(entry_hash(key_hash, id), entry, |e| {
+            entry_hash(hasher.hash_one(&*e.key), e.id)
+        });
+    }
+
     /// Sweeps expired state when it is time to, and evicts one entry if the
     /// shard is still full.
     fn make_room(&mut self, per_shard: usize, now: u64) {
