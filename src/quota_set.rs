@@ -31,11 +31,14 @@ use std::time::Duration;
 /// assert_eq!(set.quotas().len(), 2);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct QuotaSet {
     name: Arc<str>,
     quotas: Box<[Quota]>,
     ids: Box<[u64]>,
+    /// The set as the IETF `RateLimit-Policy` header tells it: the same on
+    /// every response, so made once.
+    pub(crate) policy_header: std::sync::OnceLock<http::HeaderValue>,
 }
 
 /// Why a [`QuotaSet`] could not be built.
@@ -78,7 +81,12 @@ impl QuotaSet {
             }
         }
         let ids = quotas.iter().map(|q| fingerprint(&name, q)).collect();
-        Ok(QuotaSet { name, quotas, ids })
+        Ok(QuotaSet {
+            name,
+            quotas,
+            ids,
+            policy_header: Default::default(),
+        })
     }
 
     /// A set of one quota, named "default".
@@ -88,6 +96,7 @@ impl QuotaSet {
             name: "default".into(),
             quotas: Box::new([quota]),
             ids: Box::new([id]),
+            policy_header: Default::default(),
         }
     }
 
@@ -206,6 +215,16 @@ pub(crate) struct QuotaVerdict {
     /// Microseconds the admitted request waits for its turn.
     pub delay: u64,
 }
+
+/// Equal when named alike with the same quotas; the cached header is not
+/// part of what a set is.
+impl PartialEq for QuotaSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.quotas == other.quotas && self.ids == other.ids
+    }
+}
+
+impl Eq for QuotaSet {}
 
 impl From<Quota> for QuotaSet {
     fn from(quota: Quota) -> Self {

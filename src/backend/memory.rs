@@ -212,7 +212,15 @@ impl<C: Clock> MemoryBackend<C> {
             let update = updates.pop().unwrap_or(Update::Keep);
             match entry {
                 Some(entry) => entry.update(update, &quota.params),
-                None => shard.insert(inner, key, key_hash, *id, update, &quota.params, now.as_micros()),
+                None => shard.insert(
+                    inner,
+                    key,
+                    key_hash,
+                    *id,
+                    update,
+                    &quota.params,
+                    now.as_micros(),
+                ),
             }
             return decision;
         }
@@ -232,7 +240,15 @@ impl<C: Clock> MemoryBackend<C> {
             let hash = entry_hash(key_hash, id);
             match shard.table.find_mut(hash, matches(id)) {
                 Some(entry) => entry.update(update, &quota.params),
-                None => shard.insert(inner, key, key_hash, id, update, &quota.params, now.as_micros()),
+                None => shard.insert(
+                    inner,
+                    key,
+                    key_hash,
+                    id,
+                    update,
+                    &quota.params,
+                    now.as_micros(),
+                ),
             }
         }
         decision
@@ -274,9 +290,10 @@ impl Shard {
             state,
         };
         let hasher = &inner.hasher;
-        self.table.insert_unique(entry_hash(key_hash, id), entry, |e| {
-            entry_hash(hasher.hash_one(&*e.key), e.id)
-        });
+        self.table
+            .insert_unique(entry_hash(key_hash, id), entry, |e| {
+                entry_hash(hasher.hash_one(&*e.key), e.id)
+            });
     }
 
     /// Sweeps expired state when it is time to, and evicts one entry if the

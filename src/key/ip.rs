@@ -1,6 +1,7 @@
 //! Keys from IP addresses: the connection's peer, or the client behind
 //! trusted proxies, grouped by network prefix.
 
+use std::fmt::Write;
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::ConnectInfo;
@@ -36,7 +37,10 @@ impl Prefixes {
         };
         let full = if ip.is_ipv4() { 32 } else { 128 };
         if prefix >= full {
-            return Key(format!("ip:{ip}"));
+            // Sized for the longest address, so formatting never regrows it.
+            let mut text = String::with_capacity(48);
+            let _ = write!(text, "ip:{ip}");
+            return Key(text);
         }
         // Prefixes are clamped when set, so this cannot fail.
         match IpNet::new(ip, prefix) {

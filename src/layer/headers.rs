@@ -1,7 +1,8 @@
 //! How decisions are told to clients: rate-limit headers, `Retry-After`, and
 //! the problem-details body of a refusal.
 
-use std::fmt::Write as _;
+use std::fmt::Write;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -57,21 +58,89 @@ pub(crate) fn retry_after_secs(d: Duration) -> u64 {
     ceil_secs(d).max(1)
 }
 
+/// A number as a header value. Small numbers, which remaining counts and
+/// resets mostly are, come from a table made once, without allocating.
 fn number(n: u64) -> HeaderValue {
-    HeaderValue::from(n)
+    static SMALL: OnceLock<Vec<HeaderValue>> = OnceLock::new();
+    let table = SMALL.get_or_init(|| {
+        (0..1024u32)
+            .map(|i| HeaderValue::from_static(Box::leak(i.to_string().into_boxed_str())))
+            .collect()
+    });
+    usize::try_from(n)
+        .ok()
+        .and_then(|i| table.get(i))
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from(n))
 }
 
 /// Appends `name` as an RFC 9651 string (quota names are printable ASCII,
 /// checked when the quota is built).
-fn sf_string(out: &mut String, name: &str) {
-    out.push('"');
+fn sf_string(out: &mut impl Write, name: &str) {
+    let _ = out.write_char('"');
     for c in name.chars() {
         if c == '"' || c == '\\' {
-            out.push('\\');
+            let _ = out.write_char('\\');
         }
-        out.push(c);
+        let _ = out.write_char(c);
     }
-    out.push('"');
+    let _ = out.write_char('"');
+}
+
+/// Formats a header value on the stack, so that making it costs one exact
+/// allocation; a longer value spills into a `String`.
+struct Buffer {
+    bytes: [u8; 256],
+    len: usize,
+    spill: Option<String>,
+}
+
+impl Buffer {
+    fn new() -> Self {
+        Buffer {
+            bytes: [0; 256],
+            len: 0,
+            spill: None,
+        }
+    }
+
+    fn value(&self) -> Option<HeaderValue> {
+        match &self.spill {
+            Some(s) => HeaderValue::from_str(s).ok(),
+            None => HeaderValue::from_bytes(&self.bytes[..self.len]).ok(),
+        }
+    }
+}
+
+impl Write for Buffer {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if let Some(spill) = &mut self.spill {
+            spill.push_str(s);
+        } else if self.len + s.len() <= self.bytes.len() {
+            self.bytes[self.len..self.len + s.len()].copy_from_slice(s.as_bytes());
+            self.len += s.len();
+        } else {
+            let mut spill = String::from_utf8_lossy(&self.bytes[..self.len]).into_owned();
+            spill.push_str(s);
+            self.spill = Some(spill);
+        }
+        Ok(())
+    }
+}
+
+/// `RateLimit-Policy` for `quotas`: each quota's name, capacity and window.
+fn policy_header(quotas: &QuotaSet) -> HeaderValue {
+    let mut out = Buffer::new();
+    for (i, q) in quotas.quotas().iter().enumerate() {
+        if i > 0 {
+            let _ = out.write_str(", ");
+        }
+        sf_string(&mut out, q.name());
+        let window = ceil_secs(q.period()).max(1);
+        let _ = write!(out, ";q={};w={window}", q.params.reported_capacity);
+    }
+    // Printable ASCII and digits only, so this cannot fail.
+    out.value().unwrap_or_else(|| HeaderValue::from_static(""))
 }
 
 /// The rate-limit headers for `decision`.
@@ -83,21 +152,18 @@ pub(crate) fn rate_limit_headers(
     let mut out = Headers::new();
     match style {
         HeaderStyle::Ietf => {
-            let (mut policy, mut state) = (String::new(), String::new());
+            let policy = quotas.policy_header.get_or_init(|| policy_header(quotas));
+            let mut state = Buffer::new();
             for (i, (q, d)) in quotas.quotas().iter().zip(decision.quotas()).enumerate() {
                 if i > 0 {
-                    policy.push_str(", ");
-                    state.push_str(", ");
+                    let _ = state.write_str(", ");
                 }
-                sf_string(&mut policy, q.name());
-                let _ = write!(policy, ";q={};w={}", d.limit, ceil_secs(q.period()).max(1));
                 sf_string(&mut state, q.name());
                 let _ = write!(state, ";r={};t={}", d.remaining, ceil_secs(d.reset));
             }
-            // Both are built from printable ASCII and digits only.
-            if let (Ok(p), Ok(s)) = (HeaderValue::try_from(policy), HeaderValue::try_from(state)) {
-                out.push((RATELIMIT_POLICY.clone(), p));
-                out.push((RATELIMIT.clone(), s));
+            if let Some(state) = state.value() {
+                out.push((RATELIMIT_POLICY.clone(), policy.clone()));
+                out.push((RATELIMIT.clone(), state));
             }
         }
         HeaderStyle::Draft6 | HeaderStyle::Legacy => {
