@@ -94,6 +94,29 @@ fn many_keys(c: &mut Criterion) {
     g.finish();
 }
 
+/// A flood of keys never seen before into a full backend: every check
+/// evicts one state (the DoS case the key bound exists for).
+fn new_keys_into_full(c: &mut Criterion) {
+    let mut g = c.benchmark_group("new_keys_full_backend");
+    let quota = Quota::gcra(10, Duration::from_secs(3600)).build().expect("quota");
+    let limiter = Limiter::new(MemoryBackend::builder().max_keys(100_000).build(), quota);
+    for i in 0..100_000 {
+        let _ = limiter.check_now(&format!("old-{i}"), 1);
+    }
+    let mut i = 0u64;
+    g.bench_function("tollgate/gcra", |b| {
+        b.iter_batched(
+            || {
+                i += 1;
+                format!("new-{i}")
+            },
+            |key| black_box(limiter.check_now(&key, 1)),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
 /// `iters` checks split over `threads` threads hammering one key.
 fn contended(threads: usize, iters: u64, check: Arc<dyn Fn() + Send + Sync>) -> Duration {
     let barrier = Arc::new(Barrier::new(threads + 1));
@@ -162,6 +185,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = hot_key, many_keys, threads_on_one_key
+    targets = hot_key, many_keys, threads_on_one_key, new_keys_into_full
 }
 criterion_main!(benches);

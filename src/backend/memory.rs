@@ -282,7 +282,7 @@ impl Shard {
             return;
         }
         let Some(state) = slot else { return };
-        self.make_room(inner.per_shard, now);
+        self.make_room(inner.per_shard, now, &inner.hasher);
         let entry = Entry {
             id,
             expires_at: state.expires_at(p),
@@ -298,7 +298,7 @@ impl Shard {
 
     /// Sweeps expired state when it is time to, and evicts one entry if the
     /// shard is still full.
-    fn make_room(&mut self, per_shard: usize, now: u64) {
+    fn make_room(&mut self, per_shard: usize, now: u64, hasher: &foldhash::fast::RandomState) {
         if now >= self.next_purge {
             self.table.retain(|e| e.expires_at > now);
             self.next_purge = now.saturating_add(PURGE_EVERY);
@@ -306,20 +306,27 @@ impl Shard {
         if self.table.len() < per_shard {
             return;
         }
+        // The entry closest to expiry among a sample; found again by its
+        // hash, and told apart by the address of its key, without a scan.
         let victim = self
             .table
             .iter()
             .take(EVICTION_SAMPLE)
             .min_by_key(|e| e.expires_at)
-            .map(|e| (e.id, e.key.clone()));
-        if let Some((id, key)) = victim {
-            // The hash is not stored, so find the entry by scanning the sample
-            // again; it is among the first few.
-            let mut seen = 0;
-            self.table.retain(|e| {
-                seen += 1;
-                seen > EVICTION_SAMPLE || e.id != id || e.key != key
+            .map(|e| {
+                (
+                    entry_hash(hasher.hash_one(&*e.key), e.id),
+                    e.id,
+                    e.key.as_ptr(),
+                )
             });
+        if let Some((hash, id, key)) = victim {
+            if let Ok(entry) = self
+                .table
+                .find_entry(hash, |e| e.id == id && e.key.as_ptr() == key)
+            {
+                entry.remove();
+            }
         }
     }
 }
