@@ -98,7 +98,9 @@ fn many_keys(c: &mut Criterion) {
 /// evicts one state (the DoS case the key bound exists for).
 fn new_keys_into_full(c: &mut Criterion) {
     let mut g = c.benchmark_group("new_keys_full_backend");
-    let quota = Quota::gcra(10, Duration::from_secs(3600)).build().expect("quota");
+    let quota = Quota::gcra(10, Duration::from_secs(3600))
+        .build()
+        .expect("quota");
     let limiter = Limiter::new(MemoryBackend::builder().max_keys(100_000).build(), quota);
     for i in 0..100_000 {
         let _ = limiter.check_now(&format!("old-{i}"), 1);
