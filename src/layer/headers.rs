@@ -34,8 +34,10 @@ pub enum HeaderStyle {
     None,
 }
 
-/// The headers a response gains; four fit without allocating.
-pub(crate) type Headers = SmallVec<[(HeaderName, HeaderValue); 4]>;
+/// The headers a response gains. Two (the IETF pair) fit without
+/// allocating; more would make every verdict and response future larger, and
+/// they are moved a few times per request.
+pub(crate) type Headers = SmallVec<[(HeaderName, HeaderValue); 2]>;
 
 static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -78,11 +80,15 @@ fn number(n: u64) -> HeaderValue {
 /// checked when the quota is built).
 fn sf_string(out: &mut impl Write, name: &str) {
     let _ = out.write_char('"');
-    for c in name.chars() {
-        if c == '"' || c == '\\' {
-            let _ = out.write_char('\\');
+    if name.contains(['"', '\\']) {
+        for c in name.chars() {
+            if c == '"' || c == '\\' {
+                let _ = out.write_char('\\');
+            }
+            let _ = out.write_char(c);
         }
-        let _ = out.write_char(c);
+    } else {
+        let _ = out.write_str(name);
     }
     let _ = out.write_char('"');
 }
@@ -90,7 +96,7 @@ fn sf_string(out: &mut impl Write, name: &str) {
 /// Formats a header value on the stack, so that making it costs one exact
 /// allocation; a longer value spills into a `String`.
 struct Buffer {
-    bytes: [u8; 256],
+    bytes: [u8; 128],
     len: usize,
     spill: Option<String>,
 }
@@ -98,7 +104,7 @@ struct Buffer {
 impl Buffer {
     fn new() -> Self {
         Buffer {
-            bytes: [0; 256],
+            bytes: [0; 128],
             len: 0,
             spill: None,
         }
