@@ -80,22 +80,21 @@ impl QuotaSet {
                 return Err(QuotaSetError::DuplicateName(q.name().to_owned()));
             }
         }
-        let ids = quotas.iter().map(|q| fingerprint(&name, q)).collect();
-        Ok(QuotaSet {
-            name,
-            quotas,
-            ids,
-            policy_header: Default::default(),
-        })
+        Ok(QuotaSet::assemble(name, quotas))
     }
 
     /// A set of one quota, named "default".
     pub fn single(quota: Quota) -> Self {
-        let id = fingerprint("default", &quota);
+        QuotaSet::assemble("default".into(), Box::new([quota]))
+    }
+
+    /// A set of quotas already checked to be non-empty with distinct names.
+    fn assemble(name: Arc<str>, quotas: Box<[Quota]>) -> Self {
+        let ids = quotas.iter().map(|q| fingerprint(&name, q)).collect();
         QuotaSet {
-            name: "default".into(),
-            quotas: Box::new([quota]),
-            ids: Box::new([id]),
+            name,
+            quotas,
+            ids,
             policy_header: Default::default(),
         }
     }

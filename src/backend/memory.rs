@@ -256,6 +256,11 @@ impl<C: Clock> MemoryBackend<C> {
 }
 
 impl Entry {
+    /// Its place in the table, worked out again (the hash is not stored).
+    fn hash(&self, hasher: &foldhash::fast::RandomState) -> u64 {
+        entry_hash(hasher.hash_one(&*self.key), self.id)
+    }
+
     fn update(&mut self, update: Update, p: &crate::quota::Params) {
         if update != Update::Keep {
             update.apply_to(&mut self.state, p);
@@ -291,9 +296,7 @@ impl Shard {
         };
         let hasher = &inner.hasher;
         self.table
-            .insert_unique(entry_hash(key_hash, id), entry, |e| {
-                entry_hash(hasher.hash_one(&*e.key), e.id)
-            });
+            .insert_unique(entry_hash(key_hash, id), entry, |e| e.hash(hasher));
     }
 
     /// Sweeps expired state when it is time to, and evicts one entry if the
@@ -313,13 +316,7 @@ impl Shard {
             .iter()
             .take(EVICTION_SAMPLE)
             .min_by_key(|e| e.expires_at)
-            .map(|e| {
-                (
-                    entry_hash(hasher.hash_one(&*e.key), e.id),
-                    e.id,
-                    e.key.as_ptr(),
-                )
-            });
+            .map(|e| (e.hash(hasher), e.id, e.key.as_ptr()));
         if let Some((hash, id, key)) = victim {
             if let Ok(entry) = self
                 .table
@@ -348,5 +345,9 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 
     fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
         Some(Ok(self.decide(request)))
+    }
+
+    fn decides_now(&self) -> bool {
+        true
     }
 }

@@ -65,6 +65,13 @@ pub trait Backend: Send + Sync + 'static {
         let _ = request;
         None
     }
+
+    /// Whether [`check_now`](Backend::check_now) answers. Callers ask first,
+    /// so that a request bound for [`check`](Backend::check) is not prepared
+    /// twice (its key extracted once for each path).
+    fn decides_now(&self) -> bool {
+        false
+    }
 }
 
 /// What kind of failure a backend met.

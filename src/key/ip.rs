@@ -78,7 +78,7 @@ fn push_octet(out: &mut String, n: u8) {
 
 /// The peer address of the connection: axum's `ConnectInfo<SocketAddr>`, or a
 /// `SocketAddr` extension set by other servers.
-fn peer(parts: &Parts) -> Option<IpAddr> {
+pub(crate) fn peer_addr(parts: &Parts) -> Option<IpAddr> {
     parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -121,7 +121,7 @@ impl PeerIp {
 impl KeyExtractor for PeerIp {
     fn extract(&self, parts: &Parts) -> KeyFuture {
         KeyFuture::ready(
-            peer(parts)
+            peer_addr(parts)
                 .map(|ip| self.prefixes.key(ip))
                 .ok_or(KeyError::NoPeerAddress),
         )
@@ -226,7 +226,7 @@ impl ClientIp {
 
     /// The client's address, or why it cannot be known.
     pub fn client(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
-        let peer = peer(parts).ok_or(KeyError::NoPeerAddress)?;
+        let peer = peer_addr(parts).ok_or(KeyError::NoPeerAddress)?;
         if !self.trusted(peer) {
             return Ok(peer);
         }

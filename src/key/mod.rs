@@ -22,6 +22,8 @@ use std::task::{Context, Poll};
 use http::request::Parts;
 use http::{HeaderName, StatusCode};
 
+#[cfg(feature = "rules")]
+pub(crate) use ip::peer_addr;
 pub use ip::{ClientIp, ForwardedHeader, PeerIp};
 
 /// A client key: the name state is kept under.

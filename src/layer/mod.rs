@@ -29,7 +29,9 @@ pub(crate) use policy::Signals;
 #[cfg(feature = "rules")]
 pub(crate) mod policy_support {
     pub(crate) use super::headers::problem;
-    pub(crate) use super::policy::{KeyOutcome, Sealed, admit_key, check_within};
+    pub(crate) use super::policy::{
+        DEFAULT_MAX_KEY_LEN, KeyOutcome, Sealed, admit_key, check_within,
+    };
 }
 
 use crate::backend::Backend;
@@ -172,7 +174,7 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayer<LimitPolicy<B, K>> {
                 signals: Signals::default(),
                 on_missing_key: OnMissingKey::default(),
                 timeout: Duration::from_millis(100),
-                max_key_len: 256,
+                max_key_len: policy::DEFAULT_MAX_KEY_LEN,
                 cost: None,
             },
         }

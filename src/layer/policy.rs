@@ -197,6 +197,9 @@ pub(crate) enum KeyOutcome {
     Settled(Verdict),
 }
 
+/// The longest key accepted by default, in bytes.
+pub(crate) const DEFAULT_MAX_KEY_LEN: usize = 256;
+
 /// Checks an extracted key against the length limit and the missing-key
 /// policy.
 pub(crate) fn admit_key(
@@ -290,6 +293,9 @@ impl<B, K> sealed::Sealed for LimitPolicy<B, K> {}
 
 impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
     fn decide_now(&self, parts: &Parts) -> Option<Verdict> {
+        if !self.limiter.backend().decides_now() {
+            return None;
+        }
         let key = self.key.extract(parts).into_ready().ok()?;
         let key = match admit_key(key, self.max_key_len, self.on_missing_key) {
             KeyOutcome::Limit(key) => key,

@@ -48,11 +48,6 @@ impl AnyBackend {
             }
         }
     }
-
-    /// Whether decisions are made without waiting.
-    pub(crate) fn decides_now(&self) -> bool {
-        matches!(self, AnyBackend::Memory(_))
-    }
 }
 
 impl Backend for AnyBackend {
@@ -69,6 +64,14 @@ impl Backend for AnyBackend {
             AnyBackend::Memory(m) => m.check_now(request),
             #[cfg(feature = "redis")]
             AnyBackend::Redis(r) => r.check_now(request),
+        }
+    }
+
+    fn decides_now(&self) -> bool {
+        match self {
+            AnyBackend::Memory(m) => m.decides_now(),
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.decides_now(),
         }
     }
 }

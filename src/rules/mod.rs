@@ -45,10 +45,17 @@ use smallvec::SmallVec;
 
 pub use backend::AnyBackend;
 
-use crate::key::{ClientIp, ExtensionKey, HeaderKey, Key, KeyError, KeyExtractor, PeerIp, UserId};
-use crate::layer::policy_support::{KeyOutcome, Sealed, admit_key, check_within, problem};
+use crate::backend::Backend;
+use crate::decision::Decision;
+use crate::key::{
+    ClientIp, ExtensionKey, GlobalKey, HeaderKey, Key, KeyError, KeyExtractor, PeerIp, UserId,
+    peer_addr,
+};
+use crate::layer::policy_support::{
+    DEFAULT_MAX_KEY_LEN, KeyOutcome, Sealed, admit_key, check_within, problem,
+};
 use crate::layer::{Headers, OnMissingKey, Policy, Signals, Verdict};
-use crate::limiter::Limiter;
+use crate::limiter::{Error, Limiter};
 use crate::quota_set::QuotaSet;
 use file::{BackendConfig, KeyPart, MatchConfig, MatchMode, RulesFile};
 
@@ -241,7 +248,6 @@ struct Compiled {
     matching: MatchMode,
     /// Where client addresses come from: behind proxies when configured.
     client_ip: Option<ClientIp>,
-    peer_ip: PeerIp,
     rules: Vec<Rule>,
 }
 
@@ -346,7 +352,7 @@ impl Compiled {
                     },
                     KeyPart::Header(h) => RuleKey::Extract(Box::new(HeaderKey::new(h.clone()))),
                     KeyPart::User => RuleKey::Extract(Box::new(ExtensionKey::<UserId>::new())),
-                    KeyPart::Global => RuleKey::Route("global".into()),
+                    KeyPart::Global => RuleKey::Extract(Box::new(GlobalKey)),
                     KeyPart::Route => RuleKey::Route(route.clone()),
                 });
             }
@@ -371,7 +377,6 @@ impl Compiled {
             backend,
             backend_config,
             client_ip,
-            peer_ip,
             rules,
             file,
         })
@@ -380,16 +385,7 @@ impl Compiled {
     fn client_addr(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
         match &self.client_ip {
             Some(c) => c.client(parts),
-            None => match self.peer_ip.extract(parts).into_ready() {
-                Ok(Ok(key)) => key
-                    .as_str()
-                    .trim_start_matches("ip:")
-                    .split('/')
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or(KeyError::NoPeerAddress),
-                _ => Err(KeyError::NoPeerAddress),
-            },
+            None => peer_addr(parts).ok_or(KeyError::NoPeerAddress),
         }
     }
 
@@ -411,7 +407,7 @@ impl Compiled {
         }
         let mut steps = SmallVec::new();
         for rule in self.rules.iter().filter(|r| r.applies(parts)) {
-            let key = match admit_key(rule.key(parts), 256, self.on_missing_key) {
+            let key = match admit_key(rule.key(parts), DEFAULT_MAX_KEY_LEN, self.on_missing_key) {
                 KeyOutcome::Limit(key) => key,
                 KeyOutcome::Settled(verdict) if verdict.is_response() => return Err(verdict),
                 KeyOutcome::Settled(_) => continue,
@@ -437,6 +433,16 @@ impl Compiled {
             }
         }
         Ok(steps)
+    }
+}
+
+impl Compiled {
+    /// The verdict so far, with one more limit's decision judged and added.
+    fn add(&self, verdict: Verdict, step: &Step<'_>, outcome: Result<Decision, Error>) -> Verdict {
+        verdict.and(
+            self.signals
+                .judge(step.limiter.quotas(), &step.key, outcome),
+        )
     }
 }
 
@@ -478,7 +484,6 @@ impl Rule {
         let mut keys: SmallVec<[Key; 2]> = SmallVec::new();
         for part in &self.key {
             keys.push(match part {
-                RuleKey::Route(r) if r == "global" => Key::from("global"),
                 RuleKey::Route(r) => Key::from(format!("route:{} {r}", parts.method)),
                 // The built-in extractors never wait.
                 RuleKey::Extract(e) => match e.extract(parts).into_ready() {
@@ -510,11 +515,7 @@ impl Policy for Rules {
         let mut verdict = Verdict::pass(Headers::new());
         for step in steps {
             let outcome = step.limiter.check_now(step.key.as_str(), step.cost)?;
-            verdict = verdict.and(compiled.signals.judge(
-                step.limiter.quotas(),
-                &step.key,
-                outcome,
-            ));
+            verdict = compiled.add(verdict, &step, outcome);
             if verdict.is_response() {
                 break;
             }
@@ -533,11 +534,7 @@ impl Policy for Rules {
             for step in steps {
                 let outcome =
                     check_within(step.limiter, &step.key, step.cost, compiled.timeout).await;
-                verdict = verdict.and(compiled.signals.judge(
-                    step.limiter.quotas(),
-                    &step.key,
-                    outcome,
-                ));
+                verdict = compiled.add(verdict, &step, outcome);
                 if verdict.is_response() {
                     break;
                 }
