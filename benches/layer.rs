@@ -4,11 +4,9 @@
 //!
 //! `cargo bench --bench layer`
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::convert::Infallible;
 use std::hint::black_box;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
@@ -18,22 +16,8 @@ use tollgate::key::PeerIp;
 use tollgate::{HeaderStyle, Limiter, MemoryBackend, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 
-struct Counting;
-
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "../tests/support/counting_alloc.rs"]
+mod counting_alloc;
 
 fn request() -> Request<()> {
     let mut r = Request::new(());
@@ -86,11 +70,11 @@ fn bench(c: &mut Criterion) {
         });
         // Allocations per request, beyond the request itself and the bare service.
         let count = |svc: &mut dyn FnMut()| {
-            let before = ALLOCS.load(Ordering::Relaxed);
+            let before = counting_alloc::allocations();
             for _ in 0..1000 {
                 svc();
             }
-            (ALLOCS.load(Ordering::Relaxed) - before) as f64 / 1000.0
+            (counting_alloc::allocations() - before) as f64 / 1000.0
         };
         let bare_allocs = count(&mut || {
             rt.block_on(async {

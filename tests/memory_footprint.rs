@@ -2,33 +2,12 @@
 //! figures are printed (run with `--nocapture`) and quoted in the docs; the
 //! assertion only guards against a regression well past them.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use tollgate::{Algorithm, Limiter, MemoryBackend, Quota};
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
 const KEYS: usize = 100_000;
 
@@ -43,7 +22,7 @@ fn bytes_per_key() {
         let quota = Quota::builder(algorithm, 10, Duration::from_secs(60))
             .build()
             .unwrap();
-        let before = LIVE.load(Ordering::Relaxed);
+        let before = counting_alloc::live_bytes();
         let backend = MemoryBackend::new();
         let limiter = Limiter::new(backend.clone(), quota);
         rt.block_on(async {
@@ -51,7 +30,7 @@ fn bytes_per_key() {
                 limiter.check(k, 1).await.unwrap();
             }
         });
-        let used = LIVE.load(Ordering::Relaxed) - before;
+        let used = counting_alloc::live_bytes() - before;
         let per_key = used as f64 / KEYS as f64;
         println!("{algorithm:>15}: {per_key:6.1} bytes per key (8-byte keys, {KEYS} keys)");
         assert_eq!(backend.len(), KEYS);
