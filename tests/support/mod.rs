@@ -78,13 +78,7 @@ pub async fn get(
         .request(req.body(Empty::new()).unwrap())
         .await
         .unwrap();
-    let (parts, body) = resp.into_parts();
-    let body = body.collect().await.unwrap().to_bytes();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
+    reply(resp).await
 }
 
 /// Collects a `oneshot` response.
