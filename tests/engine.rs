@@ -325,3 +325,29 @@ async fn a_shadow_quota_neither_lengthens_retry_after_nor_counts_as_violated() {
     assert!(d.quotas()[1].shadow && !d.quotas()[1].allowed);
     assert_eq!(d.quotas()[1].retry_after, Some(60 * SEC));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_keys_at_once_stay_within_the_memory_bound() {
+    let backend = MemoryBackend::builder().max_keys(2_000).shards(16).build();
+    let l = Limiter::new(backend.clone(), Quota::gcra(5, 60 * SEC).build().unwrap());
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let l = l.clone();
+            tokio::spawn(async move {
+                for i in 0..5_000 {
+                    l.check(&format!("task-{t}-client-{i}"), 1).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(
+        backend.len() <= backend.capacity(),
+        "{} > {}",
+        backend.len(),
+        backend.capacity()
+    );
+    assert!(backend.len() >= backend.capacity() * 9 / 10);
+}

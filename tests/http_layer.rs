@@ -703,3 +703,56 @@ async fn any_tower_service_and_body_type_can_be_limited() {
         .unwrap();
     assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// A service that is ready only when told, and then fails readiness.
+#[derive(Clone)]
+struct Gatekeeper(std::sync::Arc<std::sync::atomic::AtomicU8>);
+
+impl tower::Service<Request<Body>> for Gatekeeper {
+    type Response = Response<String>;
+    type Error = &'static str;
+    type Future = std::future::Ready<Result<Response<String>, &'static str>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        match self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => std::task::Poll::Pending,
+            1 => std::task::Poll::Ready(Ok(())),
+            _ => std::task::Poll::Ready(Err("inner not ready")),
+        }
+    }
+
+    fn call(&mut self, _: Request<Body>) -> Self::Future {
+        std::future::ready(Ok(Response::new("ok".into())))
+    }
+}
+
+#[tokio::test]
+async fn poll_ready_passes_through() {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::task::{Context, Poll, Waker};
+    use tower::{Layer, Service};
+    let c = clock();
+    let state = std::sync::Arc::new(AtomicU8::new(0));
+    let layer = RateLimitLayer::new(
+        limiter(&c, Quota::gcra(5, SEC).build().unwrap()),
+        PeerIp::new(),
+    );
+    let mut svc = layer.layer(Gatekeeper(state.clone()));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(
+        svc.poll_ready(&mut cx).is_pending(),
+        "pending while the inner service is"
+    );
+    state.store(1, Ordering::SeqCst);
+    assert!(matches!(svc.poll_ready(&mut cx), Poll::Ready(Ok(()))));
+    let r = svc.call(from("192.0.2.1")).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    state.store(2, Ordering::SeqCst);
+    assert!(matches!(
+        svc.poll_ready(&mut cx),
+        Poll::Ready(Err("inner not ready"))
+    ));
+}
