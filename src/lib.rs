@@ -53,12 +53,13 @@ mod backend;
 mod clock;
 mod decision;
 pub mod key;
-mod layer;
+pub mod layer;
 mod limiter;
 mod quota;
 mod quota_set;
 #[cfg(feature = "rules")]
 pub mod rules;
+mod state;
 
 #[cfg(feature = "redis")]
 pub use backend::redis::{
@@ -77,6 +78,7 @@ pub use layer::{
 pub use limiter::{Error, Limiter};
 pub use quota::{Algorithm, Mode, Quota, QuotaBuilder, QuotaError};
 pub use quota_set::{QuotaSet, QuotaSetError};
+pub use state::{QuotaState, StateError};
 
 /// The README's examples, compiled and run as doctests (they use every
 /// feature, as CI's `--all-features` run does).

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{self, State, Step, Update};
+use crate::algorithm::{self, Outcome, State, Update};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
 use crate::quota::Quota;
+use crate::state::QuotaState;
 use std::time::Duration;
 
 /// A named set of quotas applied together: a request passes only if every
@@ -31,14 +32,11 @@ use std::time::Duration;
 /// assert_eq!(set.quotas().len(), 2);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuotaSet {
     name: Arc<str>,
     quotas: Box<[Quota]>,
     ids: Box<[u64]>,
-    /// The set as the IETF `RateLimit-Policy` header tells it: the same on
-    /// every response, so made once.
-    pub(crate) policy_header: std::sync::OnceLock<http::HeaderValue>,
 }
 
 /// Why a [`QuotaSet`] could not be built.
@@ -91,12 +89,7 @@ impl QuotaSet {
     /// A set of quotas already checked to be non-empty with distinct names.
     fn assemble(name: Arc<str>, quotas: Box<[Quota]>) -> Self {
         let ids = quotas.iter().map(|q| fingerprint(&name, q)).collect();
-        QuotaSet {
-            name,
-            quotas,
-            ids,
-            policy_header: Default::default(),
-        }
+        QuotaSet { name, quotas, ids }
     }
 
     /// The set's name.
@@ -111,9 +104,56 @@ impl QuotaSet {
 
     /// A stable identifier of each quota's state: the same on every server
     /// for the same set name and quota, different when the quota changes
-    /// in a way that changes what its state means.
+    /// in a way that changes what its state means. A store keys each
+    /// [`QuotaState`] by the client key and this id.
     pub fn state_ids(&self) -> &[u64] {
         &self.ids
+    }
+
+    /// Decides one request against the states a store keeps for one key
+    /// (`states[i]` is quota `i`'s, `None` when nothing is stored) and
+    /// updates them as the decision requires; a peek (`commit: false`)
+    /// changes nothing. This is all a store outside the crate needs to
+    /// implement [`Backend`](crate::Backend): load, decide, save, in one
+    /// transaction.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Quota, QuotaSet, QuotaState, Timestamp};
+    ///
+    /// let set = QuotaSet::single(Quota::fixed_window(1, Duration::from_secs(60)).build()?);
+    /// let mut states: Vec<Option<QuotaState>> = vec![None];
+    /// let now = Timestamp::from_secs(1_800_000_000);
+    /// assert!(set.decide(&mut states, 1, now, true).allowed());
+    /// // What the store saves, and loads for the next request:
+    /// let saved = states[0].as_ref().map(QuotaState::to_bytes).expect("a state");
+    /// let mut states = vec![Some(QuotaState::from_bytes(&saved)?)];
+    /// assert!(!set.decide(&mut states, 1, now, true).allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decide(
+        &self,
+        states: &mut [Option<QuotaState>],
+        cost: u64,
+        now: Timestamp,
+        commit: bool,
+    ) -> Decision {
+        let (decision, updates) = self.evaluate(
+            |i| states.get(i).and_then(Option::as_ref).map(|s| &s.0),
+            cost,
+            now,
+            commit,
+        );
+        for ((update, slot), quota) in updates
+            .into_iter()
+            .zip(states.iter_mut())
+            .zip(&*self.quotas)
+        {
+            let mut state = slot.take().map(|s| s.0);
+            update.apply(&mut state, &quota.params);
+            *slot = state.map(QuotaState);
+        }
+        decision
     }
 
     /// The first quota that could never admit `cost`, if any.
@@ -137,7 +177,7 @@ impl QuotaSet {
         };
         let mut updates = SmallVec::new();
         let mut verdicts = SmallVec::<[QuotaVerdict; 2]>::new();
-        let mut settle = |step: Step, allowed: bool| {
+        let mut settle = |step: Outcome, allowed: bool| {
             let admitted = allowed && step.allowed;
             let view = if admitted { step.admit } else { step.refuse };
             verdicts.push(QuotaVerdict {
@@ -155,7 +195,7 @@ impl QuotaSet {
             let allowed = step.allowed || quota.params.shadow;
             settle(step, allowed);
         } else {
-            let steps: SmallVec<[Step; 2]> = (0..self.quotas.len()).map(check).collect();
+            let steps: SmallVec<[Outcome; 2]> = (0..self.quotas.len()).map(check).collect();
             let allowed = self.admits(steps.iter().map(|s| s.allowed));
             for step in steps {
                 settle(step, allowed);
@@ -214,16 +254,6 @@ pub(crate) struct QuotaVerdict {
     /// Microseconds the admitted request waits for its turn.
     pub delay: u64,
 }
-
-/// Equal when named alike with the same quotas; the cached header is not
-/// part of what a set is.
-impl PartialEq for QuotaSet {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && self.quotas == other.quotas && self.ids == other.ids
-    }
-}
-
-impl Eq for QuotaSet {}
 
 impl From<Quota> for QuotaSet {
     fn from(quota: Quota) -> Self {

@@ -2,7 +2,7 @@
 //! period since the Unix epoch (a one-minute window starts on the minute);
 //! the counter resets at each boundary. Refused requests are not counted.
 
-use super::{State, Step, Update, View};
+use super::{Branch, Outcome, State, Update};
 use crate::quota::Params;
 
 /// The stored counter.
@@ -13,7 +13,7 @@ pub(crate) struct Window {
     pub count: u64,
 }
 
-pub(crate) fn check(state: Option<&Window>, p: &Params, cost: u64, now: u64) -> Step {
+pub(crate) fn check(state: Option<&Window>, p: &Params, cost: u64, now: u64) -> Outcome {
     let current = now - now % p.period;
     // A window newer than the clock (it stepped back) still holds.
     let w = match state {
@@ -24,21 +24,21 @@ pub(crate) fn check(state: Option<&Window>, p: &Params, cost: u64, now: u64) -> 
         },
     };
     let end = w.start + p.period - now;
-    let refuse = View {
+    let refuse = Branch {
         remaining: p.capacity.saturating_sub(w.count),
         reset: if w.count == 0 { 0 } else { end },
         update: Update::Keep,
     };
     if w.count + cost <= p.capacity {
         let count = w.count + cost;
-        let admit = View {
+        let admit = Branch {
             remaining: p.capacity - count,
             reset: end,
             update: Update::Set(State::FixedWindow(Window { count, ..w })),
         };
-        Step::allow(0, admit, refuse)
+        Outcome::allow(0, admit, refuse)
     } else {
-        Step::deny(end, refuse)
+        Outcome::deny(end, refuse)
     }
 }
 

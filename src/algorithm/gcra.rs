@@ -5,7 +5,7 @@
 //! The interval is rounded up to a whole microsecond, so the rate can only
 //! be a hair slower than asked, never faster.
 
-use super::{State, Step, Update, View};
+use super::{Branch, Outcome, State, Update};
 use crate::quota::Params;
 
 /// The arithmetic GCRA and the leaky bucket share: where the TAT lands if
@@ -13,33 +13,36 @@ use crate::quota::Params;
 pub(crate) struct Schedule {
     /// When this request's turn comes (the old TAT, or now).
     pub start: u64,
-    pub step: Step,
+    pub outcome: Outcome,
 }
 
 pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Schedule {
     let tolerance = p.capacity * p.interval;
     let start = tat.unwrap_or(now).max(now);
     let next = start + cost * p.interval;
-    let refuse = View {
+    let refuse = Branch {
         remaining: tolerance.saturating_sub(start - now) / p.interval,
         reset: start - now,
         update: Update::Keep,
     };
     let step = if next - now <= tolerance {
-        let admit = View {
+        let admit = Branch {
             remaining: (tolerance - (next - now)) / p.interval,
             reset: next - now,
             update: Update::Set(State::Tat(next)),
         };
-        Step::allow(0, admit, refuse)
+        Outcome::allow(0, admit, refuse)
     } else {
-        Step::deny(next - tolerance - now, refuse)
+        Outcome::deny(next - tolerance - now, refuse)
     };
-    Schedule { start, step }
+    Schedule {
+        start,
+        outcome: step,
+    }
 }
 
-pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Step {
-    schedule(tat, p, cost, now).step
+pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Outcome {
+    schedule(tat, p, cost, now).outcome
 }
 
 #[cfg(test)]

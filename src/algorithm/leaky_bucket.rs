@@ -7,13 +7,13 @@
 //! differs is the delay. A queue of one place (`burst(1)`) never delays: it
 //! refuses instead, for callers that cannot wait.
 
-use super::Step;
+use super::Outcome;
 use super::gcra::schedule;
 use crate::quota::Params;
 
-pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Step {
+pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Outcome {
     let s = schedule(tat, p, cost, now);
-    let mut step = s.step;
+    let mut step = s.outcome;
     if step.allowed {
         step.delay = s.start - now;
     }

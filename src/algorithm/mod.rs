@@ -1,6 +1,6 @@
 //! The six algorithms, each a pure function of (stored state, quota, cost,
 //! now) in its own file: no clock, no I/O. Backends load the state, call
-//! [`check`], and store what the returned [`Step`] says.
+//! [`check`], and store what the returned [`Outcome`] says.
 //!
 //! All arithmetic is on integer microseconds below 2^53 (see
 //! [`EXACT_MAX`](crate::quota::EXACT_MAX)) so the Redis scripts can mirror it
@@ -98,7 +98,7 @@ impl Update {
 
 /// What a quota reports, and how its state changes, in one of two futures.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct View {
+pub(crate) struct Branch {
     /// Units left (effective, before soft mode is taken off).
     pub remaining: u64,
     /// Microseconds until the quota is fully restored.
@@ -106,23 +106,24 @@ pub(crate) struct View {
     pub update: Update,
 }
 
-/// One quota's verdict on one request.
+/// An algorithm's outcome for one request on one quota: whether it admits
+/// it, and what to report and store in either case.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Step {
+pub(crate) struct Outcome {
     pub allowed: bool,
     /// Microseconds until the same request would pass (when not allowed).
     pub retry_after: u64,
     /// Microseconds the admitted request must wait for its turn (leaky bucket).
     pub delay: u64,
     /// The state and report if the request is admitted.
-    pub admit: View,
+    pub admit: Branch,
     /// The state and report if it is not (refused here, or by another quota).
-    pub refuse: View,
+    pub refuse: Branch,
 }
 
-impl Step {
-    pub(crate) fn allow(delay: u64, admit: View, refuse: View) -> Step {
-        Step {
+impl Outcome {
+    pub(crate) fn allow(delay: u64, admit: Branch, refuse: Branch) -> Outcome {
+        Outcome {
             allowed: true,
             retry_after: 0,
             delay,
@@ -131,8 +132,8 @@ impl Step {
         }
     }
 
-    pub(crate) fn deny(retry_after: u64, refuse: View) -> Step {
-        Step {
+    pub(crate) fn deny(retry_after: u64, refuse: Branch) -> Outcome {
+        Outcome {
             allowed: false,
             retry_after: retry_after.max(1),
             delay: 0,
@@ -150,7 +151,7 @@ pub(crate) fn check(
     p: &Params,
     cost: u64,
     now: u64,
-) -> Step {
+) -> Outcome {
     match (algorithm, state) {
         (Algorithm::TokenBucket, Some(State::TokenBucket(b))) => {
             token_bucket::check(Some(b), p, cost, now)
@@ -197,7 +198,7 @@ pub(crate) mod testing {
         }
 
         /// Checks and commits as a backend would for a single quota.
-        pub(crate) fn at(&mut self, now: u64, cost: u64) -> Step {
+        pub(crate) fn at(&mut self, now: u64, cost: u64) -> Outcome {
             let q = &self.quota;
             let step = check(q.algorithm(), self.state.as_ref(), &q.params, cost, now);
             let update = if step.allowed {

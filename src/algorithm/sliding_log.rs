@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Step, Update, View};
+use super::{Branch, Outcome, Update};
 use crate::quota::Params;
 
 /// How many of `log`'s entries still count at `now`.
@@ -17,7 +17,7 @@ fn live(log: &VecDeque<u64>, period: u64, now: u64) -> usize {
     log.len() - log.partition_point(|&t| t + period <= now)
 }
 
-pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64) -> Step {
+pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64) -> Outcome {
     let empty = VecDeque::new();
     let log = log.unwrap_or(&empty);
     let n = live(log, p.period, now) as u64;
@@ -25,24 +25,24 @@ pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64
     let reset = |newest: Option<u64>| newest.map_or(0, |t| (t + p.period).saturating_sub(now));
     let append = Update::Log { now, count: cost };
     if n + cost <= p.capacity {
-        let admit = View {
+        let admit = Branch {
             remaining: p.capacity - n - cost,
             reset: reset(Some(now.max(newest.unwrap_or(0)))),
             update: append,
         };
-        let refuse = View {
+        let refuse = Branch {
             remaining: p.capacity - n,
             reset: reset(newest),
             update: Update::Keep,
         };
-        return Step::allow(0, admit, refuse);
+        return Outcome::allow(0, admit, refuse);
     }
     // The request passes once enough of the oldest entries have expired for
     // the newest `capacity - cost` to be all that is left.
     let (refuse, wait) = if p.count_rejected {
         let mut after = log.clone();
         append_entries(&mut after, p, now, cost);
-        let view = View {
+        let view = Branch {
             remaining: p
                 .capacity
                 .saturating_sub(live(&after, p.period, now) as u64),
@@ -51,14 +51,14 @@ pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64
         };
         (view, oldest_blocking(&after, p, cost))
     } else {
-        let view = View {
+        let view = Branch {
             remaining: p.capacity - n.min(p.capacity),
             reset: reset(newest),
             update: Update::Keep,
         };
         (view, oldest_blocking(log, p, cost))
     };
-    Step::deny((wait + p.period).saturating_sub(now), refuse)
+    Outcome::deny((wait + p.period).saturating_sub(now), refuse)
 }
 
 /// The entry whose expiry lets a request of `cost` pass.

@@ -7,7 +7,7 @@
 //! The weighting is the one computation done in floating point, in exactly
 //! the operations the Redis script performs, so both give the same answer.
 
-use super::{State, Step, Update, View};
+use super::{Branch, Outcome, State, Update};
 use crate::quota::Params;
 
 /// The stored counters.
@@ -44,7 +44,7 @@ fn first_fit(prev: u64, room: u64, from: u64, period: u64) -> Option<u64> {
     (e < period).then_some(e.max(from))
 }
 
-pub(crate) fn check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -> Step {
+pub(crate) fn check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -> Outcome {
     let period = p.period;
     let current = now - now % period;
     let c = match state {
@@ -71,19 +71,19 @@ pub(crate) fn check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -
             0
         }
     };
-    let refuse = View {
+    let refuse = Branch {
         remaining: p.capacity.saturating_sub(used),
         reset: reset(c.curr),
         update: Update::Keep,
     };
     if used + cost <= p.capacity {
         let curr = c.curr + cost;
-        let admit = View {
+        let admit = Branch {
             remaining: p.capacity - used - cost,
             reset: reset(curr),
             update: Update::Set(State::SlidingWindow(Counters { curr, ..c })),
         };
-        return Step::allow(0, admit, refuse);
+        return Outcome::allow(0, admit, refuse);
     }
     let this_window = (c.curr + cost <= p.capacity)
         .then(|| first_fit(c.prev, p.capacity - c.curr - cost, elapsed, period))
@@ -95,7 +95,7 @@ pub(crate) fn check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -
             c.start + period + e
         }
     };
-    Step::deny(at - now, refuse)
+    Outcome::deny(at - now, refuse)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! `1/unit` token, `refill` units per microsecond (see `Params`), so no
 //! rounding ever creates or loses a token.
 
-use super::{State, Step, Update, View};
+use super::{Branch, Outcome, State, Update};
 use crate::quota::Params;
 
 /// The stored bucket.
@@ -25,7 +25,7 @@ impl Bucket {
     }
 }
 
-pub(crate) fn check(state: Option<&Bucket>, p: &Params, cost: u64, now: u64) -> Step {
+pub(crate) fn check(state: Option<&Bucket>, p: &Params, cost: u64, now: u64) -> Outcome {
     let full = p.capacity * p.unit;
     let (level, at) = match state {
         None => (full, now),
@@ -37,21 +37,21 @@ pub(crate) fn check(state: Option<&Bucket>, p: &Params, cost: u64, now: u64) -> 
     };
     let need = cost * p.unit;
     let time_to_fill = |level: u64| (full - level).div_ceil(p.refill) + (at - now);
-    let refuse = View {
+    let refuse = Branch {
         remaining: level / p.unit,
         reset: time_to_fill(level),
         update: Update::Keep,
     };
     if level >= need {
         let left = level - need;
-        let admit = View {
+        let admit = Branch {
             remaining: left / p.unit,
             reset: time_to_fill(left),
             update: Update::Set(State::TokenBucket(Bucket { level: left, at })),
         };
-        Step::allow(0, admit, refuse)
+        Outcome::allow(0, admit, refuse)
     } else {
-        Step::deny((need - level).div_ceil(p.refill) + (at - now), refuse)
+        Outcome::deny((need - level).div_ceil(p.refill) + (at - now), refuse)
     }
 }
 

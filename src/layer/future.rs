@@ -5,49 +5,27 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::headers::{Headers, apply};
-use super::policy::VerdictKind;
+use super::verdict::{Verdict, VerdictKind};
 
-/// What the asynchronous part of a decision ends in. Always boxed inside the
-/// response future, so its size is not worth trading an allocation for.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Gate<ReqBody> {
-    Admit {
-        request: Request<ReqBody>,
-        headers: Headers,
-    },
-    Respond(Response<Bytes>),
-}
+/// A verdict on its way: the policy deciding, then any delay it asks for.
+/// Yields the request back with the verdict, so it can be passed on.
+type Deciding<ReqBody> = Pin<Box<dyn Future<Output = (Verdict, Request<ReqBody>)> + Send>>;
 
-impl<ReqBody> Gate<ReqBody> {
-    fn new(verdict: VerdictKind, parts: Parts, body: ReqBody) -> Self {
-        match verdict {
-            VerdictKind::Pass { headers, .. } => Gate::Admit {
-                request: Request::from_parts(parts, body),
-                headers,
-            },
-            VerdictKind::Respond(response) => Gate::Respond(response),
+/// Waits out a passing verdict's delay (a leaky-bucket queue position).
+pub(crate) async fn after_delay<B>(verdict: Verdict, request: Request<B>) -> (Verdict, Request<B>) {
+    if let VerdictKind::Pass { delay, .. } = &verdict.0 {
+        if !delay.is_zero() {
+            tokio::time::sleep(*delay).await;
         }
     }
-
-    /// Waits out the verdict's delay, if any.
-    pub(crate) async fn after(verdict: VerdictKind, parts: Parts, body: ReqBody) -> Self {
-        if let VerdictKind::Pass { delay, .. } = &verdict {
-            if !delay.is_zero() {
-                tokio::time::sleep(*delay).await;
-            }
-        }
-        Gate::new(verdict, parts, body)
-    }
+    (verdict, request)
 }
-
-type GateFuture<ReqBody> = Pin<Box<dyn Future<Output = Gate<ReqBody>> + Send>>;
 
 pin_project! {
     /// The response future of [`RateLimit`](super::RateLimit): the inner
@@ -65,7 +43,7 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     enum State<S, ReqBody, F> {
-        Deciding { gate: GateFuture<ReqBody>, inner: Option<S> },
+        Deciding { verdict: Deciding<ReqBody>, inner: Option<S> },
         Inner { #[pin] future: F, headers: Headers },
         Ready { response: Option<Response<Bytes>> },
     }
@@ -89,13 +67,13 @@ where
         }
     }
 
-    pub(crate) fn gate(
+    pub(crate) fn deciding(
         inner: S,
-        gate: impl Future<Output = Gate<ReqBody>> + Send + 'static,
+        verdict: impl Future<Output = (Verdict, Request<ReqBody>)> + Send + 'static,
     ) -> Self {
         ResponseFuture {
             state: State::Deciding {
-                gate: Box::pin(gate),
+                verdict: Box::pin(verdict),
                 inner: Some(inner),
             },
         }
@@ -112,10 +90,11 @@ where
         let mut state = self.project().state;
         loop {
             match state.as_mut().project() {
-                StateProj::Deciding { gate, inner } => {
-                    let (request, headers) = match ready!(gate.as_mut().poll(cx)) {
-                        Gate::Admit { request, headers } => (request, headers),
-                        Gate::Respond(response) => return Poll::Ready(Ok(own(response))),
+                StateProj::Deciding { verdict, inner } => {
+                    let (verdict, request) = ready!(verdict.as_mut().poll(cx));
+                    let headers = match verdict.0 {
+                        VerdictKind::Pass { headers, .. } => headers,
+                        VerdictKind::Respond(response) => return Poll::Ready(Ok(own(response))),
                     };
                     let Some(mut service) = inner.take() else {
                         return Poll::Ready(Ok(internal_error()));

@@ -5,9 +5,8 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderName, HeaderValue, Response, StatusCode};
+use http::header::RETRY_AFTER;
+use http::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
 use crate::decision::Decision;
@@ -135,7 +134,8 @@ impl Write for Buffer {
 }
 
 /// `RateLimit-Policy` for `quotas`: each quota's name, capacity and window.
-fn policy_header(quotas: &QuotaSet) -> HeaderValue {
+/// The same on every response, so policies make it once and keep it.
+pub(crate) fn policy_header(quotas: &QuotaSet) -> HeaderValue {
     let mut out = Buffer::new();
     for (i, q) in quotas.quotas().iter().enumerate() {
         if i > 0 {
@@ -153,12 +153,12 @@ fn policy_header(quotas: &QuotaSet) -> HeaderValue {
 pub(crate) fn rate_limit_headers(
     style: HeaderStyle,
     quotas: &QuotaSet,
+    policy: &HeaderValue,
     decision: &Decision,
 ) -> Headers {
     let mut out = Headers::new();
     match style {
         HeaderStyle::Ietf => {
-            let policy = quotas.policy_header.get_or_init(|| policy_header(quotas));
             let mut state = Buffer::new();
             for (i, (q, d)) in quotas.quotas().iter().zip(decision.quotas()).enumerate() {
                 if i > 0 {
@@ -211,59 +211,6 @@ pub(crate) fn apply(headers: Headers, to: &mut http::HeaderMap) {
     }
 }
 
-/// The problem type for an exceeded quota (IANA HTTP problem types).
-pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
-
-/// An `application/problem+json` response (RFC 9457).
-pub(crate) fn problem(
-    status: StatusCode,
-    kind: &str,
-    detail: &str,
-    violated: &[&str],
-) -> Response<Bytes> {
-    let mut body = String::with_capacity(160);
-    body.push_str("{\"type\":");
-    json_string(&mut body, kind);
-    body.push_str(",\"title\":");
-    json_string(&mut body, status.canonical_reason().unwrap_or("Error"));
-    let _ = write!(body, ",\"status\":{}", status.as_u16());
-    body.push_str(",\"detail\":");
-    json_string(&mut body, detail);
-    if !violated.is_empty() {
-        body.push_str(",\"violated-policies\":[");
-        for (i, name) in violated.iter().enumerate() {
-            if i > 0 {
-                body.push(',');
-            }
-            json_string(&mut body, name);
-        }
-        body.push(']');
-    }
-    body.push('}');
-    let mut response = Response::new(Bytes::from(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    response
-}
-
-fn json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,18 +221,5 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::ZERO), 1);
         assert_eq!(retry_after_secs(Duration::from_millis(2001)), 3);
         assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
-    }
-
-    #[test]
-    fn problem_bodies_escape_strings() {
-        let r = problem(
-            StatusCode::TOO_MANY_REQUESTS,
-            QUOTA_EXCEEDED,
-            "a \"b\"\n",
-            &["x\\y"],
-        );
-        let body = std::str::from_utf8(r.body()).unwrap();
-        assert!(body.contains(r#""detail":"a \"b\"\u000a""#), "{body}");
-        assert!(body.contains(r#""violated-policies":["x\\y"]"#), "{body}");
     }
 }

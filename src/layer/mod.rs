@@ -1,266 +1,45 @@
 //! The tower layer: `.layer(RateLimitLayer::new(limiter, key))`.
+//!
+//! A [`RateLimitLayer`] wraps a service in [`RateLimit`]; for each request a
+//! [`Policy`] (one limiter and key, [`LimitPolicy`], or a rules file) reaches
+//! a [`Verdict`]: pass the request on with rate-limit headers, maybe after a
+//! leaky-bucket delay, or answer it (429 with `Retry-After` and a problem
+//! body, 400 for a missing key, 503 when the limiter is down and the policy
+//! says so). The response future is the inner service's, a ready response,
+//! or a decision under way; the body is the inner service's or the layer's
+//! own, without constraining the inner body type.
+//!
+//! Files, each one job, in the order they depend on each other: `headers`
+//! and `problem` (what clients are told), `verdict`, `respond` (decision to
+//! verdict), `policy` (request to decision), `body`, `future`, `service`,
+//! `layer` (the layer and its builder).
 
 mod body;
 mod future;
 mod headers;
+#[allow(clippy::module_inception)]
+mod layer;
 mod policy;
+mod problem;
+mod respond;
 mod service;
-
-use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
-
-use bytes::Bytes;
-use http::Response;
-use http::request::Parts;
-use tower_layer::Layer;
+mod verdict;
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
-pub use headers::{HeaderStyle, QUOTA_EXCEEDED};
-pub use policy::{LimitPolicy, Policy, Verdict};
+pub use headers::HeaderStyle;
+pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use policy::{LimitPolicy, OnMissingKey, Policy};
+pub use problem::{QUOTA_EXCEEDED, problem_response};
+pub use respond::{OnBackendError, OnDelay, Rejection};
 pub use service::RateLimit;
+pub use verdict::Verdict;
 
 #[cfg(feature = "rules")]
 pub(crate) use headers::Headers;
-pub(crate) use policy::Signals;
-
-/// What other policies (the rules) build on.
 #[cfg(feature = "rules")]
-pub(crate) mod policy_support {
-    pub(crate) use super::headers::problem;
-    pub(crate) use super::policy::{
-        DEFAULT_MAX_KEY_LEN, KeyOutcome, Sealed, admit_key, check_within,
-    };
-}
-
-use crate::backend::Backend;
-use crate::decision::Decision;
-use crate::key::{Key, KeyExtractor};
-use crate::limiter::Limiter;
-use crate::quota_set::QuotaSet;
-
-/// What to do with a request when the backend fails or does not answer in
-/// time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnBackendError {
-    /// Let it through, unlimited (the default: if unsure, do not limit).
-    #[default]
-    Allow,
-    /// Answer 503 Service Unavailable.
-    Reject,
-}
-
-/// What to do with a request whose key cannot be found (no such header, a
-/// malformed `X-Forwarded-For`, a key over the length limit).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnMissingKey {
-    /// Answer with the key error's status (400 when the request is at fault,
-    /// 500 when the server is misconfigured) and a problem-details body. The
-    /// default, so that a client cannot dodge its limit by sending a bad key.
-    #[default]
-    Reject,
-    /// Let it through, unlimited.
-    Allow,
-}
-
-/// What to do when a leaky-bucket quota admits a request with a delay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnDelay {
-    /// Hold the request for the delay, then pass it on (the default): the
-    /// inner service sees evenly spaced requests.
-    #[default]
-    Wait,
-    /// Answer 429 at once with the delay as `Retry-After`. The request's
-    /// place in the queue is spent; use a queue of one (`burst(1)`) to never
-    /// delay instead.
-    Reject,
-}
-
-type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
-pub(crate) type RejectFn = dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync;
-
-/// A refused request, for a custom response (see
-/// [`RateLimitLayerBuilder::rejection_response`]).
-#[derive(Debug)]
-pub struct Rejection<'a> {
-    /// The decision.
-    pub decision: &'a Decision,
-    /// The quotas, in the order of `decision.quotas()`.
-    pub quotas: &'a QuotaSet,
-    /// The key that was limited.
-    pub key: &'a Key,
-}
-
-impl Rejection<'_> {
-    /// The names of the quotas that refused.
-    pub fn violated(&self) -> Vec<&str> {
-        self.decision
-            .violated()
-            .filter_map(|i| self.quotas.quotas().get(i).map(|q| q.name()))
-            .collect()
-    }
-}
-
-/// Rate-limits a tower service: picks each request's key, asks the limiter,
-/// and answers refused requests with 429, `Retry-After` and rate-limit
-/// headers.
-///
-/// ```
-/// use std::time::Duration;
-/// use axum::{Router, routing::get};
-/// use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
-/// use tollgate::key::PeerIp;
-///
-/// # fn main() -> Result<(), tollgate::QuotaError> {
-/// let limiter = Limiter::new(MemoryBackend::new(), Quota::gcra(100, Duration::from_secs(60)).build()?);
-/// let app: Router = Router::new()
-///     .route("/", get(|| async { "hello" }))
-///     .layer(RateLimitLayer::new(limiter, PeerIp::new()));
-/// # Ok(())
-/// # }
-/// ```
-///
-/// The type parameter is the [`Policy`] that decides: one limiter and key
-/// ([`LimitPolicy`], from [`new`](RateLimitLayer::new) and
-/// [`builder`](RateLimitLayer::builder)), or a rules file (with the `rules`
-/// feature).
-pub struct RateLimitLayer<P> {
-    policy: Arc<P>,
-}
-
-impl<P> Clone for RateLimitLayer<P> {
-    fn clone(&self) -> Self {
-        RateLimitLayer {
-            policy: Arc::clone(&self.policy),
-        }
-    }
-}
-
-impl<P> fmt::Debug for RateLimitLayer<P> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayer").finish_non_exhaustive()
-    }
-}
-
-impl<P: Policy> RateLimitLayer<P> {
-    /// A layer deciding by `policy`.
-    pub fn from_policy(policy: P) -> Self {
-        RateLimitLayer {
-            policy: Arc::new(policy),
-        }
-    }
-
-    /// The policy.
-    pub fn policy(&self) -> &P {
-        &self.policy
-    }
-}
-
-impl<B: Backend, K: KeyExtractor> RateLimitLayer<LimitPolicy<B, K>> {
-    /// Limits each request by `key` with `limiter`, with the defaults: IETF
-    /// headers, cost 1, let requests through if the backend fails or takes
-    /// over 100 ms, reject requests without a key.
-    pub fn new(limiter: Limiter<B>, key: K) -> Self {
-        RateLimitLayer::builder(limiter, key).build()
-    }
-
-    /// A builder for everything beyond the defaults.
-    pub fn builder(limiter: Limiter<B>, key: K) -> RateLimitLayerBuilder<B, K> {
-        RateLimitLayerBuilder {
-            policy: LimitPolicy {
-                limiter,
-                key,
-                signals: Signals::default(),
-                on_missing_key: OnMissingKey::default(),
-                timeout: Duration::from_millis(100),
-                max_key_len: policy::DEFAULT_MAX_KEY_LEN,
-                cost: None,
-            },
-        }
-    }
-}
-
-impl<S, P> Layer<S> for RateLimitLayer<P> {
-    type Service = RateLimit<S, P>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, Arc::clone(&self.policy))
-    }
-}
-
-/// Builds a [`RateLimitLayer`] for one limiter.
-#[must_use = "call .build() to get the layer"]
-pub struct RateLimitLayerBuilder<B, K> {
-    policy: LimitPolicy<B, K>,
-}
-
-impl<B, K> fmt::Debug for RateLimitLayerBuilder<B, K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayerBuilder")
-            .finish_non_exhaustive()
-    }
-}
-
-impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
-    /// Which rate-limit headers responses carry ([`HeaderStyle::Ietf`] by default).
-    pub fn header_style(mut self, style: HeaderStyle) -> Self {
-        self.policy.signals.header_style = style;
-        self
-    }
-
-    /// What to do when the backend fails or times out ([`OnBackendError::Allow`] by default).
-    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
-        self.policy.signals.on_backend_error = policy;
-        self
-    }
-
-    /// What to do with a request that has no key ([`OnMissingKey::Reject`] by default).
-    pub fn on_missing_key(mut self, policy: OnMissingKey) -> Self {
-        self.policy.on_missing_key = policy;
-        self
-    }
-
-    /// What to do with a leaky-bucket delay ([`OnDelay::Wait`] by default).
-    pub fn on_delay(mut self, policy: OnDelay) -> Self {
-        self.policy.signals.on_delay = policy;
-        self
-    }
-
-    /// How long to wait for a backend that answers asynchronously (100 ms by
-    /// default); past it, [`on_backend_error`](Self::on_backend_error)
-    /// applies. The in-memory backend answers at once.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.policy.timeout = timeout;
-        self
-    }
-
-    /// The longest key accepted, in bytes (256 by default); longer keys are a
-    /// [`KeyError::TooLong`](crate::key::KeyError::TooLong).
-    pub fn max_key_len(mut self, bytes: usize) -> Self {
-        self.policy.max_key_len = bytes;
-        self
-    }
-
-    /// What each request costs (1 by default), from its head: heavier
-    /// operations spend more of the quota.
-    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
-        self.policy.cost = Some(Arc::new(cost));
-        self
-    }
-
-    /// Replaces the default 429 response (problem details). The layer still
-    /// adds `Retry-After` and the rate-limit headers.
-    pub fn rejection_response(
-        mut self,
-        respond: impl Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,
-    ) -> Self {
-        self.policy.signals.rejection = Some(Arc::new(respond));
-        self
-    }
-
-    /// The layer.
-    pub fn build(self) -> RateLimitLayer<LimitPolicy<B, K>> {
-        RateLimitLayer::from_policy(self.policy)
-    }
-}
+pub(crate) use policy::{DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Sealed, admit_key, check_within};
+#[cfg(feature = "rules")]
+pub(crate) use problem::problem;
+#[cfg(feature = "rules")]
+pub(crate) use respond::ResponsePolicy;

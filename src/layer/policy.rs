@@ -5,19 +5,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use http::HeaderValue;
 use http::request::Parts;
-use http::{HeaderValue, Response, StatusCode};
 
-use super::headers::{Headers, problem, rate_limit_headers, retry_after_secs};
-use super::{
-    CostFn, HeaderStyle, OnBackendError, OnDelay, OnMissingKey, QUOTA_EXCEEDED, RejectFn, Rejection,
-};
+use super::headers::{Headers, policy_header};
+use super::problem::problem;
+use super::respond::ResponsePolicy;
+use super::verdict::Verdict;
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::decision::Decision;
 use crate::key::{Key, KeyError, KeyExtractor};
 use crate::limiter::{Error, Limiter};
-use crate::quota_set::QuotaSet;
 
 mod sealed {
     pub trait Sealed {}
@@ -35,157 +33,20 @@ pub trait Policy: sealed::Sealed + Send + Sync + 'static {
     fn decide<'a>(&'a self, parts: &'a Parts) -> impl Future<Output = Verdict> + Send + 'a;
 }
 
-/// What becomes of a request: pass it on (maybe after a delay, adding
-/// headers), or answer it.
-pub struct Verdict(pub(crate) VerdictKind);
-
-pub(crate) enum VerdictKind {
-    Pass { headers: Headers, delay: Duration },
-    Respond(Response<Bytes>),
+/// What to do with a request whose key cannot be found (no such header, a
+/// malformed `X-Forwarded-For`, a key over the length limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnMissingKey {
+    /// Answer with the key error's status (400 when the request is at fault,
+    /// 500 when the server is misconfigured) and a problem-details body. The
+    /// default, so that a client cannot dodge its limit by sending a bad key.
+    #[default]
+    Reject,
+    /// Let it through, unlimited.
+    Allow,
 }
 
-impl fmt::Debug for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            VerdictKind::Pass { delay, .. } => {
-                f.debug_struct("Pass").field("delay", delay).finish()
-            }
-            VerdictKind::Respond(r) => f.debug_tuple("Respond").field(&r.status()).finish(),
-        }
-    }
-}
-
-impl Verdict {
-    pub(crate) fn pass(headers: Headers) -> Self {
-        Verdict(VerdictKind::Pass {
-            headers,
-            delay: Duration::ZERO,
-        })
-    }
-
-    pub(crate) fn respond(response: Response<Bytes>) -> Self {
-        Verdict(VerdictKind::Respond(response))
-    }
-
-    /// Whether the request is answered by the layer rather than passed on.
-    pub fn is_response(&self) -> bool {
-        matches!(self.0, VerdictKind::Respond(_))
-    }
-
-    #[cfg(feature = "rules")]
-    /// Combines the verdicts of several limits on one request: the first
-    /// response wins; otherwise the request passes after the longest delay
-    /// with every limit's headers.
-    pub(crate) fn and(self, other: Verdict) -> Verdict {
-        match (self.0, other.0) {
-            (VerdictKind::Respond(r), _) | (_, VerdictKind::Respond(r)) => Verdict::respond(r),
-            (
-                VerdictKind::Pass { headers, delay },
-                VerdictKind::Pass {
-                    headers: more,
-                    delay: later,
-                },
-            ) => {
-                let mut headers = headers;
-                headers.extend(more);
-                Verdict(VerdictKind::Pass {
-                    headers,
-                    delay: delay.max(later),
-                })
-            }
-        }
-    }
-}
-
-/// How decisions are told to clients, and what failures mean.
-#[derive(Clone, Default)]
-pub(crate) struct Signals {
-    pub header_style: HeaderStyle,
-    pub on_backend_error: OnBackendError,
-    pub on_delay: OnDelay,
-    pub rejection: Option<Arc<RejectFn>>,
-}
-
-impl Signals {
-    /// Turns the limiter's answer into what happens to the request. The one
-    /// place that decides, whatever the policy and path.
-    pub(crate) fn judge(
-        &self,
-        quotas: &QuotaSet,
-        key: &Key,
-        outcome: Result<Decision, Error>,
-    ) -> Verdict {
-        let decision = match outcome {
-            Ok(decision) => decision,
-            Err(error) => return self.failed(key, &error),
-        };
-        let mut headers = rate_limit_headers(self.header_style, quotas, &decision);
-        if decision.allowed() {
-            if decision.exceeded() {
-                tracing::info!(key = %key, set = quotas.name(), "shadow quota would have refused the request");
-            }
-            let delay = decision.delay();
-            if delay.is_zero() || self.on_delay == OnDelay::Wait {
-                return Verdict(VerdictKind::Pass { headers, delay });
-            }
-            let wait = retry_after_secs(delay);
-            headers.push((http::header::RETRY_AFTER, HeaderValue::from(wait)));
-            let detail = format!("Queued; retry in {wait} seconds.");
-            let response = problem(StatusCode::TOO_MANY_REQUESTS, QUOTA_EXCEEDED, &detail, &[]);
-            return Verdict::respond(with_headers(response, headers));
-        }
-        let rejection = Rejection {
-            decision: &decision,
-            quotas,
-            key,
-        };
-        tracing::debug!(key = %key, violated = ?rejection.violated(), "rate limited");
-        let response = match &self.rejection {
-            Some(respond) => respond(&rejection),
-            None => {
-                let wait = decision.retry_after().map_or(1, retry_after_secs);
-                let detail = format!("Quota exceeded; retry in {wait} seconds.");
-                problem(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    QUOTA_EXCEEDED,
-                    &detail,
-                    &rejection.violated(),
-                )
-            }
-        };
-        Verdict::respond(with_headers(response, headers))
-    }
-
-    fn failed(&self, key: &Key, error: &Error) -> Verdict {
-        match error {
-            Error::CostTooHigh { .. } => {
-                tracing::error!(key = %key, %error, "rate-limit cost misconfigured")
-            }
-            _ => {
-                tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide")
-            }
-        }
-        match self.on_backend_error {
-            OnBackendError::Allow => Verdict::pass(Headers::new()),
-            OnBackendError::Reject => Verdict::respond(problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "about:blank",
-                "The rate limiter is unavailable.",
-                &[],
-            )),
-        }
-    }
-}
-
-/// Adds headers the response does not set itself.
-fn with_headers(mut response: Response<Bytes>, headers: Headers) -> Response<Bytes> {
-    for (name, value) in headers {
-        if !response.headers().contains_key(&name) {
-            response.headers_mut().insert(name, value);
-        }
-    }
-    response
-}
+pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 
 /// What a request's key means for it. The verdict is large because its
 /// headers are kept inline, which saves an allocation per request.
@@ -257,12 +118,39 @@ pub(crate) async fn check_within<B: Backend>(
         })
 }
 
+/// A limiter as a policy uses it: with its `RateLimit-Policy` header, the
+/// same on every response, made once.
+#[derive(Clone)]
+pub(crate) struct Limit<B> {
+    pub limiter: Limiter<B>,
+    policy_header: HeaderValue,
+}
+
+impl<B> Limit<B> {
+    pub(crate) fn new(limiter: Limiter<B>) -> Self {
+        Limit {
+            policy_header: policy_header(limiter.quotas()),
+            limiter,
+        }
+    }
+
+    /// What becomes of a request given the limiter's answer.
+    pub(crate) fn judge(
+        &self,
+        respond: &ResponsePolicy,
+        key: &Key,
+        outcome: Result<Decision, Error>,
+    ) -> Verdict {
+        respond.judge(self.limiter.quotas(), &self.policy_header, key, outcome)
+    }
+}
+
 /// One limiter, one key extractor: what [`RateLimitLayer::new`](super::RateLimitLayer::new)
 /// and its builder make.
 pub struct LimitPolicy<B, K> {
-    pub(crate) limiter: Limiter<B>,
+    pub(crate) limit: Limit<B>,
     pub(crate) key: K,
-    pub(crate) signals: Signals,
+    pub(crate) respond: ResponsePolicy,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) timeout: Duration,
     pub(crate) max_key_len: usize,
@@ -270,9 +158,21 @@ pub struct LimitPolicy<B, K> {
 }
 
 impl<B, K> LimitPolicy<B, K> {
+    pub(crate) fn new(limiter: Limiter<B>, key: K) -> Self {
+        LimitPolicy {
+            limit: Limit::new(limiter),
+            key,
+            respond: ResponsePolicy::default(),
+            on_missing_key: OnMissingKey::default(),
+            timeout: Duration::from_millis(100),
+            max_key_len: DEFAULT_MAX_KEY_LEN,
+            cost: None,
+        }
+    }
+
     /// The limiter.
     pub fn limiter(&self) -> &Limiter<B> {
-        &self.limiter
+        &self.limit.limiter
     }
 
     fn cost(&self, parts: &Parts) -> u64 {
@@ -283,8 +183,8 @@ impl<B, K> LimitPolicy<B, K> {
 impl<B, K> fmt::Debug for LimitPolicy<B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimitPolicy")
-            .field("quotas", &self.limiter.quotas().name())
-            .field("header_style", &self.signals.header_style)
+            .field("quotas", &self.limit.limiter.quotas().name())
+            .field("header_style", &self.respond.header_style)
             .finish_non_exhaustive()
     }
 }
@@ -293,7 +193,7 @@ impl<B, K> sealed::Sealed for LimitPolicy<B, K> {}
 
 impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
     fn decide_now(&self, parts: &Parts) -> Option<Verdict> {
-        if !self.limiter.backend().decides_now() {
+        if !self.limit.limiter.backend().decides_now() {
             return None;
         }
         let key = self.key.extract(parts).into_ready().ok()?;
@@ -301,8 +201,11 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             KeyOutcome::Limit(key) => key,
             KeyOutcome::Settled(verdict) => return Some(verdict),
         };
-        let outcome = self.limiter.check_now(key.as_str(), self.cost(parts))?;
-        Some(self.signals.judge(self.limiter.quotas(), &key, outcome))
+        let outcome = self
+            .limit
+            .limiter
+            .check_now(key.as_str(), self.cost(parts))?;
+        Some(self.limit.judge(&self.respond, &key, outcome))
     }
 
     async fn decide(&self, parts: &Parts) -> Verdict {
@@ -311,8 +214,8 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             KeyOutcome::Limit(key) => key,
             KeyOutcome::Settled(verdict) => return verdict,
         };
-        let outcome = check_within(&self.limiter, &key, self.cost(parts), self.timeout).await;
-        self.signals.judge(self.limiter.quotas(), &key, outcome)
+        let outcome = check_within(&self.limit.limiter, &key, self.cost(parts), self.timeout).await;
+        self.limit.judge(&self.respond, &key, outcome)
     }
 }
 

@@ -7,8 +7,10 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::future::{Gate, ResponseFuture};
-use super::policy::{Policy, VerdictKind};
+use super::body::ResponseBody;
+use super::future::{ResponseFuture, after_delay};
+use super::policy::Policy;
+use super::verdict::{Verdict, VerdictKind};
 
 /// A service rate-limited by a [`RateLimitLayer`](super::RateLimitLayer).
 pub struct RateLimit<S, P> {
@@ -61,7 +63,7 @@ where
     ReqBody: Send + 'static,
     P: Policy,
 {
-    type Response = Response<super::ResponseBody<ResBody>>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqBody>;
 
@@ -75,23 +77,21 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let (parts, body) = request.into_parts();
-        match self.policy.decide_now(&parts).map(|v| v.0) {
-            Some(VerdictKind::Pass { headers, delay }) if delay.is_zero() => {
-                ResponseFuture::inner(inner.call(Request::from_parts(parts, body)), headers)
+        let Some(verdict) = self.policy.decide_now(&parts) else {
+            let policy = Arc::clone(&self.policy);
+            return ResponseFuture::deciding(inner, async move {
+                let verdict = policy.decide(&parts).await;
+                after_delay(verdict, Request::from_parts(parts, body)).await
+            });
+        };
+        let request = Request::from_parts(parts, body);
+        match verdict.0 {
+            VerdictKind::Pass { headers, delay } if delay.is_zero() => {
+                ResponseFuture::inner(inner.call(request), headers)
             }
-            Some(VerdictKind::Respond(response)) => ResponseFuture::respond(response),
-            Some(pass_later) => {
-                ResponseFuture::gate(
-                    inner,
-                    async move { Gate::after(pass_later, parts, body).await },
-                )
-            }
-            None => {
-                let policy = Arc::clone(&self.policy);
-                ResponseFuture::gate(inner, async move {
-                    let verdict = policy.decide(&parts).await;
-                    Gate::after(verdict.0, parts, body).await
-                })
+            VerdictKind::Respond(response) => ResponseFuture::respond(response),
+            pass_later => {
+                ResponseFuture::deciding(inner, after_delay(Verdict(pass_later), request))
             }
         }
     }

@@ -51,10 +51,10 @@ use crate::key::{
     ClientIp, ExtensionKey, GlobalKey, HeaderKey, Key, KeyError, KeyExtractor, PeerIp, UserId,
     peer_addr,
 };
-use crate::layer::policy_support::{
-    DEFAULT_MAX_KEY_LEN, KeyOutcome, Sealed, admit_key, check_within, problem,
+use crate::layer::{
+    DEFAULT_MAX_KEY_LEN, Headers, KeyOutcome, Limit, OnMissingKey, Policy, ResponsePolicy, Sealed,
+    Verdict, admit_key, check_within, problem,
 };
-use crate::layer::{Headers, OnMissingKey, Policy, Signals, Verdict};
 use crate::limiter::{Error, Limiter};
 use crate::quota_set::QuotaSet;
 use file::{BackendConfig, KeyPart, MatchConfig, MatchMode, RulesFile};
@@ -242,7 +242,7 @@ struct Compiled {
     file: RulesFile,
     backend: AnyBackend,
     backend_config: BackendConfig,
-    signals: Signals,
+    respond: ResponsePolicy,
     on_missing_key: OnMissingKey,
     timeout: Duration,
     matching: MatchMode,
@@ -256,8 +256,8 @@ struct Rule {
     matches: MatchConfig,
     key: Vec<RuleKey>,
     cost: u64,
-    limiter: Limiter<AnyBackend>,
-    overrides: HashMap<String, Limiter<AnyBackend>>,
+    limit: Limit<AnyBackend>,
+    overrides: HashMap<String, Limit<AnyBackend>>,
 }
 
 enum RuleKey {
@@ -330,9 +330,9 @@ impl Compiled {
                         )));
                     }
                 };
-                let limiter = set(&format!("#override{}", j + 1), quotas)?;
+                let limit = Limit::new(set(&format!("#override{}", j + 1), quotas)?);
                 for key in &o.keys {
-                    overrides.insert(key.clone(), limiter.clone());
+                    overrides.insert(key.clone(), limit.clone());
                 }
             }
             let route = rc
@@ -361,15 +361,15 @@ impl Compiled {
                 matches: rc.matches.clone(),
                 key,
                 cost: rc.cost,
-                limiter,
+                limit: Limit::new(limiter),
                 overrides,
             });
         }
         Ok(Compiled {
-            signals: Signals {
+            respond: ResponsePolicy {
                 header_style: file.headers.0,
                 on_backend_error: file.on_backend_error.0,
-                ..Signals::default()
+                ..ResponsePolicy::default()
             },
             on_missing_key: file.on_missing_key.0,
             timeout: file.timeout.0,
@@ -421,9 +421,9 @@ impl Compiled {
                 return Err(forbidden(key.as_str()));
             }
             if !self.file.allow.keys.contains(key.as_str()) {
-                let limiter = rule.overrides.get(key.as_str()).unwrap_or(&rule.limiter);
+                let limit = rule.overrides.get(key.as_str()).unwrap_or(&rule.limit);
                 steps.push(Step {
-                    limiter,
+                    limit,
                     key,
                     cost: rule.cost,
                 });
@@ -439,15 +439,12 @@ impl Compiled {
 impl Compiled {
     /// The verdict so far, with one more limit's decision judged and added.
     fn add(&self, verdict: Verdict, step: &Step<'_>, outcome: Result<Decision, Error>) -> Verdict {
-        verdict.and(
-            self.signals
-                .judge(step.limiter.quotas(), &step.key, outcome),
-        )
+        verdict.and(step.limit.judge(&self.respond, &step.key, outcome))
     }
 }
 
 struct Step<'a> {
-    limiter: &'a Limiter<AnyBackend>,
+    limit: &'a Limit<AnyBackend>,
     key: Key,
     cost: u64,
 }
@@ -514,7 +511,7 @@ impl Policy for Rules {
         };
         let mut verdict = Verdict::pass(Headers::new());
         for step in steps {
-            let outcome = step.limiter.check_now(step.key.as_str(), step.cost)?;
+            let outcome = step.limit.limiter.check_now(step.key.as_str(), step.cost)?;
             verdict = compiled.add(verdict, &step, outcome);
             if verdict.is_response() {
                 break;
@@ -533,7 +530,7 @@ impl Policy for Rules {
             let mut verdict = Verdict::pass(Headers::new());
             for step in steps {
                 let outcome =
-                    check_within(step.limiter, &step.key, step.cost, compiled.timeout).await;
+                    check_within(&step.limit.limiter, &step.key, step.cost, compiled.timeout).await;
                 verdict = compiled.add(verdict, &step, outcome);
                 if verdict.is_response() {
                     break;

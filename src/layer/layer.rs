@@ -1,0 +1,173 @@
+//! The layer and its builder.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+use http::request::Parts;
+use tower_layer::Layer;
+
+use super::headers::HeaderStyle;
+use super::policy::{LimitPolicy, OnMissingKey, Policy};
+use super::respond::{OnBackendError, OnDelay, Rejection};
+use super::service::RateLimit;
+use crate::backend::Backend;
+use crate::key::KeyExtractor;
+use crate::limiter::Limiter;
+
+/// Rate-limits a tower service: picks each request's key, asks the limiter,
+/// and answers refused requests with 429, `Retry-After` and rate-limit
+/// headers.
+///
+/// ```
+/// use std::time::Duration;
+/// use axum::{Router, routing::get};
+/// use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
+/// use tollgate::key::PeerIp;
+///
+/// # fn main() -> Result<(), tollgate::QuotaError> {
+/// let limiter = Limiter::new(MemoryBackend::new(), Quota::gcra(100, Duration::from_secs(60)).build()?);
+/// let app: Router = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(RateLimitLayer::new(limiter, PeerIp::new()));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// The type parameter is the [`Policy`] that decides: one limiter and key
+/// ([`LimitPolicy`], from [`new`](RateLimitLayer::new) and
+/// [`builder`](RateLimitLayer::builder)), or a rules file (with the `rules`
+/// feature).
+pub struct RateLimitLayer<P> {
+    policy: Arc<P>,
+}
+
+impl<P> Clone for RateLimitLayer<P> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            policy: Arc::clone(&self.policy),
+        }
+    }
+}
+
+impl<P> fmt::Debug for RateLimitLayer<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer").finish_non_exhaustive()
+    }
+}
+
+impl<P: Policy> RateLimitLayer<P> {
+    /// A layer deciding by `policy`.
+    pub fn from_policy(policy: P) -> Self {
+        RateLimitLayer {
+            policy: Arc::new(policy),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &P {
+        &self.policy
+    }
+}
+
+impl<B: Backend, K: KeyExtractor> RateLimitLayer<LimitPolicy<B, K>> {
+    /// Limits each request by `key` with `limiter`, with the defaults: IETF
+    /// headers, cost 1, let requests through if the backend fails or takes
+    /// over 100 ms, reject requests without a key.
+    pub fn new(limiter: Limiter<B>, key: K) -> Self {
+        RateLimitLayer::builder(limiter, key).build()
+    }
+
+    /// A builder for everything beyond the defaults.
+    pub fn builder(limiter: Limiter<B>, key: K) -> RateLimitLayerBuilder<B, K> {
+        RateLimitLayerBuilder {
+            policy: LimitPolicy::new(limiter, key),
+        }
+    }
+}
+
+impl<S, P> Layer<S> for RateLimitLayer<P> {
+    type Service = RateLimit<S, P>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit::new(inner, Arc::clone(&self.policy))
+    }
+}
+
+/// Builds a [`RateLimitLayer`] for one limiter.
+#[must_use = "call .build() to get the layer"]
+pub struct RateLimitLayerBuilder<B, K> {
+    policy: LimitPolicy<B, K>,
+}
+
+impl<B, K> fmt::Debug for RateLimitLayerBuilder<B, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
+    /// Which rate-limit headers responses carry ([`HeaderStyle::Ietf`] by default).
+    pub fn header_style(mut self, style: HeaderStyle) -> Self {
+        self.policy.respond.header_style = style;
+        self
+    }
+
+    /// What to do when the backend fails or times out ([`OnBackendError::Allow`] by default).
+    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
+        self.policy.respond.on_backend_error = policy;
+        self
+    }
+
+    /// What to do with a request that has no key ([`OnMissingKey::Reject`] by default).
+    pub fn on_missing_key(mut self, policy: OnMissingKey) -> Self {
+        self.policy.on_missing_key = policy;
+        self
+    }
+
+    /// What to do with a leaky-bucket delay ([`OnDelay::Wait`] by default).
+    pub fn on_delay(mut self, policy: OnDelay) -> Self {
+        self.policy.respond.on_delay = policy;
+        self
+    }
+
+    /// How long to wait for a backend that answers asynchronously (100 ms by
+    /// default); past it, [`on_backend_error`](Self::on_backend_error)
+    /// applies. The in-memory backend answers at once.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.policy.timeout = timeout;
+        self
+    }
+
+    /// The longest key accepted, in bytes (256 by default); longer keys are a
+    /// [`KeyError::TooLong`](crate::key::KeyError::TooLong).
+    pub fn max_key_len(mut self, bytes: usize) -> Self {
+        self.policy.max_key_len = bytes;
+        self
+    }
+
+    /// What each request costs (1 by default), from its head: heavier
+    /// operations spend more of the quota.
+    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
+        self.policy.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Replaces the default 429 response (problem details). The layer still
+    /// adds `Retry-After` and the rate-limit headers.
+    pub fn rejection_response(
+        mut self,
+        respond: impl Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        self.policy.respond.rejection = Some(Arc::new(respond));
+        self
+    }
+
+    /// The layer.
+    pub fn build(self) -> RateLimitLayer<LimitPolicy<B, K>> {
+        RateLimitLayer::from_policy(self.policy)
+    }
+}

@@ -1,0 +1,155 @@
+//! How a decision becomes a response: the response policy, and what it
+//! does when the limiter could not decide.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode};
+
+use super::headers::{HeaderStyle, Headers, rate_limit_headers, retry_after_secs};
+use super::problem::{QUOTA_EXCEEDED, problem};
+use super::verdict::Verdict;
+use crate::decision::Decision;
+use crate::key::Key;
+use crate::limiter::Error;
+use crate::quota_set::QuotaSet;
+
+/// What to do with a request when the backend fails or does not answer in
+/// time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnBackendError {
+    /// Let it through, unlimited (the default: if unsure, do not limit).
+    #[default]
+    Allow,
+    /// Answer 503 Service Unavailable.
+    Reject,
+}
+
+/// What to do when a leaky-bucket quota admits a request with a delay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnDelay {
+    /// Hold the request for the delay, then pass it on (the default): the
+    /// inner service sees evenly spaced requests.
+    #[default]
+    Wait,
+    /// Answer 429 at once with the delay as `Retry-After`. The request's
+    /// place in the queue is spent; use a queue of one (`burst(1)`) to never
+    /// delay instead.
+    Reject,
+}
+
+/// A refused request, for a custom response (see
+/// [`RateLimitLayerBuilder::rejection_response`](super::RateLimitLayerBuilder::rejection_response)).
+#[derive(Debug)]
+pub struct Rejection<'a> {
+    /// The decision.
+    pub decision: &'a Decision,
+    /// The quotas, in the order of `decision.quotas()`.
+    pub quotas: &'a QuotaSet,
+    /// The key that was limited.
+    pub key: &'a Key,
+}
+
+impl Rejection<'_> {
+    /// The names of the quotas that refused.
+    pub fn violated(&self) -> Vec<&str> {
+        self.decision
+            .violated()
+            .filter_map(|i| self.quotas.quotas().get(i).map(|q| q.name()))
+            .collect()
+    }
+}
+
+pub(crate) type RejectFn = dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync;
+
+/// How decisions are told to clients, and what failures mean.
+#[derive(Clone, Default)]
+pub(crate) struct ResponsePolicy {
+    pub header_style: HeaderStyle,
+    pub on_backend_error: OnBackendError,
+    pub on_delay: OnDelay,
+    pub rejection: Option<Arc<RejectFn>>,
+}
+
+impl ResponsePolicy {
+    /// Turns the limiter's answer into what happens to the request. The one
+    /// place that decides, whatever the policy and path. `policy_header` is
+    /// `quotas`' `RateLimit-Policy`, made once by the caller.
+    pub(crate) fn judge(
+        &self,
+        quotas: &QuotaSet,
+        policy_header: &HeaderValue,
+        key: &Key,
+        outcome: Result<Decision, Error>,
+    ) -> Verdict {
+        let decision = match outcome {
+            Ok(decision) => decision,
+            Err(error) => return self.failed(key, &error),
+        };
+        let mut headers = rate_limit_headers(self.header_style, quotas, policy_header, &decision);
+        if decision.allowed() {
+            if decision.exceeded() {
+                tracing::info!(key = %key, set = quotas.name(), "shadow quota would have refused the request");
+            }
+            let delay = decision.delay();
+            if delay.is_zero() || self.on_delay == OnDelay::Wait {
+                return Verdict::pass_after(headers, delay);
+            }
+            let wait = retry_after_secs(delay);
+            headers.push((http::header::RETRY_AFTER, HeaderValue::from(wait)));
+            let detail = format!("Queued; retry in {wait} seconds.");
+            let response = problem(StatusCode::TOO_MANY_REQUESTS, QUOTA_EXCEEDED, &detail, &[]);
+            return Verdict::respond(with_headers(response, headers));
+        }
+        let rejection = Rejection {
+            decision: &decision,
+            quotas,
+            key,
+        };
+        tracing::debug!(key = %key, violated = ?rejection.violated(), "rate limited");
+        let response = match &self.rejection {
+            Some(respond) => respond(&rejection),
+            None => {
+                let wait = decision.retry_after().map_or(1, retry_after_secs);
+                let detail = format!("Quota exceeded; retry in {wait} seconds.");
+                problem(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    QUOTA_EXCEEDED,
+                    &detail,
+                    &rejection.violated(),
+                )
+            }
+        };
+        Verdict::respond(with_headers(response, headers))
+    }
+
+    fn failed(&self, key: &Key, error: &Error) -> Verdict {
+        match error {
+            Error::CostTooHigh { .. } => {
+                tracing::error!(key = %key, %error, "rate-limit cost misconfigured")
+            }
+            _ => {
+                tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide")
+            }
+        }
+        match self.on_backend_error {
+            OnBackendError::Allow => Verdict::pass(Headers::new()),
+            OnBackendError::Reject => Verdict::respond(problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "about:blank",
+                "The rate limiter is unavailable.",
+                &[],
+            )),
+        }
+    }
+}
+
+/// Adds headers the response does not set itself.
+fn with_headers(mut response: Response<Bytes>, headers: Headers) -> Response<Bytes> {
+    for (name, value) in headers {
+        if !response.headers().contains_key(&name) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
