@@ -1,25 +1,21 @@
 //! One behaviour, two backends: the same requests on the same timeline give
 //! the same decisions (allowed, remaining, reset, retry-after, delay, per
 //! quota) from `MemoryBackend` on a `ManualClock` and from `RedisBackend` on
-//! a real Redis with the same clock as its test clock.
+//! a real Redis with the same clock as its test clock. The traces are in
+//! `support/conformance.rs`.
 
 #![cfg(feature = "redis")]
 
+#[path = "support/conformance.rs"]
+mod conformance;
 #[path = "support/redis.rs"]
 mod redis_support;
 
 use std::time::Duration;
 
+use conformance::T0;
 use redis_support::RedisServer;
-use tollgate::{
-    Algorithm, Clock, Decision, Error, Limiter, ManualClock, MemoryBackend, Mode, Quota, QuotaSet,
-    RedisBackend, Timestamp,
-};
-
-const S: u64 = 1_000_000;
-/// An ordinary present-day time, so the Lua arithmetic works on the large
-/// numbers it meets in production.
-const T0: u64 = 1_760_000_000 * S;
+use tollgate::{ManualClock, RedisBackend, Timestamp};
 
 /// A Redis backend on `clock`, with nothing that could make it differ from
 /// the memory backend: no denial cache, a timeout no loaded test machine
@@ -32,87 +28,6 @@ fn redis_backend(server: &RedisServer, clock: &ManualClock) -> RedisBackend {
         .timeout(Duration::from_secs(5))
         .build()
         .expect("build the Redis backend")
-}
-
-/// The two backends behind one set of quotas, on one clock.
-struct Twin {
-    clock: ManualClock,
-    memory: Limiter<MemoryBackend<ManualClock>>,
-    redis: Limiter<RedisBackend>,
-    /// Keeps traces apart in one Redis.
-    namespace: String,
-    log: Vec<String>,
-}
-
-impl Twin {
-    fn new(redis: &RedisBackend, clock: &ManualClock, quotas: QuotaSet, namespace: &str) -> Twin {
-        Twin {
-            clock: clock.clone(),
-            memory: Limiter::new(
-                MemoryBackend::builder().clock(clock.clone()).build(),
-                quotas.clone(),
-            ),
-            redis: Limiter::new(redis.clone(), quotas),
-            namespace: namespace.to_owned(),
-            log: Vec::new(),
-        }
-    }
-
-    fn at(&mut self, micros: u64) -> &mut Self {
-        self.clock.set(Timestamp::from_micros(micros));
-        self
-    }
-
-    /// Checks (or peeks) on both backends, asserts they agree, and returns
-    /// the decision.
-    async fn ask(&mut self, key: &str, cost: u64, commit: bool) -> Result<Decision, String> {
-        let key = format!("{}{key}", self.namespace);
-        let (memory, redis) = if commit {
-            (
-                self.memory.check(&key, cost).await,
-                self.redis.check(&key, cost).await,
-            )
-        } else {
-            (
-                self.memory.peek(&key, cost).await,
-                self.redis.peek(&key, cost).await,
-            )
-        };
-        let memory = plain(memory);
-        let redis = plain(redis);
-        self.log.push(format!(
-            "t={} key={key:?} cost={cost} commit={commit} -> {memory:?}",
-            self.clock.now().as_micros()
-        ));
-        if memory != redis {
-            panic!(
-                "the backends disagree\nquotas: {:#?}\nrequests:\n{}\nmemory: {memory:#?}\nredis:  {redis:#?}",
-                self.memory.quotas(),
-                self.log.join("\n")
-            );
-        }
-        memory
-    }
-
-    async fn check(&mut self, key: &str, cost: u64) -> Decision {
-        self.ask(key, cost, true).await.expect("a decision")
-    }
-
-    async fn allowed(&mut self, key: &str) -> bool {
-        self.check(key, 1).await.allowed()
-    }
-}
-
-fn plain(r: Result<Decision, Error>) -> Result<Decision, String> {
-    r.map_err(|e| match e {
-        Error::CostTooHigh { .. } => e.to_string(),
-        Error::Backend(e) => panic!("the backend failed: {e}"),
-        other => panic!("unexpected error: {other}"),
-    })
-}
-
-fn set(quotas: impl IntoIterator<Item = Quota>) -> QuotaSet {
-    QuotaSet::new("conformance", quotas).expect("a valid set")
 }
 
 struct Fixture {
@@ -135,364 +50,47 @@ fn fixture() -> Fixture {
 #[tokio::test]
 async fn seeds_fixed_window_boundary_burst() {
     let f = fixture();
-    // 5 per minute: 5 at 02:00:30-59 and 5 at 02:01:00-30 all pass.
-    let minute = T0 - T0 % (60 * S);
-    let mut t = Twin::new(
-        &f.redis,
-        &f.clock,
-        set([Quota::fixed_window(5, Duration::from_secs(60))
-            .build()
-            .unwrap()]),
-        "fw:",
-    );
-    for i in 0..5 {
-        assert!(t.at(minute + (30 + 7 * i) * S).allowed("k").await);
-    }
-    let refused = t.at(minute + 59 * S).check("k", 1).await;
-    assert!(!refused.allowed());
-    assert_eq!(refused.retry_after(), Some(Duration::from_secs(1)));
-    for i in 0..5 {
-        assert!(t.at(minute + (60 + 7 * i) * S).allowed("k").await);
-    }
+    conformance::seeds_fixed_window_boundary_burst(&f.redis, &f.clock).await;
 }
 
 #[tokio::test]
 async fn seeds_sliding_log_with_rejected_attempts_logged() {
     let f = fixture();
-    let minute = T0 - T0 % (60 * S);
-    let mut t = Twin::new(
-        &f.redis,
-        &f.clock,
-        set([Quota::sliding_log(2, Duration::from_secs(60))
-            .count_rejected(true)
-            .build()
-            .unwrap()]),
-        "log:",
-    );
-    assert!(t.at(minute + 12 * S).allowed("k").await);
-    assert!(t.at(minute + 24 * S).allowed("k").await);
-    let refused = t.at(minute + 36 * S).check("k", 1).await;
-    assert!(!refused.allowed());
-    assert_eq!(refused.retry_after(), Some(Duration::from_secs(48)));
-    // At 1:25 the entries of 0:12 and 0:24 have expired; 0:36 remains.
-    assert!(t.at(minute + 85 * S).allowed("k").await);
+    conformance::seeds_sliding_log_with_rejected_attempts_logged(&f.redis, &f.clock).await;
 }
 
 #[tokio::test]
 async fn seeds_sliding_window_counter_examples() {
     let f = fixture();
-    let minute = T0 - T0 % (60 * S);
-    // 7 per minute: 5 in the previous minute, 3 in this one, 30% in:
-    // 3 + 5 x 0.7 = 6.5, under 7: allowed.
-    let mut t = Twin::new(
-        &f.redis,
-        &f.clock,
-        set([Quota::sliding_window(7, Duration::from_secs(60))
-            .build()
-            .unwrap()]),
-        "sw7:",
-    );
-    t.at(minute + 10 * S).check("k", 5).await;
-    for _ in 0..3 {
-        assert!(t.at(minute + 72 * S).allowed("k").await);
-    }
-    let d = t.at(minute + 78 * S).check("k", 1).await;
-    assert!(d.allowed());
-    assert_eq!(d.remaining(), 0);
-
-    // 10 per minute: 9 in the previous minute, and 25% into this one the 9
-    // still weigh 6.75. The seeds' 5 in this minute cannot all have been
-    // admitted by then, so take the 4 that can: 6.75 + 4 = 10.75, over 10.
-    let mut t = Twin::new(
-        &f.redis,
-        &f.clock,
-        set([Quota::sliding_window(10, Duration::from_secs(60))
-            .build()
-            .unwrap()]),
-        "sw10:",
-    );
-    t.at(minute + 10 * S).check("k", 9).await;
-    for _ in 0..4 {
-        assert!(t.at(minute + 74 * S).allowed("k").await);
-    }
-    let d = t.at(minute + 75 * S).check("k", 1).await;
-    assert!(!d.allowed());
-    assert_eq!(d.remaining(), 0);
+    conformance::seeds_sliding_window_counter_examples(&f.redis, &f.clock).await;
 }
 
 #[tokio::test]
 async fn classdojo_push_notifications_and_the_peers_examples() {
     let f = fixture();
-    // At most 10 a minute, and 3 s between two.
-    let mut push = Twin::new(
-        &f.redis,
-        &f.clock,
-        set([
-            Quota::sliding_log(10, Duration::from_secs(60))
-                .build()
-                .unwrap(),
-            Quota::min_interval(Duration::from_secs(3)).build().unwrap(),
-        ]),
-        "push:",
-    );
-    let mut admitted = 0;
-    for i in 0..60 {
-        admitted += u64::from(push.at(T0 + i * S).allowed("teacher").await);
-    }
-    assert_eq!(admitted, 10);
-
-    // Twitter: 300 tweets per 3 hours; Google Docs: 300 reads a minute.
-    let mut tweets = Twin::new(
-        &f.redis,
-        &f.clock,
-        set([Quota::token_bucket(300, Duration::from_secs(3 * 3600))
-            .build()
-            .unwrap()]),
-        "tweets:",
-    );
-    assert!(tweets.at(T0).check("u", 300).await.allowed());
-    let refused = tweets.at(T0).check("u", 1).await;
-    assert_eq!(refused.retry_after(), Some(Duration::from_secs(36)));
-    assert!(tweets.at(T0 + 36 * S).allowed("u").await);
-    let mut reads = Twin::new(
-        &f.redis,
-        &f.clock,
-        set([Quota::gcra(300, Duration::from_secs(60)).build().unwrap()]),
-        "reads:",
-    );
-    for i in 0..400 {
-        reads.at(T0 + i * 1000).allowed("u").await;
-    }
-
-    // Soft throttling: 10% over; shadow: report only.
-    let mut soft = Twin::new(
-        &f.redis,
-        &f.clock,
-        set([Quota::fixed_window(10, Duration::from_secs(60))
-            .mode(Mode::Soft { percent: 10 })
-            .build()
-            .unwrap()]),
-        "soft:",
-    );
-    let mut admitted = 0;
-    for _ in 0..15 {
-        admitted += u64::from(soft.at(T0).allowed("u").await);
-    }
-    assert_eq!(admitted, 11);
-    let mut shadow = Twin::new(
-        &f.redis,
-        &f.clock,
-        set([
-            Quota::gcra(2, Duration::from_secs(60))
-                .name("would-limit")
-                .mode(Mode::Shadow)
-                .build()
-                .unwrap(),
-            Quota::fixed_window(100, Duration::from_secs(60))
-                .build()
-                .unwrap(),
-        ]),
-        "shadow:",
-    );
-    for i in 0..5 {
-        let d = shadow.at(T0).check("u", 1).await;
-        assert!(d.allowed());
-        assert_eq!(d.exceeded(), i >= 2);
-    }
+    conformance::classdojo_push_notifications_and_the_peers_examples(&f.redis, &f.clock).await;
 }
 
 #[tokio::test]
 async fn leaky_bucket_delays_and_refusals_match() {
     let f = fixture();
-    let mut t = Twin::new(
-        &f.redis,
-        &f.clock,
-        set([Quota::leaky_bucket(2, Duration::from_secs(1))
-            .burst(3)
-            .build()
-            .unwrap()]),
-        "leaky:",
-    );
-    let mut got = Vec::new();
-    for _ in 0..3 {
-        got.push(t.at(T0).check("k", 1).await.delay());
-    }
-    assert_eq!(got, [0, 500, 1000].map(Duration::from_millis).to_vec());
-    assert!(!t.at(T0).allowed("k").await);
-    assert_eq!(
-        t.at(T0 + S / 2).check("k", 1).await.delay(),
-        Duration::from_secs(1)
-    );
+    conformance::leaky_bucket_delays_and_refusals_match(&f.redis, &f.clock).await;
 }
 
 #[tokio::test]
 async fn many_requests_in_one_microsecond_are_all_logged() {
     let f = fixture();
-    let mut t = Twin::new(
-        &f.redis,
-        &f.clock,
-        set([Quota::sliding_log(50, Duration::from_secs(1))
-            .build()
-            .unwrap()]),
-        "same-us:",
-    );
-    let mut admitted = 0;
-    for _ in 0..80 {
-        admitted += u64::from(t.at(T0).allowed("k").await);
-    }
-    assert_eq!(admitted, 50);
-    // Half a period later all 50 are still live; a period later none.
-    assert!(!t.at(T0 + S / 2).allowed("k").await);
-    assert_eq!(t.at(T0 + S).check("k", 50).await.remaining(), 0);
+    conformance::many_requests_in_one_microsecond_are_all_logged(&f.redis, &f.clock).await;
 }
 
 #[tokio::test]
 async fn costs_peeks_and_too_costly_requests_match() {
     let f = fixture();
-    for a in Algorithm::ALL {
-        let mut t = Twin::new(
-            &f.redis,
-            &f.clock,
-            set([Quota::builder(a, 10, Duration::from_secs(10))
-                .build()
-                .unwrap()]),
-            &format!("cost-{a}:"),
-        );
-        t.at(T0 + 3 * S);
-        t.ask("k", 0, true).await.unwrap();
-        t.ask("k", 4, false).await.unwrap();
-        t.ask("k", 4, true).await.unwrap();
-        t.ask("k", 7, true).await.unwrap();
-        t.ask("k", 11, true).await.unwrap_err();
-        t.at(T0 + 5 * S);
-        t.ask("k", 6, false).await.unwrap();
-        t.ask("k", 6, true).await.unwrap();
-        t.ask("k", 0, true).await.unwrap();
-        t.at(T0 + 20 * S);
-        t.ask("k", 10, true).await.unwrap();
-    }
+    conformance::costs_peeks_and_too_costly_requests_match(&f.redis, &f.clock).await;
 }
 
-/// A small deterministic generator (xorshift64*), so a failing trace is
-/// reproduced from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
-
-const PERIODS: [u64; 8] = [1_000, 7_777, 100_000, 999_999, S, 3_333_333, 10 * S, 60 * S];
-
-fn random_quota(rng: &mut Rng, index: usize) -> Option<Quota> {
-    let algorithm = rng.pick(&Algorithm::ALL);
-    let limit = if rng.chance(10) {
-        1 + rng.below(500)
-    } else {
-        1 + rng.below(12)
-    };
-    let period = Duration::from_micros(rng.pick(&PERIODS));
-    let mut b = Quota::builder(algorithm, limit, period).name(format!("q{index}"));
-    if algorithm.has_burst() && rng.chance(50) {
-        b = b.burst(1 + rng.below(2 * limit));
-    }
-    if algorithm == Algorithm::SlidingLog && rng.chance(50) {
-        b = b.count_rejected(true);
-    }
-    b = match rng.below(10) {
-        0 | 1 => b.mode(Mode::Shadow),
-        2 | 3 => b.mode(Mode::Soft {
-            percent: rng.below(60) as u16,
-        }),
-        _ => b,
-    };
-    b.build().ok()
-}
-
-fn random_set(rng: &mut Rng) -> QuotaSet {
-    loop {
-        let n = 1 + rng.below(3) as usize;
-        let quotas: Vec<Quota> = (0..n).filter_map(|i| random_quota(rng, i)).collect();
-        if let Ok(set) = QuotaSet::new("random", quotas) {
-            return set;
-        }
-    }
-}
-
-async fn random_trace(f: &Fixture, seed: u64) {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let quotas = random_set(&mut rng);
-    let shortest = quotas
-        .quotas()
-        .iter()
-        .map(|q| q.period().as_micros() as u64)
-        .min()
-        .unwrap_or(S);
-    let periods: Vec<u64> = quotas
-        .quotas()
-        .iter()
-        .map(|q| q.period().as_micros() as u64)
-        .collect();
-    let max_cost = quotas
-        .quotas()
-        .iter()
-        .map(Quota::max_cost)
-        .min()
-        .unwrap_or(1);
-    let mut t = Twin::new(&f.redis, &f.clock, quotas, &format!("r{seed}:"));
-    let mut now = T0 + rng.below(1_000 * S);
-    for _ in 0..60 {
-        now = match rng.below(12) {
-            0..=2 => now,
-            3..=5 => now + rng.below(shortest / 4 + 1),
-            6..=8 => now + rng.below(2 * shortest + 1),
-            9 => now + rng.below(10 * shortest + 1),
-            // On a window boundary of one of the quotas, or a microsecond
-            // either side of it.
-            _ => {
-                let period = rng.pick(&periods);
-                let boundary = (now / period + 1) * period;
-                boundary + rng.below(3) - 1
-            }
-        };
-        t.at(now);
-        let key = rng.pick(&["a", "b", "{c}"]);
-        let cost = match rng.below(20) {
-            0 => 0,
-            1..=13 => 1,
-            _ => rng.below(max_cost + 2),
-        };
-        let commit = !rng.chance(10);
-        let _ = t.ask(key, cost, commit).await;
-    }
-}
-
-/// 400 traces of 60 requests; `TOLLGATE_CONFORMANCE_TRACES=20000` for a
-/// deeper run.
 #[tokio::test]
 async fn random_traces_match() {
     let f = fixture();
-    let traces = std::env::var("TOLLGATE_CONFORMANCE_TRACES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(400);
-    for seed in 0..traces {
-        random_trace(&f, seed).await;
-    }
+    conformance::random_traces_match(&f.redis, &f.clock).await;
 }

@@ -1,0 +1,129 @@
+//! A backend written only against the public API, as a user adding their
+//! own store (Postgres, DynamoDB, a file) would write it: a map of
+//! serialised states behind a mutex. It passes the conformance traces the
+//! memory and Redis backends pass.
+
+#[path = "support/conformance.rs"]
+mod conformance;
+
+use std::collections::HashMap;
+use std::future::{Future, ready};
+use std::sync::{Arc, Mutex};
+
+use conformance::T0;
+use tollgate::{
+    Backend, BackendError, BackendErrorKind, CheckRequest, Clock, Decision, ManualClock,
+    QuotaState, Timestamp,
+};
+
+/// States by (client key, state id), as bytes, the way a database row holds
+/// them; the clock stands for the store's own (a database's `now()`).
+#[derive(Clone)]
+struct MapStore {
+    rows: Arc<Mutex<HashMap<(String, u64), Vec<u8>>>>,
+    clock: ManualClock,
+}
+
+impl MapStore {
+    /// Load, decide, save: one transaction under the lock.
+    fn decide(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
+        let mut rows = self
+            .rows
+            .lock()
+            .map_err(|_| BackendError::new(BackendErrorKind::Unavailable, "store poisoned"))?;
+        let quotas = request.quotas();
+        let ids = quotas.state_ids();
+        let mut states = ids
+            .iter()
+            .map(|&id| {
+                rows.get(&(request.key().to_owned(), id))
+                    .map(|bytes| QuotaState::from_bytes(bytes))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| BackendError::new(BackendErrorKind::Protocol, "bad row").with_source(e))?;
+        let decision = quotas.decide(
+            &mut states,
+            request.cost(),
+            self.clock.now(),
+            request.commit(),
+        );
+        for (&id, state) in ids.iter().zip(states) {
+            let row = (request.key().to_owned(), id);
+            match state {
+                Some(state) => rows.insert(row, state.to_bytes()),
+                None => rows.remove(&row),
+            };
+        }
+        Ok(decision)
+    }
+}
+
+impl Backend for MapStore {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        ready(self.decide(request))
+    }
+}
+
+fn fixture() -> (MapStore, ManualClock) {
+    let clock = ManualClock::new(Timestamp::from_micros(T0));
+    let store = MapStore {
+        rows: Arc::default(),
+        clock: clock.clone(),
+    };
+    (store, clock)
+}
+
+macro_rules! traces {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $name() {
+            let (store, clock) = fixture();
+            conformance::$name(&store, &clock).await;
+        }
+    )*};
+}
+
+traces!(
+    seeds_fixed_window_boundary_burst,
+    seeds_sliding_log_with_rejected_attempts_logged,
+    seeds_sliding_window_counter_examples,
+    classdojo_push_notifications_and_the_peers_examples,
+    leaky_bucket_delays_and_refusals_match,
+    many_requests_in_one_microsecond_are_all_logged,
+    costs_peeks_and_too_costly_requests_match,
+    random_traces_match,
+);
+
+#[tokio::test]
+async fn expired_state_can_be_dropped_by_the_store() {
+    use std::time::Duration;
+    use tollgate::{Limiter, Quota};
+    let (store, clock) = fixture();
+    let quota = Quota::gcra(2, Duration::from_secs(1))
+        .build()
+        .expect("quota");
+    let limiter = Limiter::new(store.clone(), quota.clone());
+    assert!(limiter.check("k", 2).await.expect("decides").allowed());
+    let bytes = store
+        .rows
+        .lock()
+        .expect("lock")
+        .values()
+        .next()
+        .cloned()
+        .expect("a row");
+    let state = QuotaState::from_bytes(&bytes).expect("a state");
+    assert_eq!(
+        state.expires_at(&quota),
+        Timestamp::from_micros(T0 + 1_000_000)
+    );
+    // Past its expiry the state means nothing: dropping it changes no answer.
+    clock.advance(Duration::from_secs(1));
+    let with_row = limiter.peek("k", 2).await.expect("decides");
+    store.rows.lock().expect("lock").clear();
+    assert_eq!(limiter.peek("k", 2).await.expect("decides"), with_row);
+}
