@@ -60,6 +60,7 @@ mod quota_set;
 #[cfg(feature = "rules")]
 pub mod rules;
 mod state;
+mod sync;
 
 #[cfg(feature = "redis")]
 pub use backend::redis::{

@@ -16,11 +16,14 @@ use tollgate::{
     QuotaState, Timestamp,
 };
 
-/// States by (client key, state id), as bytes, the way a database row holds
-/// them; the clock stands for the store's own (a database's `now()`).
+/// Rows of (client key, state id) -> serialised state, as a table holds them.
+type Rows = HashMap<(String, u64), Vec<u8>>;
+
+/// A store of rows; the clock stands for the store's own (a database's
+/// `now()`).
 #[derive(Clone)]
 struct MapStore {
-    rows: Arc<Mutex<HashMap<(String, u64), Vec<u8>>>>,
+    rows: Arc<Mutex<Rows>>,
     clock: ManualClock,
 }
 

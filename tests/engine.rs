@@ -278,6 +278,46 @@ async fn memory_stays_within_the_key_bound() {
     );
 }
 
+/// Issue 13, item 6: 20 000 new API keys on one route used to evict the
+/// login limit of a client who had spent it, so the client got a fresh one.
+#[tokio::test]
+async fn a_flood_of_keys_on_one_limit_does_not_reset_another() {
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    let backend = MemoryBackend::builder()
+        .clock(clock.clone())
+        .max_keys(1_000)
+        .build();
+    let login = Limiter::new(
+        backend.clone(),
+        QuotaSet::new("login", [Quota::sliding_log(3, 60 * SEC).build().unwrap()]).unwrap(),
+    );
+    let api = Limiter::new(
+        backend.clone(),
+        QuotaSet::new(
+            "api",
+            [Quota::fixed_window(1_000, 86_400 * SEC).build().unwrap()],
+        )
+        .unwrap(),
+    );
+    // A few clients use their logins, one of them all of it.
+    for user in 0..20 {
+        login.check(&format!("user-{user}"), 1).await.unwrap();
+    }
+    for _ in 0..2 {
+        login.check("user-0", 1).await.unwrap();
+    }
+    assert!(!login.check("user-0", 1).await.unwrap().allowed());
+    for i in 0..20_000 {
+        clock.advance(Duration::from_micros(20));
+        api.check(&format!("key-{i}"), 1).await.unwrap();
+        assert!(backend.len() <= backend.capacity());
+    }
+    assert!(
+        !login.check("user-0", 1).await.unwrap().allowed(),
+        "the flood reset user-0's login limit"
+    );
+}
+
 #[tokio::test]
 async fn expired_state_is_reclaimed_without_a_cleanup_task() {
     let clock = ManualClock::new(Timestamp::from_secs(1_000));

@@ -2,20 +2,14 @@
 
 use std::fmt;
 use std::future::{Future, ready};
-use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
-use hashbrown::HashTable;
-
+use super::table::{Expiring, Locked, Table};
 use super::{Backend, BackendError, CheckRequest};
 use crate::algorithm::{State, Update};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
-
-/// How often, at most, a shard is swept for expired state (microseconds).
-const PURGE_EVERY: u64 = 1_000_000;
-/// How many entries a full shard looks at to choose one to evict.
-const EVICTION_SAMPLE: usize = 16;
+use crate::quota::Params;
 
 /// Rate-limit state in this process's memory.
 ///
@@ -26,17 +20,23 @@ const EVICTION_SAMPLE: usize = 16;
 /// - **Bounded**: at most [`max_keys`](MemoryBackendBuilder::max_keys) states
 ///   (one per key and quota; 1 000 000 by default). State that has expired
 ///   (it would mean the same as no state) is swept out as new keys arrive, at
-///   most once a second per shard; when a shard is full of live state, the
-///   entry closest to expiry among a sample is evicted, which at worst forgets
-///   a key's history and lets it start afresh.
+///   most once a second per shard. When a shard is full of live state, one
+///   entry is evicted, which forgets a key's history and lets it start
+///   afresh, so eviction is careful whom it forgives: each quota has a budget
+///   (a flood of new keys under one quota evicts that quota's own states once
+///   it holds its share of the shard, never another quota's below its share:
+///   a flood on one route cannot reset the login limit), and the victim is
+///   the state closest to expiry, so closest to the fresh state it becomes,
+///   among entries sampled at random positions.
 /// - **No background task**: the sweeping happens on the insert path.
 ///
 /// Memory per state, measured by `tests/memory_footprint.rs` (100 000 keys of
-/// eight bytes, 64-bit target): about 93 bytes for every fixed-size algorithm,
-/// the eight key bytes included. That is a 64-byte entry (key pointer, state
-/// id, expiry, a 32-byte state) plus the hash table's control byte and growth
-/// slack. A sliding log adds its own allocation of eight bytes per logged entry
-/// (at most `limit`): 157 bytes per key at one entry.
+/// eight bytes, 64-bit target): about 100 bytes for every fixed-size
+/// algorithm, the eight key bytes included. That is a 64-byte entry (key
+/// pointer, state id, expiry, a 32-byte state) in a vector grown by halves,
+/// plus a 4-byte position in the index with its control byte and slack. A
+/// sliding log adds its own allocation of eight bytes per logged entry (at
+/// most `limit`).
 ///
 /// Clones share the same state.
 #[derive(Clone)]
@@ -45,37 +45,54 @@ pub struct MemoryBackend<C = SystemClock> {
 }
 
 struct Inner<C> {
-    shards: Box<[Padded<Mutex<Shard>>]>,
-    hasher: foldhash::fast::RandomState,
-    per_shard: usize,
+    table: Table<Slot>,
     clock: C,
 }
 
-/// Keeps each shard's lock on its own cache line.
-#[repr(align(128))]
-struct Padded<T>(T);
-
-struct Shard {
-    table: HashTable<Entry>,
-    next_purge: u64,
+/// One quota's state for one key, with the moment it stops mattering.
+struct Slot {
+    expires_at: u64,
+    state: State,
 }
 
-struct Entry {
-    /// Which quota's state (see [`QuotaSet::state_ids`](crate::QuotaSet::state_ids)).
+impl Expiring for Slot {
+    fn expires_at(&self) -> u64 {
+        self.expires_at
+    }
+}
+
+impl Slot {
+    fn update(&mut self, update: Update, p: &Params) {
+        if update != Update::Keep {
+            update.apply_to(&mut self.state, p);
+            self.expires_at = self.state.expires_at(p);
+        }
+    }
+}
+
+/// Stores the first state of a key's quota, if the update makes one.
+fn store_new(
+    shard: &mut Locked<'_, Slot>,
     id: u64,
-    expires_at: u64,
-    key: Box<str>,
-    state: State,
+    key: &str,
+    update: Update,
+    p: &Params,
+    now: u64,
+) {
+    let mut state = None;
+    if update.apply(&mut state, p) {
+        if let Some(state) = state {
+            let expires_at = state.expires_at(p);
+            shard.insert(id, key, Slot { expires_at, state }, now);
+        }
+    }
 }
 
 impl<C> fmt::Debug for MemoryBackend<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryBackend")
-            .field("shards", &self.inner.shards.len())
-            .field(
-                "max_keys",
-                &(self.inner.per_shard * self.inner.shards.len()),
-            )
+            .field("shards", &self.inner.table.shard_count())
+            .field("max_keys", &self.inner.table.capacity())
             .finish_non_exhaustive()
     }
 }
@@ -112,8 +129,8 @@ pub struct MemoryBackendBuilder<C> {
 }
 
 impl<C: Clock> MemoryBackendBuilder<C> {
-    /// The most states kept at once (one per key and quota), at least one per
-    /// shard.
+    /// The most states kept at once (one per key and quota), exactly: with
+    /// fewer than the shard count, there are fewer shards.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
         self
@@ -138,43 +155,20 @@ impl<C: Clock> MemoryBackendBuilder<C> {
     /// Builds the backend.
     pub fn build(self) -> MemoryBackend<C> {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-        let shards = self
-            .shards
-            .unwrap_or((cores * 16).max(64))
-            .next_power_of_two();
-        let per_shard = self.max_keys.div_ceil(shards).max(1);
-        let shards = (0..shards)
-            .map(|_| {
-                Padded(Mutex::new(Shard {
-                    table: HashTable::new(),
-                    next_purge: 0,
-                }))
-            })
-            .collect();
+        let shards = self.shards.unwrap_or((cores * 16).max(64));
         MemoryBackend {
             inner: Arc::new(Inner {
-                shards,
-                hasher: foldhash::fast::RandomState::default(),
-                per_shard,
+                table: Table::new(self.max_keys, shards),
                 clock: self.clock,
             }),
         }
     }
 }
 
-/// The table hash of one quota's state for one key.
-fn entry_hash(key_hash: u64, id: u64) -> u64 {
-    (key_hash ^ id).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-}
-
 impl<C: Clock> MemoryBackend<C> {
     /// How many states are stored now, expired ones not yet swept included.
     pub fn len(&self) -> usize {
-        self.inner
-            .shards
-            .iter()
-            .map(|s| lock(&s.0).table.len())
-            .sum()
+        self.inner.table.len()
     }
 
     /// Whether nothing is stored.
@@ -184,155 +178,47 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// The most states kept at once.
     pub fn capacity(&self) -> usize {
-        self.inner.per_shard * self.inner.shards.len()
+        self.inner.table.capacity()
     }
 
     fn decide(&self, request: CheckRequest<'_>) -> Decision {
         let inner = &*self.inner;
         let now = inner.clock.now();
         let key = request.key;
-        let key_hash = inner.hasher.hash_one(key);
-        let shard_index = (key_hash >> 40) as usize & (inner.shards.len() - 1);
-        let mut shard = lock(&inner.shards[shard_index].0);
-        let shard = &mut *shard;
+        let mut shard = inner.table.lock(key);
         let ids = request.quotas.state_ids();
         let quotas = request.quotas.quotas();
-        let matches = |id: u64| move |e: &Entry| e.id == id && &*e.key == key;
         // One quota, the common case: one lookup, and the state updated in
         // place.
         if let ([id], [quota]) = (ids, quotas) {
-            let hash = entry_hash(key_hash, *id);
-            let entry = shard.table.find_mut(hash, matches(*id));
+            let slot = shard.get_mut(*id, key);
             let (decision, mut updates) = request.quotas.evaluate(
-                |_| entry.as_deref().map(|e| &e.state),
+                |_| slot.as_deref().map(|s| &s.state),
                 request.cost,
                 now,
                 request.commit,
             );
             let update = updates.pop().unwrap_or(Update::Keep);
-            match entry {
-                Some(entry) => entry.update(update, &quota.params),
-                None => shard.insert(
-                    inner,
-                    key,
-                    key_hash,
-                    *id,
-                    update,
-                    &quota.params,
-                    now.as_micros(),
-                ),
+            match slot {
+                Some(slot) => slot.update(update, &quota.params),
+                None => store_new(&mut shard, *id, key, update, &quota.params, now.as_micros()),
             }
             return decision;
         }
-        let table = &shard.table;
         let (decision, updates) = request.quotas.evaluate(
-            |i| {
-                let id = ids[i];
-                table
-                    .find(entry_hash(key_hash, id), matches(id))
-                    .map(|e| &e.state)
-            },
+            |i| shard.get(ids[i], key).map(|s| &s.state),
             request.cost,
             now,
             request.commit,
         );
         for ((update, &id), quota) in updates.into_iter().zip(ids).zip(quotas) {
-            let hash = entry_hash(key_hash, id);
-            match shard.table.find_mut(hash, matches(id)) {
-                Some(entry) => entry.update(update, &quota.params),
-                None => shard.insert(
-                    inner,
-                    key,
-                    key_hash,
-                    id,
-                    update,
-                    &quota.params,
-                    now.as_micros(),
-                ),
+            match shard.get_mut(id, key) {
+                Some(slot) => slot.update(update, &quota.params),
+                None => store_new(&mut shard, id, key, update, &quota.params, now.as_micros()),
             }
         }
         decision
     }
-}
-
-impl Entry {
-    /// Its place in the table, worked out again (the hash is not stored).
-    fn hash(&self, hasher: &foldhash::fast::RandomState) -> u64 {
-        entry_hash(hasher.hash_one(&*self.key), self.id)
-    }
-
-    fn update(&mut self, update: Update, p: &crate::quota::Params) {
-        if update != Update::Keep {
-            update.apply_to(&mut self.state, p);
-            self.expires_at = self.state.expires_at(p);
-        }
-    }
-}
-
-impl Shard {
-    /// Stores the first state of a key's quota, making room if needed.
-    #[allow(clippy::too_many_arguments)]
-    fn insert<C>(
-        &mut self,
-        inner: &Inner<C>,
-        key: &str,
-        key_hash: u64,
-        id: u64,
-        update: Update,
-        p: &crate::quota::Params,
-        now: u64,
-    ) {
-        let mut slot = None;
-        if !update.apply(&mut slot, p) {
-            return;
-        }
-        let Some(state) = slot else { return };
-        self.make_room(inner.per_shard, now, &inner.hasher);
-        let entry = Entry {
-            id,
-            expires_at: state.expires_at(p),
-            key: key.into(),
-            state,
-        };
-        let hasher = &inner.hasher;
-        self.table
-            .insert_unique(entry_hash(key_hash, id), entry, |e| e.hash(hasher));
-    }
-
-    /// Sweeps expired state when it is time to, and evicts one entry if the
-    /// shard is still full.
-    fn make_room(&mut self, per_shard: usize, now: u64, hasher: &foldhash::fast::RandomState) {
-        if now >= self.next_purge {
-            self.table.retain(|e| e.expires_at > now);
-            self.next_purge = now.saturating_add(PURGE_EVERY);
-        }
-        if self.table.len() < per_shard {
-            return;
-        }
-        // The entry closest to expiry among a sample; found again by its
-        // hash, and told apart by the address of its key, without a scan.
-        let victim = self
-            .table
-            .iter()
-            .take(EVICTION_SAMPLE)
-            .min_by_key(|e| e.expires_at)
-            .map(|e| (e.hash(hasher), e.id, e.key.as_ptr()));
-        if let Some((hash, id, key)) = victim {
-            if let Ok(entry) = self
-                .table
-                .find_entry(hash, |e| e.id == id && e.key.as_ptr() == key)
-            {
-                entry.remove();
-            }
-        }
-    }
-}
-
-/// A poisoned shard lock means a panic elsewhere while holding it; the state
-/// inside is still a valid rate-limit state, so carry on with it rather than
-/// fail every later request.
-fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl<C: Clock> Backend for MemoryBackend<C> {

@@ -4,6 +4,7 @@
 mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+mod table;
 
 use std::fmt;
 use std::future::Future;
