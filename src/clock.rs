@@ -63,12 +63,62 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        // A clock before 1970 is a misconfigured host; treat it as the epoch
-        // rather than failing a request over it.
-        let since = SystemTime::now()
+        // The wall clock costs a system-call path per read (over 100
+        // instructions, most of a hot-key decision). The CPU's counter,
+        // through quanta, costs a few, and is mapped to epoch time by an
+        // anchor taken once and again every few seconds, so it stays within
+        // the wall clock's own NTP slewing of it.
+        Anchor::now()
+    }
+}
+
+/// The CPU counter mapped to epoch time: `now = offset + counter since
+/// origin`. One atomic offset, so no reader can pair an old reading with a
+/// new one.
+struct Anchor {
+    clock: quanta::Clock,
+    origin: u64,
+    /// Epoch microseconds at `origin`, as of the last wall-clock reading.
+    offset: AtomicU64,
+    /// Nanoseconds since `origin` at which to read the wall clock again.
+    next: AtomicU64,
+}
+
+/// How long an offset serves before the wall clock is read again.
+const REANCHOR_NANOS: u64 = 4_000_000_000;
+
+fn wall_micros() -> u64 {
+    // A clock before 1970 is a misconfigured host; treat it as the epoch
+    // rather than failing a request over it.
+    micros(
+        SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
-        Timestamp(micros(since))
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+impl Anchor {
+    fn now() -> Timestamp {
+        static ANCHOR: std::sync::OnceLock<Anchor> = std::sync::OnceLock::new();
+        let a = ANCHOR.get_or_init(|| {
+            let clock = quanta::Clock::new();
+            Anchor {
+                origin: clock.raw(),
+                offset: AtomicU64::new(wall_micros()),
+                next: AtomicU64::new(REANCHOR_NANOS),
+                clock,
+            }
+        });
+        let nanos = a.clock.delta_as_nanos(a.origin, a.clock.raw());
+        if nanos >= a.next.load(Ordering::Relaxed) {
+            a.next.store(nanos + REANCHOR_NANOS, Ordering::Relaxed);
+            // Follow the wall clock forward (NTP slewing, the counter's
+            // drift), never back: time read here does not step back when the
+            // wall clock does, and racing re-anchors keep the later one.
+            let offset = wall_micros().saturating_sub(nanos / 1_000);
+            a.offset.fetch_max(offset, Ordering::Relaxed);
+        }
+        Timestamp(a.offset.load(Ordering::Relaxed) + nanos / 1_000)
     }
 }
 

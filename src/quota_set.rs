@@ -175,31 +175,41 @@ impl QuotaSet {
             let q = &self.quotas[i];
             algorithm::check(q.algorithm(), state(i), &q.params, cost, now)
         };
-        let mut updates = SmallVec::new();
-        let mut verdicts = SmallVec::<[QuotaVerdict; 2]>::new();
-        let mut settle = |step: Outcome, allowed: bool| {
-            let admitted = allowed && step.allowed;
-            let view = if admitted { step.admit } else { step.refuse };
-            verdicts.push(QuotaVerdict {
-                allowed: step.allowed,
-                remaining: view.remaining,
-                reset: view.reset,
-                retry_after: step.retry_after,
-                delay: if admitted { step.delay } else { 0 },
-            });
-            updates.push(if commit { view.update } else { Update::Keep });
+        let settle = |outcome: Outcome, allowed: bool| {
+            let admitted = allowed && outcome.allowed;
+            let branch = if admitted {
+                outcome.admit
+            } else {
+                outcome.refuse
+            };
+            let verdict = QuotaVerdict {
+                allowed: outcome.allowed,
+                remaining: branch.remaining,
+                reset: branch.reset,
+                retry_after: outcome.retry_after,
+                delay: if admitted { outcome.delay } else { 0 },
+            };
+            (verdict, if commit { branch.update } else { Update::Keep })
         };
-        // One quota, the common case, needs no list of steps.
+        let mut updates = SmallVec::new();
+        // One quota, the common case: no list of outcomes, and the decision
+        // built in place.
         if let [quota] = &*self.quotas {
-            let step = check(0);
-            let allowed = step.allowed || quota.params.shadow;
-            settle(step, allowed);
-        } else {
-            let steps: SmallVec<[Outcome; 2]> = (0..self.quotas.len()).map(check).collect();
-            let allowed = self.admits(steps.iter().map(|s| s.allowed));
-            for step in steps {
-                settle(step, allowed);
-            }
+            let outcome = check(0);
+            let allowed = outcome.allowed || quota.params.shadow;
+            let (verdict, update) = settle(outcome, allowed);
+            updates.push(update);
+            let mut quotas = SmallVec::new();
+            quotas.push(verdict.decision(quota));
+            return (Decision::new(allowed, quotas), updates);
+        }
+        let outcomes: SmallVec<[Outcome; 2]> = (0..self.quotas.len()).map(check).collect();
+        let allowed = self.admits(outcomes.iter().map(|s| s.allowed));
+        let mut verdicts = SmallVec::<[QuotaVerdict; 2]>::new();
+        for outcome in outcomes {
+            let (verdict, update) = settle(outcome, allowed);
+            verdicts.push(verdict);
+            updates.push(update);
         }
         (self.decision_from(&verdicts), updates)
     }
@@ -218,23 +228,10 @@ impl QuotaSet {
     /// script, which returns the same numbers.
     pub(crate) fn decision_from(&self, verdicts: &[QuotaVerdict]) -> Decision {
         let allowed = self.admits(verdicts.iter().map(|v| v.allowed));
-        let decisions = self
-            .quotas
-            .iter()
-            .zip(verdicts)
-            .map(|(q, v)| {
-                let soft_margin = q.params.capacity - q.params.reported_capacity;
-                QuotaDecision {
-                    allowed: v.allowed,
-                    limit: q.params.reported_capacity,
-                    remaining: v.remaining.saturating_sub(soft_margin),
-                    reset: Duration::from_micros(v.reset),
-                    retry_after: (!v.allowed).then(|| Duration::from_micros(v.retry_after)),
-                    delay: Duration::from_micros(v.delay),
-                    shadow: q.params.shadow,
-                }
-            })
-            .collect();
+        let mut decisions = SmallVec::new();
+        for (q, v) in self.quotas.iter().zip(verdicts) {
+            decisions.push(v.decision(q));
+        }
         Decision::new(allowed, decisions)
     }
 }
@@ -253,6 +250,23 @@ pub(crate) struct QuotaVerdict {
     pub retry_after: u64,
     /// Microseconds the admitted request waits for its turn.
     pub delay: u64,
+}
+
+impl QuotaVerdict {
+    /// The verdict as quota `q` reports it: soft mode's margin taken off,
+    /// times as durations.
+    fn decision(&self, q: &Quota) -> QuotaDecision {
+        let soft_margin = q.params.capacity - q.params.reported_capacity;
+        QuotaDecision {
+            allowed: self.allowed,
+            limit: q.params.reported_capacity,
+            remaining: self.remaining.saturating_sub(soft_margin),
+            reset: Duration::from_micros(self.reset),
+            retry_after: (!self.allowed).then(|| Duration::from_micros(self.retry_after)),
+            delay: Duration::from_micros(self.delay),
+            shadow: q.params.shadow,
+        }
+    }
 }
 
 impl From<Quota> for QuotaSet {

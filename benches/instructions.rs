@@ -1,0 +1,81 @@
+//! A loop of in-memory checks for `scripts/bench-instructions.sh`, which
+//! runs it under callgrind at two lengths and reports the difference per
+//! check: instructions, which machine noise does not move.
+//!
+//! `instructions <case> <checks>`; with other arguments (as `cargo bench`
+//! passes) it does nothing.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::{Quota as GovQuota, RateLimiter};
+use tollgate::{Algorithm, Limiter, MemoryBackend, Quota, QuotaSet};
+
+fn tollgate(quotas: QuotaSet) -> Limiter<MemoryBackend> {
+    Limiter::new(MemoryBackend::new(), quotas)
+}
+
+/// Every check admitted and written, as in `benches/engine.rs`.
+fn single(algorithm: Algorithm) -> QuotaSet {
+    let quota = match algorithm {
+        Algorithm::SlidingLog => Quota::sliding_log(100, Duration::from_millis(1)),
+        a => Quota::builder(a, 1_000_000, Duration::from_secs(1)),
+    };
+    QuotaSet::single(quota.build().expect("valid quota"))
+}
+
+/// The three quotas: 10 a minute, 2 per 3 s, a 1 s minimum
+/// interval. Checks are refused after the first, as they would be.
+fn three() -> QuotaSet {
+    QuotaSet::new(
+        "three",
+        [
+            Quota::sliding_window(10, Duration::from_secs(60))
+                .name("minute")
+                .build()
+                .expect("valid"),
+            Quota::fixed_window(2, Duration::from_secs(3))
+                .name("burst")
+                .build()
+                .expect("valid"),
+            Quota::min_interval(Duration::from_secs(1))
+                .name("interval")
+                .build()
+                .expect("valid"),
+        ],
+    )
+    .expect("valid set")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [case, checks] = args.as_slice() else {
+        return;
+    };
+    let Ok(checks) = checks.parse::<u64>() else {
+        return;
+    };
+    let key = "ip:203.0.113.7".to_owned();
+    if case == "governor/gcra" {
+        let gov: governor::DefaultKeyedRateLimiter<String> = RateLimiter::keyed(
+            GovQuota::per_second(NonZeroU32::new(1_000_000).expect("non-zero")),
+        );
+        for _ in 0..checks {
+            let _ = black_box(gov.check_key(black_box(&key)));
+        }
+        return;
+    }
+    let quotas = match case.strip_prefix("tollgate/") {
+        Some("three_quotas") => three(),
+        Some(name) => match Algorithm::ALL.iter().find(|a| a.name() == name) {
+            Some(&a) => single(a),
+            None => return eprintln!("unknown case {case}"),
+        },
+        None => return eprintln!("unknown case {case}"),
+    };
+    let limiter = tollgate(quotas);
+    for _ in 0..checks {
+        let _ = black_box(limiter.check_now(black_box(&key), 1));
+    }
+}
