@@ -228,6 +228,12 @@ impl Rules {
     }
 }
 
+/// Reads a duration written as in rules files (`500ms`, `10s`, `1m30s`); the
+/// error says how to write one.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    file::Period::parse(text)
+}
+
 fn read(path: &Path) -> Result<String, RulesError> {
     std::fs::read_to_string(path)
         .map_err(|e| RulesError::new(Some(path), format!("cannot read the rules file: {e}")))
