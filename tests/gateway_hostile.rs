@@ -233,6 +233,34 @@ async fn a_stalled_body_is_cut_off_by_the_idle_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_stops_mid_body_is_cut_off_by_the_idle_timeout() {
+    // Answers with a head and 10 of its 100 bytes, then holds the connection.
+    let stalling = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stalling_addr = stalling.local_addr().unwrap();
+    let _held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut s, _)) = stalling.accept().await {
+            let mut request = [0u8; 1024];
+            let _ = s.read(&mut request).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nten bytes.")
+                .await;
+            held.push(s);
+        }
+    });
+    let rules = RulesFile::new("stalling", OPEN);
+    let gw = Gateway::start(&rules.0, Some(stalling_addr), &["--idle-timeout", "1s"]);
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    assert!(closed_within(&mut s, Duration::from_secs(5)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_upstream_is_a_504_and_an_unreachable_one_a_502() {
     // Accepts connections and never answers.
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
