@@ -261,7 +261,7 @@ async fn an_upstream_that_stops_mid_body_is_cut_off_by_the_idle_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_upstream_is_a_504_and_an_unreachable_one_a_502() {
+async fn a_silent_or_unconnectable_upstream_is_a_504_and_an_unreachable_one_a_502() {
     // Accepts connections and never answers.
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let silent_addr = silent.local_addr().unwrap();
@@ -282,6 +282,27 @@ async fn a_silent_upstream_is_a_504_and_an_unreachable_one_a_502() {
     assert_eq!(status(&answer), 504, "{answer}");
     assert!(answer.contains("application/problem+json"), "{answer}");
     assert!(answer.contains("\"status\":504"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // A listener that never accepts, its accept queue full: connecting hangs.
+    let full = tokio::net::TcpSocket::new_v4().unwrap();
+    full.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let full = full.listen(1).unwrap();
+    let full_addr = full.local_addr().unwrap();
+    let mut queued = Vec::new();
+    for _ in 0..16 {
+        match std::net::TcpStream::connect_timeout(&full_addr, Duration::from_millis(200)) {
+            Ok(s) => queued.push(s),
+            Err(_) => break,
+        }
+    }
+    assert!(queued.len() < 16, "the accept queue never filled");
+    let flags = ["--connect-timeout", "300ms"];
+    let gw = Gateway::start(&rules.0, Some(full_addr), &flags);
+    let started = Instant::now();
+    let answer = raw(gw.addr, &get("", b"")).await;
+    assert_eq!(status(&answer), 504, "{answer}");
+    assert!(answer.contains("did not accept a connection"), "{answer}");
     assert!(started.elapsed() < Duration::from_secs(5));
 
     let dead: SocketAddr = ([127, 0, 0, 1], free_port()).into();
