@@ -381,3 +381,21 @@ fn the_gateway_feature_brings_redis() {
         "{gateway}"
     );
 }
+
+#[test]
+fn limit_flags_refuse_values_that_would_disable_them() {
+    for (flag, value, says) in [
+        ("--max-connections", "0", "from 1 to"),
+        ("--max-header-bytes", "100", "from 1024 to"),
+        ("--header-timeout", "0s", "above zero"),
+        ("--upstream-timeout", "soon", "is not a period"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["serve", "--config", "unused.yaml", flag, value])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(flag) && err.contains(says), "{err}");
+    }
+}
