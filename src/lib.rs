@@ -55,6 +55,7 @@ mod decision;
 pub mod key;
 pub mod layer;
 mod limiter;
+mod log_limit;
 mod quota;
 mod quota_set;
 #[cfg(feature = "rules")]

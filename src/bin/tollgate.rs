@@ -2,11 +2,14 @@
 //!
 //! ```text
 //! tollgate serve --config rules.yaml [--listen 127.0.0.1:8080] [--upstream http://127.0.0.1:9000]
-//!                [--redis redis://127.0.0.1:6379] [--log-level info]
+//!                [--redis redis://127.0.0.1:6379] [--log-level info] [limits...]
 //! tollgate check --config rules.yaml
 //! ```
 
-use std::net::SocketAddr;
+#[path = "tollgate/server.rs"]
+mod server;
+
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,6 +24,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tollgate::RateLimitLayer;
+use tollgate::layer::problem_response;
 use tollgate::rules::Rules;
 
 const USAGE: &str = "\
@@ -28,6 +32,8 @@ tollgate: rate-limit any HTTP service with rules kept in a file
 
 usage:
   tollgate serve --config FILE [--listen ADDR] [--upstream URL] [--redis URL] [--log-level LEVEL]
+                 [--header-timeout T] [--idle-timeout T] [--max-connections N]
+                 [--max-header-bytes N] [--connect-timeout T] [--upstream-timeout T]
   tollgate check --config FILE
 
 serve   runs a rate-limiting reverse proxy in front of --upstream (or, without
@@ -41,6 +47,15 @@ options:
   --upstream URL      the service to forward admitted requests to (http://host:port)
   --redis URL         use Redis at URL as the backend, whatever the file says
   --log-level LEVEL   error, warn, info (default), debug or trace; RUST_LOG overrides
+
+limits (durations as in rules files: 500ms, 10s, 1m):
+  --header-timeout T     a request's head must arrive within T; also how long a
+                         keep-alive connection may wait for its next request (10s)
+  --idle-timeout T       close a connection on which nothing moved for T (60s)
+  --max-connections N    connections served at once; more wait to be accepted (1024)
+  --max-header-bytes N   the longest request head, in bytes; 431 beyond (32768)
+  --connect-timeout T    connecting to the upstream; 504 beyond (5s)
+  --upstream-timeout T   the upstream's answer must begin within T; 504 beyond (30s)
 ";
 
 struct Args {
@@ -50,6 +65,41 @@ struct Args {
     upstream: Option<Uri>,
     redis: Option<String>,
     log_level: String,
+    limits: server::Limits,
+    upstream_limits: UpstreamLimits,
+}
+
+/// How long the upstream may take.
+#[derive(Debug, Clone, Copy)]
+struct UpstreamLimits {
+    connect: Duration,
+    response: Duration,
+}
+
+impl Default for UpstreamLimits {
+    fn default() -> Self {
+        UpstreamLimits {
+            connect: Duration::from_secs(5),
+            response: Duration::from_secs(30),
+        }
+    }
+}
+
+fn duration(flag: &str, text: &str) -> Result<Duration, String> {
+    match tollgate::rules::parse_duration(text) {
+        Ok(d) if d.is_zero() => Err(format!("{flag} must be above zero")),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!("{flag}: {e}")),
+    }
+}
+
+fn count(flag: &str, text: &str, min: usize, max: usize) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{flag} {text:?}: give a whole number from {min} to {max}"
+        )),
+    }
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -63,6 +113,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut config = None;
     let mut listen: SocketAddr = ([127, 0, 0, 1], 8080).into();
     let (mut upstream, mut redis, mut log_level) = (None, None, "info".to_owned());
+    let mut limits = server::Limits::default();
+    let mut upstream_limits = UpstreamLimits::default();
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
@@ -85,6 +137,16 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--redis" => redis = Some(value()?),
             "--log-level" => log_level = value()?,
+            "--header-timeout" => limits.header_timeout = duration(&flag, &value()?)?,
+            "--idle-timeout" => limits.idle_timeout = duration(&flag, &value()?)?,
+            "--max-connections" => {
+                limits.max_connections = count(&flag, &value()?, 1, 1 << 20)?;
+            }
+            "--max-header-bytes" => {
+                limits.max_header_bytes = count(&flag, &value()?, 1024, 1 << 20)?;
+            }
+            "--connect-timeout" => upstream_limits.connect = duration(&flag, &value()?)?,
+            "--upstream-timeout" => upstream_limits.response = duration(&flag, &value()?)?,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown option {other:?}")),
         }
@@ -97,6 +159,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         upstream,
         redis,
         log_level,
+        limits,
+        upstream_limits,
     })
 }
 
@@ -155,6 +219,7 @@ fn main() -> ExitCode {
 struct Upstream {
     base: Uri,
     client: Client<HttpConnector, Body>,
+    limits: UpstreamLimits,
 }
 
 async fn serve(args: Args, rules: Rules) -> std::io::Result<()> {
@@ -162,22 +227,25 @@ async fn serve(args: Args, rules: Rules) -> std::io::Result<()> {
     let layer = RateLimitLayer::from_policy(rules);
     let app = match args.upstream {
         Some(base) => {
-            let client = Client::builder(TokioExecutor::new()).build_http();
+            let limits = args.upstream_limits;
+            let mut connector = HttpConnector::new();
+            connector.set_connect_timeout(Some(limits.connect));
+            connector.set_nodelay(true);
+            let client = Client::builder(TokioExecutor::new()).build(connector);
             Router::new()
                 .fallback(proxy)
-                .with_state(Upstream { base, client })
+                .with_state(Upstream {
+                    base,
+                    client,
+                    limits,
+                })
                 .layer(layer)
         }
         None => Router::new().fallback(echo).layer(layer),
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    tracing::info!(listen = %listener.local_addr()?, "tollgate serving");
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown())
-    .await?;
+    tracing::info!(listen = %listener.local_addr()?, limits = ?args.limits, "tollgate serving");
+    server::serve(listener, app, args.limits, shutdown()).await;
     tracing::info!("tollgate stopped");
     Ok(())
 }
@@ -206,29 +274,19 @@ async fn shutdown() {
 
 /// Without an upstream: say what was decided, for trying rules out.
 async fn echo(request: Request) -> Response {
-    let mut body = String::from("{\"admitted\":true,\"method\":");
-    push_json(&mut body, request.method().as_str());
-    body.push_str(",\"path\":");
-    push_json(&mut body, request.uri().path());
-    body.push('}');
-    (
-        [(http::header::CONTENT_TYPE, "application/json")],
-        body + "\n",
-    )
-        .into_response()
-}
-
-fn push_json(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    // A method is a token and a parsed path holds no control characters, so
+    // the only JSON escapes needed are for `"` and `\`, which a lenient URI
+    // parser may let through; percent-encoding them keeps the path a path.
+    let path = request
+        .uri()
+        .path()
+        .replace('"', "%22")
+        .replace('\\', "%5C");
+    let body = format!(
+        "{{\"admitted\":true,\"method\":\"{}\",\"path\":\"{path}\"}}\n",
+        request.method()
+    );
+    ([(http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// Hop-by-hop headers, which belong to one connection and are not forwarded.
@@ -260,13 +318,8 @@ async fn proxy(State(up): State<Upstream>, request: Request) -> Response {
     }
     if let Some(ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>().copied() {
         let xff = HeaderName::from_static("x-forwarded-for");
-        let chain = match parts.headers.get(&xff).and_then(|v| v.to_str().ok()) {
-            Some(prior) => format!("{prior}, {}", peer.ip()),
-            None => peer.ip().to_string(),
-        };
-        if let Ok(v) = HeaderValue::try_from(chain) {
-            parts.headers.insert(xff, v);
-        }
+        let chain = forwarded_for(parts.headers.get_all(&xff), peer.ip());
+        parts.headers.insert(xff, chain);
     }
     if !parts.headers.contains_key(HOST) {
         if let Some(host) = up
@@ -279,31 +332,70 @@ async fn proxy(State(up): State<Upstream>, request: Request) -> Response {
     }
     parts.version = http::Version::HTTP_11;
     let upstream_request = http::Request::from_parts(parts, body);
-    match up.client.request(upstream_request).await {
-        Ok(response) => {
+    let answer = tokio::time::timeout(up.limits.response, up.client.request(upstream_request));
+    match answer.await {
+        Ok(Ok(response)) => {
             let (mut parts, body) = response.into_parts();
             for name in HOP_BY_HOP {
                 parts.headers.remove(name);
             }
             Response::from_parts(parts, Body::new(body))
         }
-        Err(error) => {
+        Ok(Err(error)) if timed_out(&error) => {
+            tracing::warn!(%error, "upstream connection timed out");
+            gateway_timeout("the upstream service did not accept a connection in time")
+        }
+        Ok(Err(error)) => {
             tracing::warn!(%error, "upstream request failed");
             bad_gateway("the upstream service did not answer")
+        }
+        Err(_) => {
+            tracing::warn!(timeout = ?up.limits.response, "upstream answer timed out");
+            gateway_timeout("the upstream service did not answer in time")
         }
     }
 }
 
+/// The `X-Forwarded-For` sent upstream: every line's entries, joined in
+/// order, then the peer. Bytes are kept as they came (not ASCII included), so
+/// the upstream reads the same chain the limiter read.
+fn forwarded_for(lines: http::header::GetAll<'_, HeaderValue>, peer: IpAddr) -> HeaderValue {
+    let peer = peer.to_string();
+    let mut chain = Vec::new();
+    for line in lines {
+        chain.extend_from_slice(line.as_bytes());
+        chain.extend_from_slice(b", ");
+    }
+    chain.extend_from_slice(peer.as_bytes());
+    // Header values never hold the bytes from_bytes refuses, nor does `, ` or an address.
+    HeaderValue::from_bytes(&chain).unwrap_or_else(|_| {
+        HeaderValue::from_str(&peer).unwrap_or(HeaderValue::from_static("unknown"))
+    })
+}
+
+/// Whether a client error is a timeout (connecting, with the connect timeout).
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 fn bad_gateway(detail: &str) -> Response {
-    let mut body = String::from(
-        "{\"type\":\"about:blank\",\"title\":\"Bad Gateway\",\"status\":502,\"detail\":",
-    );
-    push_json(&mut body, detail);
-    body.push('}');
-    (
-        StatusCode::BAD_GATEWAY,
-        [(http::header::CONTENT_TYPE, "application/problem+json")],
-        body,
-    )
-        .into_response()
+    problem(StatusCode::BAD_GATEWAY, detail)
+}
+
+fn gateway_timeout(detail: &str) -> Response {
+    problem(StatusCode::GATEWAY_TIMEOUT, detail)
+}
+
+/// An RFC 9457 problem-details answer, as the layer writes its own.
+fn problem(status: StatusCode, detail: &str) -> Response {
+    problem_response(status, "about:blank", detail).map(Body::from)
 }

@@ -169,8 +169,10 @@ enum Trust {
 /// trusted peer that sent no header is keyed by its own address; when every
 /// address in the chain is trusted, the leftmost is the client. An entry that
 /// is not an address (garbage, `unknown`, an obfuscated `_name`) where the
-/// client should be, or a chain shorter than the hop count, is
-/// [`KeyError::Malformed`].
+/// client should be, a chain shorter than the hop count, or no client within
+/// the 64 entries and 8 KiB read from the right, is [`KeyError::Malformed`].
+/// Several header lines form one chain, in order. Of several `X-Real-IP`
+/// values, the last counts (the one the nearest proxy set).
 #[derive(Debug, Clone)]
 pub struct ClientIp {
     trust: Trust,
@@ -225,35 +227,53 @@ impl ClientIp {
     }
 
     /// The client's address, or why it cannot be known.
+    ///
+    /// The forwarding header is read from the right, across its lines in
+    /// order, and only as far as needed: at most 64 entries and 8 KiB, so whatever a client writes further left (too many
+    /// entries, bytes that are not ASCII, an unclosed quote) is never read.
+    /// Only a right part that cannot be read is an error.
     pub fn client(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
         let peer = peer_addr(parts).ok_or(KeyError::NoPeerAddress)?;
         if !self.trusted(peer) {
             return Ok(peer);
         }
-        let chain = chain(&parts.headers, self.header)?;
-        if chain.is_empty() {
-            return Ok(peer);
+        let mut hops = FromRight::new(&parts.headers, self.header);
+        if self.header == ForwardedHeader::XRealIp {
+            // One address set by the proxy: the last one, if a client sent its own too.
+            return match hops.next() {
+                None => Ok(peer),
+                Some(entry) => entry?.ok_or_else(not_an_address),
+            };
         }
         match &self.trust {
-            Trust::Hops(hops) => {
-                let index = chain.len().checked_sub(*hops).ok_or_else(|| {
-                    KeyError::Malformed(format!(
-                        "the forwarding header: {} address(es) for {hops} trusted hop(s)",
-                        chain.len()
-                    ))
-                })?;
-                chain[index].ok_or_else(not_an_address)
+            Trust::Hops(n) => {
+                let mut seen = 0;
+                for entry in hops {
+                    let entry = entry?;
+                    seen += 1;
+                    if seen == *n {
+                        return entry.ok_or_else(not_an_address);
+                    }
+                }
+                if seen == 0 {
+                    return Ok(peer);
+                }
+                Err(KeyError::Malformed(format!(
+                    "the forwarding header: {seen} address(es) for {n} trusted hop(s)"
+                )))
             }
             Trust::Proxies(_) => {
-                for hop in chain.iter().rev() {
-                    match hop {
-                        Some(ip) if self.trusted(*ip) => continue,
-                        Some(ip) => return Ok(*ip),
+                let mut leftmost = peer;
+                for entry in hops {
+                    match entry? {
+                        Some(ip) if self.trusted(ip) => leftmost = ip,
+                        Some(ip) => return Ok(ip),
                         None => return Err(not_an_address()),
                     }
                 }
-                // Every hop is a trusted proxy: the first one is the origin.
-                chain[0].ok_or_else(not_an_address)
+                // Every hop is a trusted proxy: the first one is the origin
+                // (the peer itself when the header is absent).
+                Ok(leftmost)
             }
         }
     }
@@ -269,55 +289,152 @@ impl KeyExtractor for ClientIp {
     }
 }
 
-/// The addresses in the forwarding header, left to right, across all its
-/// lines; `None` for an entry that is not an address.
-fn chain(headers: &HeaderMap, header: ForwardedHeader) -> Result<Vec<Option<IpAddr>>, KeyError> {
-    let name = match header {
+/// Entries of a forwarding header read at most, from the right: more trusted
+/// hops than this is a misconfiguration or an attack.
+const MAX_HOPS: usize = 64;
+
+/// Bytes of a forwarding header read at most, from the right, across its
+/// lines: what lies further left is never looked at.
+const MAX_BYTES: usize = 8 * 1024;
+
+/// The entries of a forwarding header from right to left, across its lines
+/// (the last line first): `Some(address)`, or `None` for an entry that is not
+/// an address. Reads at most [`MAX_HOPS`] entries and [`MAX_BYTES`] bytes; an
+/// entry past either cap is an error, and ends the walk.
+struct FromRight<'a> {
+    header: ForwardedHeader,
+    lines: std::iter::Rev<http::header::ValueIter<'a, http::HeaderValue>>,
+    /// What is left of the current line, right-aligned.
+    rest: &'a [u8],
+    /// Whether `rest` starts mid-line (the byte cap cut the line).
+    cut: bool,
+    budget: usize,
+    entries: usize,
+    done: bool,
+}
+
+impl<'a> FromRight<'a> {
+    fn new(headers: &'a HeaderMap, header: ForwardedHeader) -> Self {
+        FromRight {
+            header,
+            lines: headers.get_all(header_name(header)).iter().rev(),
+            rest: &[],
+            cut: false,
+            budget: MAX_BYTES,
+            entries: 0,
+            done: false,
+        }
+    }
+
+    fn too_far(&mut self) -> Option<Result<Option<IpAddr>, KeyError>> {
+        self.done = true;
+        Some(Err(KeyError::Malformed(format!(
+            "the {} header (no client within the last {MAX_HOPS} entries or {MAX_BYTES} bytes)",
+            header_name(self.header)
+        ))))
+    }
+}
+
+impl Iterator for FromRight<'_> {
+    type Item = Result<Option<IpAddr>, KeyError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if self.rest.is_empty() {
+                if self.cut {
+                    return self.too_far();
+                }
+                let Some(line) = self.lines.next() else {
+                    self.done = true;
+                    return None;
+                };
+                let bytes = line.as_bytes();
+                let take = bytes.len().min(self.budget);
+                self.budget -= take;
+                self.rest = &bytes[bytes.len() - take..];
+                self.cut = take < bytes.len();
+                continue;
+            }
+            let element = match last_separator(self.rest, self.header) {
+                Some(at) => {
+                    let element = &self.rest[at + 1..];
+                    self.rest = &self.rest[..at];
+                    element
+                }
+                // The element begins before the cut: unread.
+                None if self.cut => return self.too_far(),
+                None => std::mem::take(&mut self.rest),
+            };
+            let Some(entry) = parse_element(element, self.header) else {
+                continue;
+            };
+            self.entries += 1;
+            if self.entries > MAX_HOPS {
+                return self.too_far();
+            }
+            return Some(Ok(entry));
+        }
+    }
+}
+
+fn header_name(header: ForwardedHeader) -> &'static str {
+    match header {
         ForwardedHeader::XForwardedFor => "x-forwarded-for",
         ForwardedHeader::Forwarded => "forwarded",
         ForwardedHeader::XRealIp => "x-real-ip",
+    }
+}
+
+/// Where the last element of a line starts: the index of the last `,`
+/// separating elements (outside double quotes in `Forwarded`). Scanned from
+/// the right, so a broken quote further left is never reached.
+fn last_separator(line: &[u8], header: ForwardedHeader) -> Option<usize> {
+    if header != ForwardedHeader::Forwarded {
+        return line.iter().rposition(|&b| b == b',');
+    }
+    let mut quoted = false;
+    let mut i = line.len();
+    while i > 0 {
+        i -= 1;
+        match line[i] {
+            b'"' if quoted => {
+                let backslashes = line[..i].iter().rev().take_while(|&&b| b == b'\\').count();
+                if backslashes % 2 == 1 {
+                    // An escaped quote inside the string; its escapes are content too.
+                    i -= backslashes;
+                } else {
+                    quoted = false;
+                }
+            }
+            b'"' => quoted = true,
+            b',' if !quoted => return Some(i),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// One element: `None` when it is empty (skipped), else its address or
+/// `Some(None)` when it holds none (garbage, `unknown`, an obfuscated name).
+fn parse_element(element: &[u8], header: ForwardedHeader) -> Option<Option<IpAddr>> {
+    let element = element.trim_ascii();
+    if element.is_empty() {
+        return None;
+    }
+    let Ok(text) = std::str::from_utf8(element) else {
+        return Some(None);
     };
-    let mut out = Vec::new();
-    for value in headers.get_all(name) {
-        let text = value
-            .to_str()
-            .map_err(|_| KeyError::Malformed(format!("the {name} header (not visible ASCII)")))?;
-        match header {
-            ForwardedHeader::XForwardedFor | ForwardedHeader::XRealIp => {
-                for entry in text.split(',') {
-                    let entry = entry.trim();
-                    if entry.is_empty() {
-                        continue;
-                    }
-                    out.push(parse_node(entry));
-                }
-            }
-            ForwardedHeader::Forwarded => {
-                for element in split_unquoted(text, ',') {
-                    let node = split_unquoted(element, ';').into_iter().find_map(|pair| {
-                        let (k, v) = pair.split_once('=')?;
-                        k.trim().eq_ignore_ascii_case("for").then_some(v.trim())
-                    });
-                    match node {
-                        Some(v) => out.push(parse_node(unquote(v))),
-                        None if element.trim().is_empty() => {}
-                        None => out.push(None),
-                    }
-                }
-            }
-        }
-        if out.len() > 64 {
-            return Err(KeyError::Malformed(format!(
-                "the {name} header (over 64 hops)"
-            )));
-        }
+    if header != ForwardedHeader::Forwarded {
+        return Some(parse_node(text));
     }
-    if header == ForwardedHeader::XRealIp && out.len() > 1 {
-        return Err(KeyError::Malformed(
-            "the x-real-ip header (several addresses)".into(),
-        ));
-    }
-    Ok(out)
+    let node = split_unquoted(text, ';').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        k.trim().eq_ignore_ascii_case("for").then_some(v.trim())
+    });
+    Some(node.and_then(|v| parse_node(unquote(v))))
 }
 
 /// An address with or without a port: `192.0.2.1`, `192.0.2.1:80`,
@@ -340,23 +457,27 @@ fn unquote(v: &str) -> &str {
 }
 
 /// Splits on `sep` outside double quotes.
-fn split_unquoted(s: &str, sep: char) -> Vec<&str> {
-    let mut parts = Vec::new();
+fn split_unquoted(s: &str, sep: char) -> impl Iterator<Item = &str> {
     let (mut start, mut quoted, mut escaped) = (0, false, false);
-    for (i, c) in s.char_indices() {
+    let mut ends = s.char_indices().filter_map(move |(i, c)| {
         match c {
             _ if escaped => escaped = false,
             '\\' if quoted => escaped = true,
             '"' => quoted = !quoted,
-            c if c == sep && !quoted => {
-                parts.push(&s[start..i]);
-                start = i + 1;
-            }
+            c if c == sep && !quoted => return Some(i),
             _ => {}
         }
-    }
-    parts.push(&s[start..]);
-    parts
+        None
+    });
+    std::iter::from_fn(move || {
+        if start > s.len() {
+            return None;
+        }
+        let end = ends.next().unwrap_or(s.len());
+        let part = &s[start..end];
+        start = end + 1;
+        Some(part)
+    })
 }
 
 #[cfg(test)]
@@ -373,6 +494,17 @@ mod tests {
         let addr: SocketAddr = peer.parse().unwrap();
         parts.extensions.insert(ConnectInfo(addr));
         parts
+    }
+
+    fn parts_bytes(peer: &str, name: &str, lines: &[&[u8]]) -> Parts {
+        let mut p = parts(peer, &[]);
+        for line in lines {
+            p.headers.append(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                http::HeaderValue::from_bytes(line).unwrap(),
+            );
+        }
+        p
     }
 
     fn key(k: &impl KeyExtractor, p: &Parts) -> Result<Key, KeyError> {
@@ -410,6 +542,62 @@ mod tests {
             ],
         );
         assert_eq!(key(&lb(), &p).unwrap().as_str(), "ip:203.0.113.9");
+    }
+
+    #[test]
+    fn what_a_client_writes_on_the_left_cannot_hide_it() {
+        let many = vec!["6.6.6.6"; 200].join(", ") + ", 203.0.113.9, 10.0.0.7";
+        let non_ascii = b"\xff\xfe caf\xc3\xa9, 203.0.113.9".to_vec();
+        let long = "x".repeat(100_000) + ", 203.0.113.9";
+        for value in [many.into_bytes(), non_ascii, long.into_bytes()] {
+            let p = parts_bytes("10.0.0.2:1", "x-forwarded-for", &[&value]);
+            assert_eq!(key(&lb(), &p).unwrap().as_str(), "ip:203.0.113.9");
+        }
+        let forwarded = lb().header(ForwardedHeader::Forwarded);
+        for value in [
+            r#"for="6.6.6.6, for=203.0.113.9;proto=https, for=10.0.0.5"#,
+            r#"for="a\"b,c", for=203.0.113.9"#,
+            r#"for=6.6.6.6"", for="[203.0.113.9]:80""#,
+        ] {
+            let p = parts_bytes("10.0.0.2:1", "forwarded", &[value.as_bytes()]);
+            assert_eq!(
+                key(&forwarded, &p).unwrap().as_str(),
+                "ip:203.0.113.9",
+                "{value}"
+            );
+        }
+    }
+
+    #[test]
+    fn lines_count_in_order_and_the_last_one_is_read_first() {
+        let p = parts_bytes(
+            "10.0.0.2:1",
+            "x-forwarded-for",
+            &[b"\x80 garbage", b"198.51.100.1, 203.0.113.9", b"10.0.0.3"],
+        );
+        assert_eq!(key(&lb(), &p).unwrap().as_str(), "ip:203.0.113.9");
+        assert_eq!(
+            key(&ClientIp::hops(3), &p).unwrap().as_str(),
+            "ip:198.51.100.1"
+        );
+    }
+
+    #[test]
+    fn a_right_part_too_long_to_read_is_malformed() {
+        let hops = vec!["10.0.0.9"; MAX_HOPS + 1].join(", ");
+        let wide = format!("203.0.113.9, 10.0.0.{}", "9".repeat(MAX_BYTES));
+        for value in [hops, wide] {
+            let p = parts_bytes("10.0.0.2:1", "x-forwarded-for", &[value.as_bytes()]);
+            assert!(
+                matches!(lb().client(&p), Err(KeyError::Malformed(_))),
+                "{}",
+                &value[..40]
+            );
+        }
+        // Exactly at the caps is still read.
+        let hops = vec!["10.0.0.9"; MAX_HOPS].join(", ");
+        let p = parts_bytes("10.0.0.2:1", "x-forwarded-for", &[hops.as_bytes()]);
+        assert_eq!(lb().client(&p), Ok("10.0.0.9".parse().unwrap()));
     }
 
     #[test]

@@ -129,7 +129,10 @@ impl ResponsePolicy {
                 tracing::error!(key = %key, %error, "rate-limit cost misconfigured")
             }
             _ => {
-                tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide")
+                static UNDECIDED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
+                if let Some(more) = UNDECIDED.admit() {
+                    tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide{more}")
+                }
             }
         }
         match self.on_backend_error {

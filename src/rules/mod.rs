@@ -211,6 +211,7 @@ impl Rules {
     pub fn watch(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
+            let errors = crate::log_limit::LogLimit::new();
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -220,12 +221,20 @@ impl Rules {
                     Ok(true) => tracing::info!("rules reloaded"),
                     Ok(false) => {}
                     Err(error) => {
-                        tracing::error!(%error, "rules file invalid; keeping the rules in force")
+                        if let Some(more) = errors.admit() {
+                            tracing::error!(%error, "rules file invalid; keeping the rules in force{more}")
+                        }
                     }
                 }
             }
         })
     }
+}
+
+/// Reads a duration written as in rules files (`500ms`, `10s`, `1m30s`); the
+/// error says how to write one.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    file::Period::parse(text)
 }
 
 fn read(path: &Path) -> Result<String, RulesError> {

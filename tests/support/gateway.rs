@@ -75,6 +75,16 @@ pub struct Gateway {
 
 impl Gateway {
     pub fn start(config: &Path, upstream: Option<SocketAddr>, extra: &[&str]) -> Gateway {
+        Gateway::start_logging_to(config, upstream, extra, Stdio::null())
+    }
+
+    /// Like `start`, with the gateway's log (its stderr) sent to `log`.
+    pub fn start_logging_to(
+        config: &Path,
+        upstream: Option<SocketAddr>,
+        extra: &[&str],
+        log: impl Into<Stdio>,
+    ) -> Gateway {
         let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
         cmd.arg("serve")
@@ -85,7 +95,7 @@ impl Gateway {
         if let Some(up) = upstream {
             cmd.arg("--upstream").arg(format!("http://{up}"));
         }
-        cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.args(extra).stdout(Stdio::null()).stderr(log);
         let child = cmd.spawn().expect("start tollgate");
         let started = Instant::now();
         while std::net::TcpStream::connect(addr).is_err() {

@@ -384,13 +384,16 @@ impl RedisBackend {
                     _ => inner.breaker.failure(probe),
                 };
                 let consecutive = inner.breaker.consecutive_failures();
-                tracing::warn!(
-                    kind = ?e.kind(),
-                    failures,
-                    consecutive,
-                    error = %e,
-                    "tollgate: Redis rate-limit call failed"
-                );
+                static FAILED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
+                if let Some(more) = FAILED.admit() {
+                    tracing::warn!(
+                        kind = ?e.kind(),
+                        failures,
+                        consecutive,
+                        error = %e,
+                        "tollgate: Redis rate-limit call failed{more}"
+                    );
+                }
                 match transition {
                     Transition::Opened => tracing::warn!(
                         consecutive,
