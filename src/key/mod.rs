@@ -10,6 +10,7 @@
 //! [`KeyFuture`], which is ready at once for the built-in ones and costs no
 //! allocation then.
 
+mod forwarded;
 mod ip;
 
 use std::fmt;
@@ -22,9 +23,10 @@ use std::task::{Context, Poll};
 use http::request::Parts;
 use http::{HeaderName, StatusCode};
 
+pub use forwarded::ForwardedHeader;
 #[cfg(feature = "rules")]
 pub(crate) use ip::peer_addr;
-pub use ip::{ClientIp, ForwardedHeader, PeerIp};
+pub use ip::{ClientIp, PeerIp};
 
 /// A client key: the name state is kept under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
