@@ -49,7 +49,7 @@
 #![warn(missing_docs)]
 
 mod algorithm;
-mod backend;
+pub mod backend;
 mod clock;
 mod decision;
 pub mod key;
@@ -63,20 +63,14 @@ pub mod rules;
 mod state;
 mod sync;
 
+// The names a user writes in ordinary use; the rest are in their modules
+// (`tollgate::backend`, `tollgate::layer`, `tollgate::key`, `tollgate::rules`).
+pub use backend::{Backend, BackendError, MemoryBackend};
 #[cfg(feature = "redis")]
-pub use backend::redis::{
-    CircuitBreaker, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError, RedisStats,
-};
-pub use backend::{
-    Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend, MemoryBackendBuilder,
-};
+pub use backend::{OnFailure, RedisBackend};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use decision::{Decision, QuotaDecision};
-pub use layer::{
-    HeaderStyle, LimitPolicy, OnBackendError, OnDelay, OnMissingKey, Policy, QUOTA_EXCEEDED,
-    RateLimit, RateLimitLayer, RateLimitLayerBuilder, Rejection, ResponseBody, ResponseFuture,
-    Verdict,
-};
+pub use layer::{HeaderStyle, OnBackendError, OnDelay, OnMissingKey, RateLimitLayer};
 pub use limiter::{Error, Limiter};
 pub use quota::{Algorithm, Mode, Quota, QuotaBuilder, QuotaError};
 pub use quota_set::{QuotaSet, QuotaSetError};

@@ -11,10 +11,8 @@ use std::future::{Future, ready};
 use std::sync::{Arc, Mutex};
 
 use conformance::T0;
-use tollgate::{
-    Backend, BackendError, BackendErrorKind, CheckRequest, Clock, Decision, ManualClock,
-    QuotaState, Timestamp,
-};
+use tollgate::backend::{BackendErrorKind, CheckRequest};
+use tollgate::{Backend, BackendError, Clock, Decision, ManualClock, QuotaState, Timestamp};
 
 /// Rows of (client key, state id) -> serialised state, as a table holds them.
 type Rows = HashMap<(String, u64), Vec<u8>>;

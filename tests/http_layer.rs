@@ -13,11 +13,12 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use support::{Reply, reply};
+use tollgate::backend::{BackendErrorKind, CheckRequest};
 use tollgate::key::{ClientIp, HeaderKey, PeerIp, RouteKey};
+use tollgate::layer::{Policy, QUOTA_EXCEEDED};
 use tollgate::{
-    Backend, BackendError, BackendErrorKind, CheckRequest, Decision, HeaderStyle, Limiter,
-    ManualClock, MemoryBackend, Mode, OnBackendError, OnDelay, OnMissingKey, Quota, QuotaSet,
-    RateLimitLayer, Timestamp,
+    Backend, BackendError, Decision, HeaderStyle, Limiter, ManualClock, MemoryBackend, Mode,
+    OnBackendError, OnDelay, OnMissingKey, Quota, QuotaSet, RateLimitLayer, Timestamp,
 };
 use tower::ServiceExt;
 
@@ -37,7 +38,7 @@ fn limiter(
     )
 }
 
-fn app<P: tollgate::Policy>(layer: RateLimitLayer<P>) -> Router {
+fn app<P: Policy>(layer: RateLimitLayer<P>) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
         .route("/items/{id}", get(|| async { "item" }))
@@ -131,7 +132,7 @@ async fn ietf_headers_name_every_quota() {
     assert_eq!((state[0].int("r"), state[1].int("r")), (8, 0));
     assert_eq!(refused.header("retry-after"), Some("2"));
     let problem = refused.json();
-    assert_eq!(problem["type"], tollgate::QUOTA_EXCEEDED);
+    assert_eq!(problem["type"], QUOTA_EXCEEDED);
     assert_eq!(problem["status"], 429);
     assert_eq!(problem["violated-policies"], serde_json::json!(["burst"]));
     assert_eq!(

@@ -9,10 +9,12 @@ use axum::Router;
 use axum::routing::get;
 use http::{HeaderName, StatusCode};
 use support::{client, get as fetch, serve};
+use tollgate::backend::CheckRequest;
 use tollgate::key::{ClientIp, HeaderKey, KeyExtractorExt, PeerIp};
+use tollgate::layer::Policy;
 use tollgate::{
-    Backend, BackendError, CheckRequest, Decision, Limiter, ManualClock, MemoryBackend,
-    OnBackendError, Quota, RateLimitLayer, Timestamp,
+    Backend, BackendError, Decision, Limiter, ManualClock, MemoryBackend, OnBackendError, Quota,
+    RateLimitLayer, Timestamp,
 };
 
 const SEC: Duration = Duration::from_secs(1);
@@ -23,7 +25,7 @@ fn clocked(quota: Quota) -> (Limiter<MemoryBackend<ManualClock>>, ManualClock) {
     (Limiter::new(backend, quota), clock)
 }
 
-fn app(layer: RateLimitLayer<impl tollgate::Policy>) -> Router {
+fn app(layer: RateLimitLayer<impl Policy>) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer)

@@ -12,9 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_support::RedisServer;
-use tollgate::{
-    BackendErrorKind, CircuitBreaker, Error, Limiter, MemoryBackend, OnFailure, Quota, RedisBackend,
-};
+use tollgate::backend::{BackendErrorKind, CircuitBreaker};
+use tollgate::{Error, Limiter, MemoryBackend, OnFailure, Quota, RedisBackend};
 
 const LONG: Duration = Duration::from_secs(3600);
 

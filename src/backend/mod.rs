@@ -1,5 +1,7 @@
 //! Where the state lives: [`MemoryBackend`] in this process, or (with the
-//! `redis` feature) Redis, shared by a fleet.
+//! `redis` feature) Redis, shared by a fleet; or a store of your own, which
+//! implements [`Backend`] with [`QuotaSet::decide`](crate::QuotaSet::decide)
+//! over [`QuotaState`](crate::QuotaState)s it keeps.
 
 mod memory;
 #[cfg(feature = "redis")]
@@ -10,6 +12,10 @@ use std::fmt;
 use std::future::Future;
 
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
+#[cfg(feature = "redis")]
+pub use redis::{
+    CircuitBreaker, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError, RedisStats,
+};
 
 use crate::decision::Decision;
 use crate::quota_set::QuotaSet;

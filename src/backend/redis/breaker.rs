@@ -9,7 +9,7 @@ use crate::clock::micros;
 /// When the circuit breaker opens, and for how long.
 ///
 /// After `failures` failed calls in a row, the breaker opens: checks fail at
-/// once with [`BackendErrorKind::Unavailable`](crate::BackendErrorKind::Unavailable)
+/// once with [`BackendErrorKind::Unavailable`](crate::backend::BackendErrorKind::Unavailable)
 /// (or go to the fallback) without calling Redis. After `open_for`, one
 /// check is let through as a probe: if it succeeds the breaker closes, if it
 /// fails the breaker stays open for another `open_for`.
