@@ -34,11 +34,6 @@ impl Timestamp {
     pub const fn as_micros(self) -> u64 {
         self.0
     }
-
-    /// This timestamp moved `by` later (saturating).
-    pub fn after(self, by: Duration) -> Self {
-        Timestamp(self.0.saturating_add(micros(by)))
-    }
 }
 
 /// A duration in whole microseconds, saturating at `u64::MAX`.
