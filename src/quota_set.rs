@@ -37,6 +37,9 @@ pub struct QuotaSet {
     name: Arc<str>,
     quotas: Box<[Quota]>,
     ids: Box<[u64]>,
+    /// The largest cost every quota could ever admit, so that the check
+    /// before each request is one comparison.
+    max_cost: u64,
 }
 
 /// Why a [`QuotaSet`] could not be built.
@@ -89,7 +92,13 @@ impl QuotaSet {
     /// A set of quotas already checked to be non-empty with distinct names.
     fn assemble(name: Arc<str>, quotas: Box<[Quota]>) -> Self {
         let ids = quotas.iter().map(|q| fingerprint(&name, q)).collect();
-        QuotaSet { name, quotas, ids }
+        let max_cost = quotas.iter().map(Quota::max_cost).min().unwrap_or(0);
+        QuotaSet {
+            name,
+            quotas,
+            ids,
+            max_cost,
+        }
     }
 
     /// The set's name.
@@ -158,6 +167,9 @@ impl QuotaSet {
 
     /// The first quota that could never admit `cost`, if any.
     pub(crate) fn too_costly(&self, cost: u64) -> Option<&Quota> {
+        if cost <= self.max_cost {
+            return None;
+        }
         self.quotas.iter().find(|q| cost > q.max_cost())
     }
 
@@ -175,43 +187,39 @@ impl QuotaSet {
             let q = &self.quotas[i];
             algorithm::check(q.algorithm(), state(i), &q.params, cost, now)
         };
-        let settle = |outcome: Outcome, allowed: bool| {
-            let admitted = allowed && outcome.allowed;
-            let branch = if admitted {
-                outcome.admit
-            } else {
-                outcome.refuse
-            };
-            let verdict = QuotaVerdict {
-                allowed: outcome.allowed,
-                remaining: branch.remaining,
-                reset: branch.reset,
-                retry_after: outcome.retry_after,
-                delay: if admitted { outcome.delay } else { 0 },
-            };
-            (verdict, if commit { branch.update } else { Update::Keep })
-        };
         let mut updates = SmallVec::new();
-        // One quota, the common case: no list of outcomes, and the decision
-        // built in place.
-        if let [quota] = &*self.quotas {
-            let outcome = check(0);
-            let allowed = outcome.allowed || quota.params.shadow;
-            let (verdict, update) = settle(outcome, allowed);
+        if let [_] = &*self.quotas {
+            let (decision, update) = self.evaluate_one(state(0), cost, now, commit);
             updates.push(update);
-            let mut quotas = SmallVec::new();
-            quotas.push(verdict.decision(quota));
-            return (Decision::new(allowed, quotas), updates);
+            return (decision, updates);
         }
         let outcomes: SmallVec<[Outcome; 2]> = (0..self.quotas.len()).map(check).collect();
         let allowed = self.admits(outcomes.iter().map(|s| s.allowed));
         let mut verdicts = SmallVec::<[QuotaVerdict; 2]>::new();
         for outcome in outcomes {
-            let (verdict, update) = settle(outcome, allowed);
+            let (verdict, update) = settle(outcome, allowed, commit);
             verdicts.push(verdict);
             updates.push(update);
         }
         (self.decision_from(&verdicts), updates)
+    }
+
+    /// [`evaluate`](QuotaSet::evaluate) for a set of one quota, the common
+    /// case: no list of outcomes or updates, and the decision built in place.
+    pub(crate) fn evaluate_one(
+        &self,
+        state: Option<&State>,
+        cost: u64,
+        now: u64,
+        commit: bool,
+    ) -> (Decision, Update) {
+        let quota = &self.quotas[0];
+        let outcome = algorithm::check(quota.algorithm(), state, &quota.params, cost, now);
+        let allowed = outcome.allowed || quota.params.shadow;
+        let (verdict, update) = settle(outcome, allowed, commit);
+        let mut quotas = SmallVec::new();
+        quotas.push(verdict.decision(quota));
+        (Decision::new(allowed, quotas), update)
     }
 
     /// Whether a request passes, given whether each quota admits it: every
@@ -234,6 +242,25 @@ impl QuotaSet {
         }
         Decision::new(allowed, decisions)
     }
+}
+
+/// What one quota's outcome means once the set has decided (`allowed`):
+/// the verdict to report, and the update to store (none for a peek).
+fn settle(outcome: Outcome, allowed: bool, commit: bool) -> (QuotaVerdict, Update) {
+    let admitted = allowed && outcome.allowed;
+    let branch = if admitted {
+        outcome.admit
+    } else {
+        outcome.refuse
+    };
+    let verdict = QuotaVerdict {
+        allowed: outcome.allowed,
+        remaining: branch.remaining,
+        reset: branch.reset,
+        retry_after: outcome.retry_after,
+        delay: if admitted { outcome.delay } else { 0 },
+    };
+    (verdict, if commit { branch.update } else { Update::Keep })
 }
 
 /// One quota's verdict on one request, in the algorithms' integers: the

@@ -192,13 +192,11 @@ impl<C: Clock> MemoryBackend<C> {
         // place.
         if let ([id], [quota]) = (ids, quotas) {
             let slot = shard.get_mut(*id, key);
-            let (decision, mut updates) = request.quotas.evaluate(
-                |_| slot.as_deref().map(|s| &s.state),
-                request.cost,
-                now,
-                request.commit,
-            );
-            let update = updates.pop().unwrap_or(Update::Keep);
+            let state = slot.as_deref().map(|s| &s.state);
+            let (decision, update) =
+                request
+                    .quotas
+                    .evaluate_one(state, request.cost, now.as_micros(), request.commit);
             match slot {
                 Some(slot) => slot.update(update, &quota.params),
                 None => store_new(&mut shard, *id, key, update, &quota.params, now.as_micros()),
