@@ -1,6 +1,6 @@
 //! A backend chosen by configuration.
 
-use super::file::BackendConfig;
+use super::model::BackendConfig;
 use crate::backend::{Backend, BackendError, CheckRequest, MemoryBackend};
 use crate::decision::Decision;
 
@@ -31,8 +31,8 @@ impl AnyBackend {
             } => {
                 use crate::backend::redis::{OnFailure, RedisBackend};
                 let on_failure = match on_failure.0 {
-                    super::file::RedisFailure::Error => OnFailure::Error,
-                    super::file::RedisFailure::Memory => OnFailure::Fallback(MemoryBackend::new()),
+                    super::names::RedisFailure::Error => OnFailure::Error,
+                    super::names::RedisFailure::Memory => OnFailure::Fallback(MemoryBackend::new()),
                 };
                 RedisBackend::from_url(url.clone())
                     .prefix(prefix.clone())

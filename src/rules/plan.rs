@@ -1,0 +1,144 @@
+//! Which limits a request is checked against: the lists, the rules that
+//! match it, and their keys.
+
+use std::net::IpAddr;
+
+use http::StatusCode;
+use http::request::Parts;
+use smallvec::SmallVec;
+
+use super::backend::AnyBackend;
+use super::compile::{Compiled, Rule, RuleKey};
+use super::names::MatchMode;
+use crate::decision::Decision;
+use crate::key::{Key, KeyError, peer_addr};
+use crate::layer::policy_support::{DEFAULT_MAX_KEY_LEN, KeyOutcome, admit_key, problem};
+use crate::layer::{Headers, Verdict};
+use crate::limiter::{Error, Limiter};
+
+/// One limit a request is checked against: a rule's limiter, the key, the
+/// cost.
+pub(super) struct RuleCheck<'a> {
+    pub limiter: &'a Limiter<AnyBackend>,
+    pub key: Key,
+    pub cost: u64,
+}
+
+impl Compiled {
+    fn client_addr(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
+        match &self.client_ip {
+            Some(c) => c.client(parts),
+            None => peer_addr(parts).ok_or(KeyError::NoPeerAddress),
+        }
+    }
+
+    /// The limits a request is checked against, or its verdict when none is
+    /// needed (allowlisted, denylisted, no key). The verdict's headers are
+    /// inline, a copy cheaper than an allocation per request.
+    #[allow(clippy::result_large_err)]
+    pub(super) fn plan<'a>(
+        &'a self,
+        parts: &Parts,
+    ) -> Result<SmallVec<[RuleCheck<'a>; 2]>, Verdict> {
+        let lists = (&self.file.allow, &self.file.deny);
+        if !lists.0.ips.is_empty() || !lists.1.ips.is_empty() {
+            if let Ok(ip) = self.client_addr(parts) {
+                if lists.1.ips.iter().any(|n| n.0.contains(&ip)) {
+                    return Err(forbidden(&format!("ip:{ip}")));
+                }
+                if lists.0.ips.iter().any(|n| n.0.contains(&ip)) {
+                    return Err(Verdict::pass(Headers::new()));
+                }
+            }
+        }
+        let mut checks = SmallVec::new();
+        for rule in self.rules.iter().filter(|r| r.applies(parts)) {
+            let key = match admit_key(rule.key(parts), DEFAULT_MAX_KEY_LEN, self.on_missing_key) {
+                KeyOutcome::Limit(key) => key,
+                KeyOutcome::Settled(verdict) if verdict.is_response() => return Err(verdict),
+                KeyOutcome::Settled(_) => continue,
+            };
+            tracing::trace!(
+                rule = rule.name.as_str(),
+                key = key.as_str(),
+                "rule applies"
+            );
+            if self.file.deny.keys.contains(key.as_str()) {
+                return Err(forbidden(key.as_str()));
+            }
+            if !self.file.allow.keys.contains(key.as_str()) {
+                let limiter = rule.overrides.get(key.as_str()).unwrap_or(&rule.limiter);
+                checks.push(RuleCheck {
+                    limiter,
+                    key,
+                    cost: rule.cost,
+                });
+            }
+            if self.matching == MatchMode::First {
+                break;
+            }
+        }
+        Ok(checks)
+    }
+
+    /// The verdict so far, with one more limit's decision judged and added.
+    pub(super) fn add(
+        &self,
+        verdict: Verdict,
+        check: &RuleCheck<'_>,
+        outcome: Result<Decision, Error>,
+    ) -> Verdict {
+        verdict.and(
+            self.signals
+                .judge(check.limiter.quotas(), &check.key, outcome),
+        )
+    }
+}
+
+fn forbidden(key: &str) -> Verdict {
+    tracing::debug!(key, "denylisted");
+    Verdict::respond(problem(
+        StatusCode::FORBIDDEN,
+        "about:blank",
+        "This client is not allowed.",
+        &[],
+    ))
+}
+
+impl Rule {
+    fn applies(&self, parts: &Parts) -> bool {
+        let m = &self.matches;
+        let path = parts.uri.path();
+        m.path.as_ref().is_none_or(|p| p.matches(path))
+            && m.prefix
+                .as_ref()
+                .is_none_or(|p| path.starts_with(p.as_str()))
+            && (m.methods.is_empty() || m.methods.iter().any(|x| x.0 == parts.method))
+            && m.headers
+                .iter()
+                .all(|h| match (parts.headers.get(&h.name.0), &h.value) {
+                    (Some(v), Some(want)) => v.as_bytes() == want.as_bytes(),
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                })
+    }
+
+    fn key(&self, parts: &Parts) -> Result<Key, KeyError> {
+        let mut keys: SmallVec<[Key; 2]> = SmallVec::new();
+        for part in &self.key {
+            keys.push(match part {
+                RuleKey::Route(r) => Key::from(format!("route:{} {r}", parts.method)),
+                // The built-in extractors never wait.
+                RuleKey::Extract(e) => match e.extract(parts).into_ready() {
+                    Ok(key) => key?,
+                    Err(_) => return Err(KeyError::Missing("key (an extractor would wait)")),
+                },
+            });
+        }
+        Ok(if keys.len() == 1 {
+            keys.remove(0)
+        } else {
+            Key::join(&keys)
+        })
+    }
+}
