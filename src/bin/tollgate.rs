@@ -21,7 +21,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tollgate::RateLimitLayer;
-use tollgate::rules::Rules;
+use tollgate::rules::{Rules, normalize_path};
 
 const USAGE: &str = "\
 tollgate: rate-limit any HTTP service with rules kept in a file
@@ -245,7 +245,16 @@ const HOP_BY_HOP: [&str; 8] = [
 
 async fn proxy(State(up): State<Upstream>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
-    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    // Forward the path the rules matched, so that the upstream cannot be
+    // reached by a spelling the rules did not see.
+    let path = match normalize_path(parts.uri.path()) {
+        Ok(path) => path,
+        Err(e) => return problem(StatusCode::BAD_REQUEST, &format!("{e}")),
+    };
+    let path_and_query = match parts.uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.into_owned(),
+    };
     let mut target = up.base.clone().into_parts();
     target.path_and_query = match path_and_query.parse() {
         Ok(pq) => Some(pq),
@@ -295,13 +304,19 @@ async fn proxy(State(up): State<Upstream>, request: Request) -> Response {
 }
 
 fn bad_gateway(detail: &str) -> Response {
-    let mut body = String::from(
-        "{\"type\":\"about:blank\",\"title\":\"Bad Gateway\",\"status\":502,\"detail\":",
+    problem(StatusCode::BAD_GATEWAY, detail)
+}
+
+fn problem(status: StatusCode, detail: &str) -> Response {
+    let mut body = format!(
+        "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":",
+        status.canonical_reason().unwrap_or("Error"),
+        status.as_u16()
     );
     push_json(&mut body, detail);
     body.push('}');
     (
-        StatusCode::BAD_GATEWAY,
+        status,
         [(http::header::CONTENT_TYPE, "application/problem+json")],
         body,
     )

@@ -34,17 +34,17 @@ impl AnyBackend {
                     super::names::RedisFailure::Error => OnFailure::Error,
                     super::names::RedisFailure::Memory => OnFailure::Fallback(MemoryBackend::new()),
                 };
-                RedisBackend::from_url(url.clone())
+                RedisBackend::from_url(url.value.clone())
                     .prefix(prefix.clone())
                     .timeout(timeout.0)
                     .on_failure(on_failure)
                     .build()
                     .map(AnyBackend::Redis)
-                    .map_err(|e| format!("backend: redis: {e}"))
+                    .map_err(|e| url.error(format!("backend: redis: {e}")))
             }
             #[cfg(not(feature = "redis"))]
-            BackendConfig::Redis { .. } => {
-                Err("backend: redis needs tollgate built with the redis feature".into())
+            BackendConfig::Redis { url, .. } => {
+                Err(url.error("backend: redis needs tollgate built with the redis feature"))
             }
         }
     }

@@ -66,11 +66,11 @@ impl Compiled {
         let peer_ip = PeerIp::new().ipv6_prefix(file.client_ip.ipv6_prefix);
         let mut rules = Vec::with_capacity(file.rules.len());
         for (i, rc) in file.rules.iter().enumerate() {
-            if file.rules[..i].iter().any(|o| o.name.0 == rc.name.0) {
-                return Err(error(format!(
+            if file.rules[..i].iter().any(|o| o.name == rc.name) {
+                return Err(error(rc.name.error(format_args!(
                     "two rules are named {:?}; rule names name their counters, so they must differ",
-                    rc.name.0
-                )));
+                    rc.name.value.0
+                ))));
             }
             let parts = KeyParts {
                 peer_ip,
@@ -96,15 +96,25 @@ impl Compiled {
     }
 }
 
+/// The most proxies a forwarding header is read through: longer chains are
+/// refused when read, so more hops could never find a client.
+const MAX_HOPS: usize = 64;
+
 /// How the client address is found: behind trusted proxies, behind a
 /// number of hops, or (`None`) the connection's peer.
 fn client_ip(ip: &ClientIpConfig) -> Result<Option<ClientIp>, String> {
     let nets = ip.trusted_proxies.iter().map(|c| c.0);
-    let client_ip = match (ip.hops, ip.trusted_proxies.is_empty()) {
-        (Some(_), false) => {
-            return Err("client_ip: give trusted_proxies or hops, not both".into());
+    let client_ip = match (&ip.hops, ip.trusted_proxies.is_empty()) {
+        (Some(hops), false) => {
+            return Err(hops.error("client_ip: give trusted_proxies or hops, not both"));
         }
-        (Some(hops), true) => Some(ClientIp::hops(hops)),
+        (Some(hops), true) if !(1..=MAX_HOPS).contains(&hops.value) => {
+            return Err(hops.error(format_args!(
+                "client_ip: hops is {}; write 1 to {MAX_HOPS}, the proxies in front of this server (none: remove client_ip)",
+                hops.value
+            )));
+        }
+        (Some(hops), true) => Some(ClientIp::hops(hops.value)),
         (None, false) => Some(ClientIp::trusted_proxies(nets)),
         (None, true) => None,
     };
@@ -136,18 +146,21 @@ impl KeyParts<'_> {
 
 /// One rule: its limiter, its overrides' limiters, and its key.
 fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<Rule, String> {
-    let name = &rc.name.0;
+    let name = &rc.name.value.0;
     let set = |suffix: &str, quotas: Vec<Quota>| {
         QuotaSet::new(format!("{name}{suffix}"), quotas)
             .map(|s| Limiter::new(backend.clone(), s))
             .map_err(|e| format!("rule {name}: {e}"))
     };
-    let limiter = set("", rc.quotas.0.iter().map(|q| q.quota.clone()).collect())?;
+    let quotas: Vec<Quota> = rc.quotas.0.iter().map(|q| q.quota.clone()).collect();
+    check_cost(rc, &quotas, "")?;
+    let limiter = set("", quotas)?;
     let mut overrides = HashMap::new();
     for (j, o) in rc.overrides.iter().enumerate() {
-        let quotas = override_quotas(rc, j)?;
+        let quotas = override_quotas(rc, j).map_err(|e| o.error(e))?;
+        check_cost(rc, &quotas, &format!(" (override {})", j + 1))?;
         let limiter = set(&format!("#override{}", j + 1), quotas)?;
-        for key in &o.keys {
+        for key in &o.value.keys {
             overrides.insert(key.clone(), limiter.clone());
         }
     }
@@ -156,7 +169,7 @@ fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<R
         .path
         .as_ref()
         .map(|p| p.text.clone())
-        .or_else(|| rc.matches.prefix.clone())
+        .or_else(|| rc.matches.prefix.as_ref().map(|p| p.0.clone()))
         .unwrap_or_else(|| format!("rule {name}"));
     Ok(Rule {
         name: name.clone(),
@@ -167,7 +180,7 @@ fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<R
             .iter()
             .map(|p| parts.extractor(p, &route))
             .collect(),
-        cost: rc.cost,
+        cost: rc.cost.value,
         limiter,
         overrides,
     })
@@ -175,8 +188,8 @@ fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<R
 
 /// The quotas of override `j` of a rule: the rule's scaled, or its own.
 fn override_quotas(rc: &RuleConfig, j: usize) -> Result<Vec<Quota>, String> {
-    let o = &rc.overrides[j];
-    let at = || format!("rule {}, override {}", rc.name.0, j + 1);
+    let o = &rc.overrides[j].value;
+    let at = || format!("rule {}, override {}", rc.name.value.0, j + 1);
     match (&o.multiply, &o.quotas) {
         (Some(0), _) => Err(format!("{}: multiply must be at least 1", at())),
         (Some(n), None) => rc
@@ -188,5 +201,27 @@ fn override_quotas(rc: &RuleConfig, j: usize) -> Result<Vec<Quota>, String> {
             .map_err(|e| format!("{}: {e}", at())),
         (None, Some(qs)) => Ok(qs.0.iter().map(|q| q.quota.clone()).collect()),
         _ => Err(format!("{}: give either multiply or quotas", at())),
+    }
+}
+
+/// Refuses a cost of zero, and a cost that one of the quotas could never
+/// admit: every request would be refused, or pass by the backend error policy.
+fn check_cost(rc: &RuleConfig, quotas: &[Quota], whose: &str) -> Result<(), String> {
+    let cost = &rc.cost;
+    if cost.value == 0 {
+        return Err(cost.error(format_args!(
+            "rule {}: cost must be at least 1",
+            rc.name.value.0
+        )));
+    }
+    match quotas.iter().min_by_key(|q| q.max_cost()) {
+        Some(q) if q.max_cost() < cost.value => Err(cost.error(format_args!(
+            "rule {}: cost {} is more than quota {:?}{whose} can ever admit ({}); lower the cost or raise the quota",
+            rc.name.value.0,
+            cost.value,
+            q.name(),
+            q.max_cost()
+        ))),
+        _ => Ok(()),
     }
 }

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::model::{BackendConfig, RulesFile};
-use super::names::{MatchMode, RedisFailure};
+use super::names::{Case, MatchMode, RedisFailure, TrailingSlash};
 use crate::layer::{HeaderStyle, OnBackendError, OnMissingKey};
 use crate::quota::{Mode, Quota};
 
@@ -26,8 +26,8 @@ impl fmt::Display for RulesFile {
                 };
                 writeln!(
                     f,
-                    "backend: redis at {url}, key prefix {prefix:?}; if Redis takes over {:?} or fails: {failure}",
-                    timeout.0
+                    "backend: redis at {}, key prefix {prefix:?}; if Redis takes over {:?} or fails: {failure}",
+                    url.value, timeout.0
                 )?
             }
         }
@@ -72,14 +72,23 @@ impl fmt::Display for RulesFile {
             }
         }
         for rule in &self.rules {
-            writeln!(f, "rule {}:", rule.name.0)?;
+            writeln!(f, "rule {}:", rule.name.value.0)?;
             let m = &rule.matches;
             let mut when = Vec::new();
             if let Some(p) = &m.path {
                 when.push(format!("path {}", p.text));
             }
             if let Some(p) = &m.prefix {
-                when.push(format!("path starts with {p}"));
+                when.push(format!("path starts with {}", p.0));
+            }
+            if m.path.is_some() || m.prefix.is_some() {
+                let how = m.compare();
+                if how.trailing_slash == TrailingSlash::Strict {
+                    when.push("a trailing slash counts".into());
+                }
+                if how.case == Case::Sensitive {
+                    when.push("case counts".into());
+                }
             }
             if !m.methods.is_empty() {
                 let methods: Vec<&str> = m.methods.iter().map(|x| x.0.as_str()).collect();
@@ -98,11 +107,12 @@ impl fmt::Display for RulesFile {
             };
             let key: Vec<String> = rule.key.0.iter().map(ToString::to_string).collect();
             writeln!(f, "  applies to: {when}")?;
-            writeln!(f, "  key: {}; cost {}", key.join(" + "), rule.cost)?;
+            writeln!(f, "  key: {}; cost {}", key.join(" + "), rule.cost.value)?;
             for q in &rule.quotas.0 {
                 writeln!(f, "  quota {}", describe(&q.quota))?;
             }
             for o in &rule.overrides {
+                let o = &o.value;
                 let keys = o.keys.iter().cloned().collect::<Vec<_>>().join(", ");
                 match (&o.multiply, &o.quotas) {
                     (Some(n), _) => writeln!(f, "  for {keys}: limits x{n}")?,

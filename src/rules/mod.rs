@@ -27,6 +27,7 @@
 //! which case a request refused by a later rule has still spent from the
 //! earlier ones. A request no rule matches is not limited.
 
+mod at;
 mod backend;
 mod compile;
 mod describe;
@@ -34,6 +35,7 @@ mod error;
 mod key_part;
 mod model;
 mod names;
+mod path;
 mod pattern;
 mod period;
 mod plan;
@@ -50,6 +52,7 @@ use http::request::Parts;
 
 pub use backend::AnyBackend;
 pub use error::RulesError;
+pub use path::{PathError, normalize_path};
 
 use crate::backend::Backend;
 use crate::layer::policy_support::{Sealed, check_within};
@@ -102,7 +105,7 @@ impl Rules {
         let path = path.as_ref();
         let text = read(path)?;
         let config = BackendConfig::Redis {
-            url: url.to_owned(),
+            url: at::At::unplaced(url.to_owned()),
             prefix: "tollgate:".into(),
             timeout: model::default_redis_timeout(),
             on_failure: Default::default(),

@@ -8,12 +8,13 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
+use super::at::At;
 use super::key_part::KeyConfig;
 use super::names::{
-    BackendErrorName, ForwardedHeaderName, HeaderStyleName, Matching, MissingKeyName,
-    RedisFailureName,
+    BackendErrorName, CaseName, ForwardedHeaderName, HeaderStyleName, Matching, MissingKeyName,
+    RedisFailureName, TrailingSlashName,
 };
-use super::pattern::PathPattern;
+use super::pattern::{Compare, PathPattern, PathPrefix};
 use super::period::Period;
 use super::quotas::QuotaList;
 
@@ -51,11 +52,11 @@ fn default_timeout() -> Period {
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub(crate) enum BackendConfig {
     Memory {
-        #[serde(default = "default_max_keys")]
+        #[serde(default = "default_max_keys", deserialize_with = "at_least_one")]
         max_keys: usize,
     },
     Redis {
-        url: String,
+        url: At<String>,
         #[serde(default = "default_prefix")]
         prefix: String,
         /// How long one Redis call may take.
@@ -74,6 +75,14 @@ pub(crate) fn default_redis_timeout() -> Period {
 
 fn default_max_keys() -> usize {
     1_000_000
+}
+
+/// A count that must not be zero.
+fn at_least_one<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    match usize::deserialize(d)? {
+        0 => Err(de::Error::custom("must be at least 1")),
+        n => Ok(n),
+    }
 }
 
 fn default_prefix() -> String {
@@ -95,15 +104,24 @@ pub(crate) struct ClientIpConfig {
     #[serde(default)]
     pub trusted_proxies: Vec<Cidr>,
     #[serde(default)]
-    pub hops: Option<usize>,
+    pub hops: Option<At<usize>>,
     #[serde(default)]
     pub header: ForwardedHeaderName,
-    #[serde(default = "default_v6_prefix")]
+    #[serde(default = "default_v6_prefix", deserialize_with = "v6_prefix")]
     pub ipv6_prefix: u8,
 }
 
 fn default_v6_prefix() -> u8 {
     64
+}
+
+fn v6_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
+    match u8::deserialize(d)? {
+        bits @ 1..=128 => Ok(bits),
+        bits => Err(de::Error::custom(format!(
+            "an IPv6 prefix of {bits} bits; write 1 to 128 (64 is one host's network)"
+        ))),
+    }
 }
 
 /// Keys and networks, for the allowlist and the denylist.
@@ -140,19 +158,21 @@ impl<'de> Deserialize<'de> for Cidr {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RuleConfig {
-    pub name: RuleName,
+    pub name: At<RuleName>,
     #[serde(default, rename = "match")]
     pub matches: MatchConfig,
     pub key: KeyConfig,
+    /// What one request spends; checked against the quotas once they are
+    /// known, so it keeps its place in the file.
     #[serde(default = "one")]
-    pub cost: u64,
+    pub cost: At<u64>,
     pub quotas: QuotaList,
     #[serde(default)]
-    pub overrides: Vec<OverrideConfig>,
+    pub overrides: Vec<At<OverrideConfig>>,
 }
 
-fn one() -> u64 {
-    1
+fn one() -> At<u64> {
+    At::unplaced(1)
 }
 
 /// A rule name: it names the rule's counters, so it must be set and short.
@@ -181,11 +201,27 @@ pub(crate) struct MatchConfig {
     pub path: Option<PathPattern>,
     /// A path prefix: `/api/`.
     #[serde(default)]
-    pub prefix: Option<String>,
+    pub prefix: Option<PathPrefix>,
     #[serde(default)]
     pub methods: Vec<MethodName>,
     #[serde(default)]
     pub headers: Vec<HeaderMatch>,
+    /// Whether `/a/` is `/a` (`ignore`, the default) or not (`strict`).
+    #[serde(default)]
+    pub trailing_slash: TrailingSlashName,
+    /// Whether `/A` is `/a` (`insensitive`, the default) or not (`sensitive`).
+    #[serde(default)]
+    pub case: CaseName,
+}
+
+impl MatchConfig {
+    /// How paths are compared for this rule.
+    pub(crate) fn compare(&self) -> Compare {
+        Compare {
+            trailing_slash: self.trailing_slash.0,
+            case: self.case.0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]

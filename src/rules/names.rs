@@ -89,3 +89,34 @@ name_enum!(ForwardedHeaderName => ForwardedHeader {
     "forwarded" => ForwardedHeader::Forwarded,
     "x-real-ip" => ForwardedHeader::XRealIp,
 } default "x-forwarded-for");
+
+/// Whether `/users/1/` is the same path as `/users/1` for a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum TrailingSlash {
+    /// The same (the default): a client cannot dodge a rule by adding one.
+    #[default]
+    Ignore,
+    /// Different.
+    Strict,
+}
+
+name_enum!(TrailingSlashName => TrailingSlash {
+    "ignore" => TrailingSlash::Ignore,
+    "strict" => TrailingSlash::Strict,
+} default "ignore");
+
+/// Whether `/Login` is the same path as `/login` for a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Case {
+    /// The same (the default): a client cannot dodge a rule in front of a
+    /// case-insensitive server by changing the case.
+    #[default]
+    Insensitive,
+    /// Different.
+    Sensitive,
+}
+
+name_enum!(CaseName => Case {
+    "insensitive" => Case::Insensitive,
+    "sensitive" => Case::Sensitive,
+} default "insensitive");

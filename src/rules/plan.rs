@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 use super::backend::AnyBackend;
 use super::compile::{Compiled, Rule, RuleKey};
 use super::names::MatchMode;
+use super::path::normalize_path;
 use crate::decision::Decision;
 use crate::key::{Key, KeyError, peer_addr};
 use crate::layer::policy_support::{DEFAULT_MAX_KEY_LEN, KeyOutcome, admit_key, problem};
@@ -40,19 +41,33 @@ impl Compiled {
         &'a self,
         parts: &Parts,
     ) -> Result<SmallVec<[RuleCheck<'a>; 2]>, Verdict> {
+        let path = normalize_path(parts.uri.path()).map_err(|e| {
+            tracing::debug!(error = %e, "path refused");
+            refused(
+                StatusCode::BAD_REQUEST,
+                &format!("The request path cannot be read: {e}."),
+            )
+        })?;
         let lists = (&self.file.allow, &self.file.deny);
         if !lists.0.ips.is_empty() || !lists.1.ips.is_empty() {
-            if let Ok(ip) = self.client_addr(parts) {
-                if lists.1.ips.iter().any(|n| n.0.contains(&ip)) {
-                    return Err(forbidden(&format!("ip:{ip}")));
-                }
-                if lists.0.ips.iter().any(|n| n.0.contains(&ip)) {
-                    return Err(Verdict::pass(Headers::new()));
-                }
+            // A list that cannot be checked refuses: skipping it would let a
+            // denied client in by garbling its forwarding header.
+            let ip = self.client_addr(parts).map_err(|e| {
+                tracing::debug!(error = %e, "client address unreadable; IP lists cannot be checked");
+                refused(
+                    e.status(),
+                    &format!("The client address cannot be read, so the IP lists cannot be checked: {e}."),
+                )
+            })?;
+            if lists.1.ips.iter().any(|n| n.0.contains(&ip)) {
+                return Err(forbidden(&format!("ip:{ip}")));
+            }
+            if lists.0.ips.iter().any(|n| n.0.contains(&ip)) {
+                return Err(Verdict::pass(Headers::new()));
             }
         }
         let mut checks = SmallVec::new();
-        for rule in self.rules.iter().filter(|r| r.applies(parts)) {
+        for rule in self.rules.iter().filter(|r| r.applies(parts, &path)) {
             let key = match admit_key(rule.key(parts), DEFAULT_MAX_KEY_LEN, self.on_missing_key) {
                 KeyOutcome::Limit(key) => key,
                 KeyOutcome::Settled(verdict) if verdict.is_response() => return Err(verdict),
@@ -97,22 +112,20 @@ impl Compiled {
 
 fn forbidden(key: &str) -> Verdict {
     tracing::debug!(key, "denylisted");
-    Verdict::respond(problem(
-        StatusCode::FORBIDDEN,
-        "about:blank",
-        "This client is not allowed.",
-        &[],
-    ))
+    refused(StatusCode::FORBIDDEN, "This client is not allowed.")
+}
+
+fn refused(status: StatusCode, detail: &str) -> Verdict {
+    Verdict::respond(problem(status, "about:blank", detail, &[]))
 }
 
 impl Rule {
-    fn applies(&self, parts: &Parts) -> bool {
+    /// Whether the rule applies to a request with this normalised path.
+    fn applies(&self, parts: &Parts, path: &str) -> bool {
         let m = &self.matches;
-        let path = parts.uri.path();
-        m.path.as_ref().is_none_or(|p| p.matches(path))
-            && m.prefix
-                .as_ref()
-                .is_none_or(|p| path.starts_with(p.as_str()))
+        let how = m.compare();
+        m.path.as_ref().is_none_or(|p| p.matches(path, how))
+            && m.prefix.as_ref().is_none_or(|p| p.matches(path, how))
             && (m.methods.is_empty() || m.methods.iter().any(|x| x.0 == parts.method))
             && m.headers
                 .iter()

@@ -17,6 +17,10 @@ impl<'de> Deserialize<'de> for AlgorithmName {
     }
 }
 
+/// The most a soft quota may exceed its limit, in per cent: beyond ten
+/// times over, the limit means nothing and is surely a typo.
+const MAX_SOFT_PERCENT: u16 = 1000;
+
 /// A quota as written.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,6 +46,12 @@ impl WrittenQuota {
         let mode = match (self.mode.as_deref(), self.soft_percent) {
             (None | Some("enforce"), None) => Mode::Enforce,
             (Some("shadow"), None) => Mode::Shadow,
+            (Some("soft"), Some(percent)) if percent > MAX_SOFT_PERCENT => {
+                return Err(format!(
+                    "soft_percent {percent} lets a client spend over {}x its limit; write at most {MAX_SOFT_PERCENT}",
+                    1 + MAX_SOFT_PERCENT / 100
+                ));
+            }
             (Some("soft"), Some(percent)) => Mode::Soft { percent },
             (Some("soft"), None) => {
                 return Err(
