@@ -26,6 +26,13 @@
 //! first`, the default), or every one that matches (`matching: all`), in
 //! which case a request refused by a later rule has still spent from the
 //! earlier ones. A request no rule matches is not limited.
+//!
+//! Rules match the request path in its normal form ([`normalize_path`]), so
+//! `//users/1` and `/x/../%75sers/1` meet the rule for `/users/{id}`; a path
+//! with no normal form (an encoded `/`, a broken escape) is refused with 400.
+//! While the allow or deny list has addresses, a request whose client address
+//! cannot be read is refused with 400 too: a list that cannot be checked is
+//! never skipped.
 
 mod at;
 mod backend;
