@@ -321,6 +321,15 @@ impl Quota {
     }
 }
 
+/// The longest quota name, in bytes.
+const MAX_NAME_LEN: usize = 64;
+
+/// Whether a name can be sent as an RFC 9651 string (sf-string): printable
+/// ASCII, `"` and `\` escaped when written.
+fn valid_name(name: &str) -> bool {
+    (1..=MAX_NAME_LEN).contains(&name.len()) && name.bytes().all(|b| (0x20..=0x7e).contains(&b))
+}
+
 /// Builds a [`Quota`]; see [`Quota::token_bucket`] and its siblings.
 #[derive(Debug, Clone)]
 #[must_use = "call .build() to get the quota"]
@@ -354,7 +363,10 @@ impl QuotaBuilder {
     }
 
     /// The name clients see (`RateLimit-Policy`, `violated-policies`). The
-    /// default is `<limit>-per-<period>`, such as `10-per-60s`.
+    /// default is `<limit>-per-<period>`, such as `10-per-60s`. It is sent as
+    /// an RFC 9651 string, so [`build`](Self::build) refuses a name that is
+    /// empty, over 64 bytes, or not printable ASCII (space to `~`)
+    /// ([`QuotaError::InvalidName`]).
     pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
         self.name = Some(name.into());
         self
@@ -376,6 +388,11 @@ impl QuotaBuilder {
     /// Validates the quota.
     pub fn build(self) -> Result<Quota, QuotaError> {
         let a = self.algorithm;
+        if let Some(name) = &self.name {
+            if !valid_name(name) {
+                return Err(QuotaError::InvalidName(name.to_string()));
+            }
+        }
         let period = micros(self.period);
         if period == 0 {
             return Err(QuotaError::ZeroPeriod);
@@ -471,6 +488,31 @@ mod tests {
     use super::*;
 
     const MIN: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn names_clients_could_not_be_sent_are_refused() {
+        let named = |n: &str| Quota::gcra(10, MIN).name(n.to_owned()).build();
+        for bad in [
+            "",
+            "tab\there",
+            "new\nline",
+            "caf\u{e9}",
+            "nul\0",
+            &"x".repeat(65),
+        ] {
+            assert_eq!(
+                named(bad),
+                Err(QuotaError::InvalidName(bad.to_owned())),
+                "{bad:?}"
+            );
+        }
+        for good in ["per-minute", "a b \"c\" \\d ~", &"x".repeat(64)] {
+            assert_eq!(
+                named(good).map(|q| q.name().to_owned()),
+                Ok(good.to_owned())
+            );
+        }
+    }
 
     #[test]
     fn invalid_quotas_are_refused_when_built() {

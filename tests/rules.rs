@@ -25,14 +25,21 @@ fn the_commented_example_parses() {
     }
 }
 
+/// Parses `yaml`, expecting an error that names `place` and says `says`.
+fn error_where(yaml: &str, place: &str, says: &str) {
+    let err = Rules::parse(yaml).expect_err(yaml).to_string();
+    assert!(err.contains(place), "wanted {place}: {err}");
+    assert!(err.contains(says), "wanted {says:?}: {err}");
+}
+
 /// Parses `yaml`, expecting an error at `line` that says `says`.
 fn error(yaml: &str, line: usize, says: &str) {
-    let err = Rules::parse(yaml).expect_err(yaml).to_string();
-    assert!(
-        err.contains(&format!("line {line} ")),
-        "wanted line {line}: {err}"
-    );
-    assert!(err.contains(says), "wanted {says:?}: {err}");
+    error_where(yaml, &format!("line {line} "), says);
+}
+
+/// Parses `yaml`, expecting an error at `line` and `column` that says `says`.
+fn error_at(yaml: &str, line: usize, column: usize, says: &str) {
+    error_where(yaml, &format!("line {line} column {column}:"), says);
 }
 
 const HEAD: &str = "rules:\n  - name: a\n    key: client_ip\n    quotas:\n";
@@ -126,6 +133,129 @@ fn mistakes_across_rules_are_named() {
             .unwrap_err()
             .to_string()
             .contains("either multiply or quotas")
+    );
+}
+
+const ONE: &str = "{ name: q, algorithm: gcra, limit: 5, period: 1s }";
+
+#[test]
+fn settings_that_disable_or_dodge_a_limit_are_refused_with_their_place() {
+    let rule =
+        |extra: &str| format!("rules:\n  - name: a\n    key: global\n{extra}    quotas: [{ONE}]\n");
+    error_at(
+        &rule("    cost: 6\n"),
+        4,
+        11,
+        "cost 6 is more than quota \"q\" can ever admit (5)",
+    );
+    error_at(&rule("    cost: 0\n"), 4, 11, "cost must be at least 1");
+    assert!(
+        Rules::parse(&rule("    cost: 5\n")).is_ok(),
+        "a cost the quota admits"
+    );
+    error_at(
+        &rule(
+            "    cost: 3\n    overrides:\n      - keys: [x]\n        quotas: [{ algorithm: gcra, limit: 2, period: 1s }]\n",
+        ),
+        4,
+        11,
+        "(override 1) can ever admit (2)",
+    );
+    error_at(
+        &rule("    match: { prefix: api/ }\n"),
+        4,
+        22,
+        "must start with /",
+    );
+    error_at(
+        &rule("    match: { prefix: /api//v1 }\n"),
+        4,
+        22,
+        "write \"/api/v1\"",
+    );
+    error_at(
+        &rule("    match: { path: \"/a/../{id}\" }\n"),
+        4,
+        20,
+        "write \"/{id}\"",
+    );
+    error_at(
+        &format!(
+            "{HEAD}      - {{ algorithm: gcra, limit: 5, period: 1s, mode: soft, soft_percent: 1001 }}\n"
+        ),
+        5,
+        9,
+        "write at most 1000",
+    );
+    error_at(
+        "client_ip:\n  hops: 1000\nrules: []\n",
+        2,
+        9,
+        "write 1 to 64",
+    );
+    error_at("client_ip:\n  hops: 0\nrules: []\n", 2, 9, "write 1 to 64");
+    error_at(
+        "client_ip:\n  ipv6_prefix: 0\nrules: []\n",
+        2,
+        16,
+        "write 1 to 128",
+    );
+    error_at(
+        "backend:\n  memory:\n    max_keys: 0\nrules: []\n",
+        3,
+        15,
+        "at least 1",
+    );
+}
+
+#[test]
+fn mistakes_found_after_parsing_still_say_where_they_are() {
+    let two = format!("rules:\n  - name: a\n    key: global\n    quotas: [{ONE}]\n");
+    let twice = format!("{two}{}", &two["rules:\n".len()..]);
+    error_at(&twice, 5, 11, "two rules are named \"a\"");
+    error_at(
+        "client_ip:\n  trusted_proxies: [10.0.0.0/8]\n  hops: 1\nrules: []\n",
+        3,
+        9,
+        "give trusted_proxies or hops, not both",
+    );
+    error_at(
+        &format!("{two}    overrides:\n      - {{ keys: [x], multiply: 0 }}\n"),
+        6,
+        9,
+        "rule a, override 1: multiply must be at least 1",
+    );
+    error_at(
+        &format!(
+            "{two}    overrides:\n      - {{ keys: [x] }}\n      - {{ keys: [y], multiply: 2, quotas: [{ONE}] }}\n"
+        ),
+        6,
+        9,
+        "rule a, override 1: give either multiply or quotas",
+    );
+    // Without the redis feature, the error says the feature is missing; with
+    // it, that the URL is not one. Either way it points at the URL.
+    error_at(
+        "backend:\n  redis:\n    url: \"not a url\"\nrules: []\n",
+        3,
+        10,
+        "backend: redis",
+    );
+}
+
+#[test]
+fn quota_names_clients_could_not_be_sent_are_refused_where_written() {
+    for name in ["\"tab\\there\"", "\"caf\u{e9}\"", "\"\"", &"x".repeat(65)] {
+        error_at(
+            &format!("{HEAD}      - {{ name: {name}, algorithm: gcra, limit: 5, period: 1s }}\n"),
+            5,
+            9,
+            "must be 1 to 64 printable ASCII characters",
+        );
+    }
+    assert!(
+        Rules::parse(&format!("{HEAD}      - {{ name: \"per minute (\\\"burst\\\")\", algorithm: gcra, limit: 5, period: 1s }}\n")).is_ok(),
+        "spaces, quotes and backslashes are escaped in headers, so they are fine"
     );
 }
 

@@ -25,7 +25,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tollgate::RateLimitLayer;
 use tollgate::layer::problem_response;
-use tollgate::rules::Rules;
+use tollgate::rules::{Rules, normalize_path};
 
 const USAGE: &str = "\
 tollgate: rate-limit any HTTP service with rules kept in a file
@@ -303,7 +303,16 @@ const HOP_BY_HOP: [&str; 8] = [
 
 async fn proxy(State(up): State<Upstream>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
-    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    // Forward the path the rules matched, so that the upstream cannot be
+    // reached by a spelling the rules did not see.
+    let path = match normalize_path(parts.uri.path()) {
+        Ok(path) => path,
+        Err(e) => return problem(StatusCode::BAD_REQUEST, &format!("{e}")),
+    };
+    let path_and_query = match parts.uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.into_owned(),
+    };
     let mut target = up.base.clone().into_parts();
     target.path_and_query = match path_and_query.parse() {
         Ok(pq) => Some(pq),

@@ -1,6 +1,6 @@
 //! A backend chosen by configuration.
 
-use super::file::BackendConfig;
+use super::model::BackendConfig;
 use crate::backend::{Backend, BackendError, CheckRequest, MemoryBackend};
 use crate::decision::Decision;
 
@@ -31,20 +31,20 @@ impl AnyBackend {
             } => {
                 use crate::backend::redis::{OnFailure, RedisBackend};
                 let on_failure = match on_failure.0 {
-                    super::file::RedisFailure::Error => OnFailure::Error,
-                    super::file::RedisFailure::Memory => OnFailure::Fallback(MemoryBackend::new()),
+                    super::names::RedisFailure::Error => OnFailure::Error,
+                    super::names::RedisFailure::Memory => OnFailure::Fallback(MemoryBackend::new()),
                 };
-                RedisBackend::from_url(url.clone())
+                RedisBackend::from_url(url.value.clone())
                     .prefix(prefix.clone())
                     .timeout(timeout.0)
                     .on_failure(on_failure)
                     .build()
                     .map(AnyBackend::Redis)
-                    .map_err(|e| format!("backend: redis: {e}"))
+                    .map_err(|e| url.error(format!("backend: redis: {e}")))
             }
             #[cfg(not(feature = "redis"))]
-            BackendConfig::Redis { .. } => {
-                Err("backend: redis needs tollgate built with the redis feature".into())
+            BackendConfig::Redis { url, .. } => {
+                Err(url.error("backend: redis needs tollgate built with the redis feature"))
             }
         }
     }

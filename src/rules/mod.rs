@@ -26,70 +26,46 @@
 //! first`, the default), or every one that matches (`matching: all`), in
 //! which case a request refused by a later rule has still spent from the
 //! earlier ones. A request no rule matches is not limited.
+//!
+//! Rules match the request path in its normal form ([`normalize_path`]), so
+//! `//users/1` and `/x/../%75sers/1` meet the rule for `/users/{id}`; a path
+//! with no normal form (an encoded `/`, a broken escape) is refused with 400.
+//! While the allow or deny list has addresses, a request whose client address
+//! cannot be read is refused with 400 too: a list that cannot be checked is
+//! never skipped.
 
+mod at;
 mod backend;
-mod file;
+mod compile;
+mod describe;
+mod error;
+mod key_part;
+mod model;
+mod names;
+mod path;
+mod pattern;
+mod period;
+mod plan;
+mod quotas;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use http::StatusCode;
 use http::request::Parts;
-use smallvec::SmallVec;
 
 pub use backend::AnyBackend;
+pub use error::RulesError;
+pub use path::{PathError, normalize_path};
 
 use crate::backend::Backend;
-use crate::decision::Decision;
-use crate::key::{
-    ClientIp, ExtensionKey, GlobalKey, HeaderKey, Key, KeyError, KeyExtractor, PeerIp, UserId,
-    peer_addr,
-};
-use crate::layer::{
-    DEFAULT_MAX_KEY_LEN, Headers, KeyOutcome, Limit, OnMissingKey, Policy, ResponsePolicy, Sealed,
-    Verdict, admit_key, check_within, problem,
-};
-use crate::limiter::{Error, Limiter};
-use crate::quota_set::QuotaSet;
-use file::{BackendConfig, KeyPart, MatchConfig, MatchMode, RulesFile};
-
-/// Why rules could not be loaded: where, and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RulesError {
-    path: Option<PathBuf>,
-    message: String,
-}
-
-impl RulesError {
-    fn new(path: Option<&Path>, message: impl Into<String>) -> Self {
-        RulesError {
-            path: path.map(Path::to_path_buf),
-            message: message.into(),
-        }
-    }
-
-    /// What is wrong, with the line and column when the file says it.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl fmt::Display for RulesError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.path {
-            Some(p) => write!(f, "{}: {}", p.display(), self.message),
-            None => f.write_str(&self.message),
-        }
-    }
-}
-
-impl std::error::Error for RulesError {}
+use crate::layer::{Headers, Policy, Verdict};
+use crate::layer::{Sealed, check_within};
+use compile::Compiled;
+use model::{BackendConfig, RulesFile};
 
 /// Rules from a file, as a [`Policy`] for [`RateLimitLayer`](crate::RateLimitLayer).
 ///
@@ -103,13 +79,10 @@ pub struct Rules {
 struct Inner {
     current: ArcSwap<Compiled>,
     path: Option<PathBuf>,
-    backend_override: Option<BackendOverride>,
+    /// A backend chosen outside the file (`tollgate serve --redis URL`).
+    backend_override: Option<BackendConfig>,
     last_text: Mutex<String>,
 }
-
-/// A backend chosen outside the file (`tollgate serve --redis URL`).
-#[derive(Debug, Clone, PartialEq)]
-struct BackendOverride(BackendConfig);
 
 impl fmt::Debug for Rules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -139,18 +112,18 @@ impl Rules {
         let path = path.as_ref();
         let text = read(path)?;
         let config = BackendConfig::Redis {
-            url: url.to_owned(),
+            url: at::At::unplaced(url.to_owned()),
             prefix: "tollgate:".into(),
-            timeout: file::default_redis_timeout(),
+            timeout: model::default_redis_timeout(),
             on_failure: Default::default(),
         };
-        Rules::build(&text, Some(path), Some(BackendOverride(config)))
+        Rules::build(&text, Some(path), Some(config))
     }
 
     fn build(
         text: &str,
         path: Option<&Path>,
-        backend_override: Option<BackendOverride>,
+        backend_override: Option<BackendConfig>,
     ) -> Result<Self, RulesError> {
         let file = parse(text, path)?;
         let compiled = Compiled::new(file, None, backend_override.as_ref(), path)?;
@@ -234,7 +207,7 @@ impl Rules {
 /// Reads a duration written as in rules files (`500ms`, `10s`, `1m30s`); the
 /// error says how to write one.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    file::Period::parse(text)
+    period::Period::parse(text)
 }
 
 fn read(path: &Path) -> Result<String, RulesError> {
@@ -246,266 +219,6 @@ fn parse(text: &str, path: Option<&Path>) -> Result<RulesFile, RulesError> {
     serde_saphyr::from_str::<RulesFile>(text).map_err(|e| RulesError::new(path, e.to_string()))
 }
 
-/// The rules ready to decide.
-struct Compiled {
-    file: RulesFile,
-    backend: AnyBackend,
-    backend_config: BackendConfig,
-    respond: ResponsePolicy,
-    on_missing_key: OnMissingKey,
-    timeout: Duration,
-    matching: MatchMode,
-    /// Where client addresses come from: behind proxies when configured.
-    client_ip: Option<ClientIp>,
-    rules: Vec<Rule>,
-}
-
-struct Rule {
-    name: String,
-    matches: MatchConfig,
-    key: Vec<RuleKey>,
-    cost: u64,
-    limit: Limit<AnyBackend>,
-    overrides: HashMap<String, Limit<AnyBackend>>,
-}
-
-enum RuleKey {
-    Extract(Box<dyn KeyExtractor>),
-    Route(String),
-}
-
-impl Compiled {
-    fn new(
-        file: RulesFile,
-        old: Option<&Compiled>,
-        backend_override: Option<&BackendOverride>,
-        path: Option<&Path>,
-    ) -> Result<Self, RulesError> {
-        let error = |m: String| RulesError::new(path, m);
-        let backend_config = backend_override.map_or_else(|| file.backend.clone(), |o| o.0.clone());
-        let backend = match old {
-            Some(old) if old.backend_config == backend_config => old.backend.clone(),
-            _ => AnyBackend::from_config(&backend_config).map_err(error)?,
-        };
-        let ip = &file.client_ip;
-        let nets = ip.trusted_proxies.iter().map(|c| c.0);
-        let client_ip = match (ip.hops, ip.trusted_proxies.is_empty()) {
-            (Some(_), false) => {
-                return Err(error(
-                    "client_ip: give trusted_proxies or hops, not both".into(),
-                ));
-            }
-            (Some(hops), true) => Some(ClientIp::hops(hops)),
-            (None, false) => Some(ClientIp::trusted_proxies(nets)),
-            (None, true) => None,
-        }
-        .map(|c| c.header(ip.header.0).ipv6_prefix(ip.ipv6_prefix));
-        let peer_ip = PeerIp::new().ipv6_prefix(ip.ipv6_prefix);
-        let mut rules = Vec::with_capacity(file.rules.len());
-        for (i, rc) in file.rules.iter().enumerate() {
-            let name = rc.name.0.clone();
-            if file.rules[..i].iter().any(|o| o.name.0 == name) {
-                return Err(error(format!(
-                    "two rules are named {name:?}; rule names name their counters, so they must differ"
-                )));
-            }
-            let set = |suffix: &str, quotas: Vec<crate::quota::Quota>| {
-                QuotaSet::new(format!("{name}{suffix}"), quotas)
-                    .map(|s| Limiter::new(backend.clone(), s))
-                    .map_err(|e| error(format!("rule {name}: {e}")))
-            };
-            let limiter = set("", rc.quotas.0.iter().map(|q| q.quota.clone()).collect())?;
-            let mut overrides = HashMap::new();
-            for (j, o) in rc.overrides.iter().enumerate() {
-                let quotas = match (&o.multiply, &o.quotas) {
-                    (Some(0), _) => {
-                        return Err(error(format!(
-                            "rule {name}, override {}: multiply must be at least 1",
-                            j + 1
-                        )));
-                    }
-                    (Some(n), None) => rc
-                        .quotas
-                        .0
-                        .iter()
-                        .map(|q| q.scaled(*n))
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| error(format!("rule {name}, override {}: {e}", j + 1)))?,
-                    (None, Some(qs)) => qs.0.iter().map(|q| q.quota.clone()).collect(),
-                    _ => {
-                        return Err(error(format!(
-                            "rule {name}, override {}: give either multiply or quotas",
-                            j + 1
-                        )));
-                    }
-                };
-                let limit = Limit::new(set(&format!("#override{}", j + 1), quotas)?);
-                for key in &o.keys {
-                    overrides.insert(key.clone(), limit.clone());
-                }
-            }
-            let route = rc
-                .matches
-                .path
-                .as_ref()
-                .map(|p| p.text.clone())
-                .or_else(|| rc.matches.prefix.clone())
-                .unwrap_or_else(|| format!("rule {name}"));
-            let mut key = Vec::new();
-            for part in &rc.key.0 {
-                key.push(match part {
-                    KeyPart::PeerIp => RuleKey::Extract(Box::new(peer_ip)),
-                    KeyPart::ClientIp => match &client_ip {
-                        Some(c) => RuleKey::Extract(Box::new(c.clone())),
-                        None => RuleKey::Extract(Box::new(peer_ip)),
-                    },
-                    KeyPart::Header(h) => RuleKey::Extract(Box::new(HeaderKey::new(h.clone()))),
-                    KeyPart::User => RuleKey::Extract(Box::new(ExtensionKey::<UserId>::new())),
-                    KeyPart::Global => RuleKey::Extract(Box::new(GlobalKey)),
-                    KeyPart::Route => RuleKey::Route(route.clone()),
-                });
-            }
-            rules.push(Rule {
-                name,
-                matches: rc.matches.clone(),
-                key,
-                cost: rc.cost,
-                limit: Limit::new(limiter),
-                overrides,
-            });
-        }
-        Ok(Compiled {
-            respond: ResponsePolicy {
-                header_style: file.headers.0,
-                on_backend_error: file.on_backend_error.0,
-                ..ResponsePolicy::default()
-            },
-            on_missing_key: file.on_missing_key.0,
-            timeout: file.timeout.0,
-            matching: file.matching.0,
-            backend,
-            backend_config,
-            client_ip,
-            rules,
-            file,
-        })
-    }
-
-    fn client_addr(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
-        match &self.client_ip {
-            Some(c) => c.client(parts),
-            None => peer_addr(parts).ok_or(KeyError::NoPeerAddress),
-        }
-    }
-
-    /// The limits a request is checked against, or its verdict when none is
-    /// needed (allowlisted, denylisted, no key). The verdict's headers are
-    /// inline, a copy cheaper than an allocation per request.
-    #[allow(clippy::result_large_err)]
-    fn plan<'a>(&'a self, parts: &Parts) -> Result<SmallVec<[Step<'a>; 2]>, Verdict> {
-        let lists = (&self.file.allow, &self.file.deny);
-        if !lists.0.ips.is_empty() || !lists.1.ips.is_empty() {
-            if let Ok(ip) = self.client_addr(parts) {
-                if lists.1.ips.iter().any(|n| n.0.contains(&ip)) {
-                    return Err(forbidden(&format!("ip:{ip}")));
-                }
-                if lists.0.ips.iter().any(|n| n.0.contains(&ip)) {
-                    return Err(Verdict::pass(Headers::new()));
-                }
-            }
-        }
-        let mut steps = SmallVec::new();
-        for rule in self.rules.iter().filter(|r| r.applies(parts)) {
-            let key = match admit_key(rule.key(parts), DEFAULT_MAX_KEY_LEN, self.on_missing_key) {
-                KeyOutcome::Limit(key) => key,
-                KeyOutcome::Settled(verdict) if verdict.is_response() => return Err(verdict),
-                KeyOutcome::Settled(_) => continue,
-            };
-            tracing::trace!(
-                rule = rule.name.as_str(),
-                key = key.as_str(),
-                "rule applies"
-            );
-            if self.file.deny.keys.contains(key.as_str()) {
-                return Err(forbidden(key.as_str()));
-            }
-            if !self.file.allow.keys.contains(key.as_str()) {
-                let limit = rule.overrides.get(key.as_str()).unwrap_or(&rule.limit);
-                steps.push(Step {
-                    limit,
-                    key,
-                    cost: rule.cost,
-                });
-            }
-            if self.matching == MatchMode::First {
-                break;
-            }
-        }
-        Ok(steps)
-    }
-}
-
-impl Compiled {
-    /// The verdict so far, with one more limit's decision judged and added.
-    fn add(&self, verdict: Verdict, step: &Step<'_>, outcome: Result<Decision, Error>) -> Verdict {
-        verdict.and(step.limit.judge(&self.respond, &step.key, outcome))
-    }
-}
-
-struct Step<'a> {
-    limit: &'a Limit<AnyBackend>,
-    key: Key,
-    cost: u64,
-}
-
-fn forbidden(key: &str) -> Verdict {
-    tracing::debug!(key, "denylisted");
-    Verdict::respond(problem(
-        StatusCode::FORBIDDEN,
-        "about:blank",
-        "This client is not allowed.",
-        &[],
-    ))
-}
-
-impl Rule {
-    fn applies(&self, parts: &Parts) -> bool {
-        let m = &self.matches;
-        let path = parts.uri.path();
-        m.path.as_ref().is_none_or(|p| p.matches(path))
-            && m.prefix
-                .as_ref()
-                .is_none_or(|p| path.starts_with(p.as_str()))
-            && (m.methods.is_empty() || m.methods.iter().any(|x| x.0 == parts.method))
-            && m.headers
-                .iter()
-                .all(|h| match (parts.headers.get(&h.name.0), &h.value) {
-                    (Some(v), Some(want)) => v.as_bytes() == want.as_bytes(),
-                    (Some(_), None) => true,
-                    (None, _) => false,
-                })
-    }
-
-    fn key(&self, parts: &Parts) -> Result<Key, KeyError> {
-        let mut keys: SmallVec<[Key; 2]> = SmallVec::new();
-        for part in &self.key {
-            keys.push(match part {
-                RuleKey::Route(r) => Key::from(format!("route:{} {r}", parts.method)),
-                // The built-in extractors never wait.
-                RuleKey::Extract(e) => match e.extract(parts).into_ready() {
-                    Ok(key) => key?,
-                    Err(_) => return Err(KeyError::Missing("key (an extractor would wait)")),
-                },
-            });
-        }
-        Ok(if keys.len() == 1 {
-            keys.remove(0)
-        } else {
-            Key::join(&keys)
-        })
-    }
-}
-
 impl Sealed for Rules {}
 
 impl Policy for Rules {
@@ -514,14 +227,17 @@ impl Policy for Rules {
         if !compiled.backend.decides_now() {
             return None;
         }
-        let steps = match compiled.plan(parts) {
-            Ok(steps) => steps,
+        let checks = match compiled.plan(parts) {
+            Ok(checks) => checks,
             Err(verdict) => return Some(verdict),
         };
         let mut verdict = Verdict::pass(Headers::new());
-        for step in steps {
-            let outcome = step.limit.limiter.check_now(step.key.as_str(), step.cost)?;
-            verdict = compiled.add(verdict, &step, outcome);
+        for check in checks {
+            let outcome = check
+                .limit
+                .limiter
+                .check_now(check.key.as_str(), check.cost)?;
+            verdict = compiled.add(verdict, &check, outcome);
             if verdict.is_response() {
                 break;
             }
@@ -532,15 +248,20 @@ impl Policy for Rules {
     fn decide<'a>(&'a self, parts: &'a Parts) -> impl Future<Output = Verdict> + Send + 'a {
         let compiled = self.inner.current.load_full();
         async move {
-            let steps = match compiled.plan(parts) {
-                Ok(steps) => steps,
+            let checks = match compiled.plan(parts) {
+                Ok(checks) => checks,
                 Err(verdict) => return verdict,
             };
             let mut verdict = Verdict::pass(Headers::new());
-            for step in steps {
-                let outcome =
-                    check_within(&step.limit.limiter, &step.key, step.cost, compiled.timeout).await;
-                verdict = compiled.add(verdict, &step, outcome);
+            for check in checks {
+                let outcome = check_within(
+                    &check.limit.limiter,
+                    &check.key,
+                    check.cost,
+                    compiled.timeout,
+                )
+                .await;
+                verdict = compiled.add(verdict, &check, outcome);
                 if verdict.is_response() {
                     break;
                 }

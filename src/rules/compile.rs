@@ -1,0 +1,227 @@
+//! A parsed rules file made ready to decide: the backend, the client-address
+//! finder, and each rule's limiters and key.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use super::backend::AnyBackend;
+use super::error::RulesError;
+use super::key_part::KeyPart;
+use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RuleConfig, RulesFile};
+use super::names::MatchMode;
+use crate::key::{ClientIp, ExtensionKey, GlobalKey, HeaderKey, KeyExtractor, PeerIp, UserId};
+use crate::layer::{Limit, OnMissingKey, ResponsePolicy};
+use crate::limiter::Limiter;
+use crate::quota::Quota;
+use crate::quota_set::QuotaSet;
+
+/// The rules ready to decide.
+pub(super) struct Compiled {
+    pub file: RulesFile,
+    pub backend: AnyBackend,
+    pub backend_config: BackendConfig,
+    pub respond: ResponsePolicy,
+    pub on_missing_key: OnMissingKey,
+    pub timeout: Duration,
+    pub matching: MatchMode,
+    /// Where client addresses come from: behind proxies when configured.
+    pub client_ip: Option<ClientIp>,
+    pub rules: Vec<Rule>,
+}
+
+/// One rule, ready to decide.
+pub(super) struct Rule {
+    pub name: String,
+    pub matches: MatchConfig,
+    pub key: Vec<RuleKey>,
+    pub cost: u64,
+    pub limit: Limit<AnyBackend>,
+    pub overrides: HashMap<String, Limit<AnyBackend>>,
+}
+
+/// One part of a rule's key.
+pub(super) enum RuleKey {
+    Extract(Box<dyn KeyExtractor>),
+    Route(String),
+}
+
+impl Compiled {
+    /// Compiles `file`, keeping `old`'s backend (and so its counters) when
+    /// the backend settings did not change. `backend_override` replaces the
+    /// file's backend.
+    pub(super) fn new(
+        file: RulesFile,
+        old: Option<&Compiled>,
+        backend_override: Option<&BackendConfig>,
+        path: Option<&Path>,
+    ) -> Result<Self, RulesError> {
+        let error = |m: String| RulesError::new(path, m);
+        let backend_config = backend_override.unwrap_or(&file.backend).clone();
+        let backend = match old {
+            Some(old) if old.backend_config == backend_config => old.backend.clone(),
+            _ => AnyBackend::from_config(&backend_config).map_err(error)?,
+        };
+        let client_ip = client_ip(&file.client_ip).map_err(error)?;
+        let peer_ip = PeerIp::new().ipv6_prefix(file.client_ip.ipv6_prefix);
+        let mut rules = Vec::with_capacity(file.rules.len());
+        for (i, rc) in file.rules.iter().enumerate() {
+            if file.rules[..i].iter().any(|o| o.name == rc.name) {
+                return Err(error(rc.name.error(format_args!(
+                    "two rules are named {:?}; rule names name their counters, so they must differ",
+                    rc.name.value.0
+                ))));
+            }
+            let parts = KeyParts {
+                peer_ip,
+                client_ip: client_ip.as_ref(),
+            };
+            rules.push(rule(rc, &backend, &parts).map_err(error)?);
+        }
+        Ok(Compiled {
+            respond: ResponsePolicy {
+                header_style: file.headers.0,
+                on_backend_error: file.on_backend_error.0,
+                ..ResponsePolicy::default()
+            },
+            on_missing_key: file.on_missing_key.0,
+            timeout: file.timeout.0,
+            matching: file.matching.0,
+            backend,
+            backend_config,
+            client_ip,
+            rules,
+            file,
+        })
+    }
+}
+
+/// The most proxies a forwarding header is read through: longer chains are
+/// refused when read, so more hops could never find a client.
+const MAX_HOPS: usize = 64;
+
+/// How the client address is found: behind trusted proxies, behind a
+/// number of hops, or (`None`) the connection's peer.
+fn client_ip(ip: &ClientIpConfig) -> Result<Option<ClientIp>, String> {
+    let nets = ip.trusted_proxies.iter().map(|c| c.0);
+    let client_ip = match (&ip.hops, ip.trusted_proxies.is_empty()) {
+        (Some(hops), false) => {
+            return Err(hops.error("client_ip: give trusted_proxies or hops, not both"));
+        }
+        (Some(hops), true) if !(1..=MAX_HOPS).contains(&hops.value) => {
+            return Err(hops.error(format_args!(
+                "client_ip: hops is {}; write 1 to {MAX_HOPS}, the proxies in front of this server (none: remove client_ip)",
+                hops.value
+            )));
+        }
+        (Some(hops), true) => Some(ClientIp::hops(hops.value)),
+        (None, false) => Some(ClientIp::trusted_proxies(nets)),
+        (None, true) => None,
+    };
+    Ok(client_ip.map(|c| c.header(ip.header.0).ipv6_prefix(ip.ipv6_prefix)))
+}
+
+/// The extractors the key parts are made from.
+struct KeyParts<'a> {
+    peer_ip: PeerIp,
+    client_ip: Option<&'a ClientIp>,
+}
+
+impl KeyParts<'_> {
+    fn extractor(&self, part: &KeyPart, route: &str) -> RuleKey {
+        let extractor: Box<dyn KeyExtractor> = match part {
+            KeyPart::PeerIp => Box::new(self.peer_ip),
+            KeyPart::ClientIp => match self.client_ip {
+                Some(c) => Box::new(c.clone()),
+                None => Box::new(self.peer_ip),
+            },
+            KeyPart::Header(h) => Box::new(HeaderKey::new(h.clone())),
+            KeyPart::User => Box::new(ExtensionKey::<UserId>::new()),
+            KeyPart::Global => Box::new(GlobalKey),
+            KeyPart::Route => return RuleKey::Route(route.to_owned()),
+        };
+        RuleKey::Extract(extractor)
+    }
+}
+
+/// One rule: its limiter, its overrides' limiters, and its key.
+fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<Rule, String> {
+    let name = &rc.name.value.0;
+    let set = |suffix: &str, quotas: Vec<Quota>| {
+        QuotaSet::new(format!("{name}{suffix}"), quotas)
+            .map(|s| Limit::new(Limiter::new(backend.clone(), s)))
+            .map_err(|e| format!("rule {name}: {e}"))
+    };
+    let quotas: Vec<Quota> = rc.quotas.0.iter().map(|q| q.quota.clone()).collect();
+    check_cost(rc, &quotas, "")?;
+    let limit = set("", quotas)?;
+    let mut overrides = HashMap::new();
+    for (j, o) in rc.overrides.iter().enumerate() {
+        let quotas = override_quotas(rc, j).map_err(|e| o.error(e))?;
+        check_cost(rc, &quotas, &format!(" (override {})", j + 1))?;
+        let limit = set(&format!("#override{}", j + 1), quotas)?;
+        for key in &o.value.keys {
+            overrides.insert(key.clone(), limit.clone());
+        }
+    }
+    let route = rc
+        .matches
+        .path
+        .as_ref()
+        .map(|p| p.text.clone())
+        .or_else(|| rc.matches.prefix.as_ref().map(|p| p.0.clone()))
+        .unwrap_or_else(|| format!("rule {name}"));
+    Ok(Rule {
+        name: name.clone(),
+        matches: rc.matches.clone(),
+        key: rc
+            .key
+            .0
+            .iter()
+            .map(|p| parts.extractor(p, &route))
+            .collect(),
+        cost: rc.cost.value,
+        limit,
+        overrides,
+    })
+}
+
+/// The quotas of override `j` of a rule: the rule's scaled, or its own.
+fn override_quotas(rc: &RuleConfig, j: usize) -> Result<Vec<Quota>, String> {
+    let o = &rc.overrides[j].value;
+    let at = || format!("rule {}, override {}", rc.name.value.0, j + 1);
+    match (&o.multiply, &o.quotas) {
+        (Some(0), _) => Err(format!("{}: multiply must be at least 1", at())),
+        (Some(n), None) => rc
+            .quotas
+            .0
+            .iter()
+            .map(|q| q.scaled(*n))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{}: {e}", at())),
+        (None, Some(qs)) => Ok(qs.0.iter().map(|q| q.quota.clone()).collect()),
+        _ => Err(format!("{}: give either multiply or quotas", at())),
+    }
+}
+
+/// Refuses a cost of zero, and a cost that one of the quotas could never
+/// admit: every request would be refused, or pass by the backend error policy.
+fn check_cost(rc: &RuleConfig, quotas: &[Quota], whose: &str) -> Result<(), String> {
+    let cost = &rc.cost;
+    if cost.value == 0 {
+        return Err(cost.error(format_args!(
+            "rule {}: cost must be at least 1",
+            rc.name.value.0
+        )));
+    }
+    match quotas.iter().min_by_key(|q| q.max_cost()) {
+        Some(q) if q.max_cost() < cost.value => Err(cost.error(format_args!(
+            "rule {}: cost {} is more than quota {:?}{whose} can ever admit ({}); lower the cost or raise the quota",
+            rc.name.value.0,
+            cost.value,
+            q.name(),
+            q.max_cost()
+        ))),
+        _ => Ok(()),
+    }
+}

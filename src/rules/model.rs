@@ -1,0 +1,271 @@
+//! The rules file as written: the serde model, with every check that can
+//! point at a line done while parsing.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
+
+use super::at::At;
+use super::key_part::KeyConfig;
+use super::names::{
+    BackendErrorName, CaseName, ForwardedHeaderName, HeaderStyleName, Matching, MissingKeyName,
+    RedisFailureName, TrailingSlashName,
+};
+use super::pattern::{Compare, PathPattern, PathPrefix};
+use super::period::Period;
+use super::quotas::QuotaList;
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RulesFile {
+    #[serde(default)]
+    pub backend: BackendConfig,
+    #[serde(default)]
+    pub headers: HeaderStyleName,
+    #[serde(default)]
+    pub on_backend_error: BackendErrorName,
+    #[serde(default)]
+    pub on_missing_key: MissingKeyName,
+    /// How long to wait for the backend.
+    #[serde(default = "default_timeout")]
+    pub timeout: Period,
+    #[serde(default)]
+    pub matching: Matching,
+    #[serde(default)]
+    pub client_ip: ClientIpConfig,
+    #[serde(default)]
+    pub allow: KeyList,
+    #[serde(default)]
+    pub deny: KeyList,
+    pub rules: Vec<RuleConfig>,
+}
+
+fn default_timeout() -> Period {
+    Period(Duration::from_millis(100))
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub(crate) enum BackendConfig {
+    Memory {
+        #[serde(default = "default_max_keys", deserialize_with = "at_least_one")]
+        max_keys: usize,
+    },
+    Redis {
+        url: At<String>,
+        #[serde(default = "default_prefix")]
+        prefix: String,
+        /// How long one Redis call may take.
+        #[serde(default = "default_redis_timeout")]
+        timeout: Period,
+        /// What to do when Redis fails: `error` (the top-level
+        /// `on_backend_error` applies) or `memory` (decide in this process).
+        #[serde(default)]
+        on_failure: RedisFailureName,
+    },
+}
+
+pub(crate) fn default_redis_timeout() -> Period {
+    Period(Duration::from_millis(50))
+}
+
+fn default_max_keys() -> usize {
+    1_000_000
+}
+
+/// A count that must not be zero.
+fn at_least_one<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    match usize::deserialize(d)? {
+        0 => Err(de::Error::custom("must be at least 1")),
+        n => Ok(n),
+    }
+}
+
+fn default_prefix() -> String {
+    "tollgate:".into()
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        BackendConfig::Memory {
+            max_keys: default_max_keys(),
+        }
+    }
+}
+
+/// How the client IP is found (for `client_ip` keys and the IP lists).
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClientIpConfig {
+    #[serde(default)]
+    pub trusted_proxies: Vec<Cidr>,
+    #[serde(default)]
+    pub hops: Option<At<usize>>,
+    #[serde(default)]
+    pub header: ForwardedHeaderName,
+    #[serde(default = "default_v6_prefix", deserialize_with = "v6_prefix")]
+    pub ipv6_prefix: u8,
+}
+
+fn default_v6_prefix() -> u8 {
+    64
+}
+
+fn v6_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
+    match u8::deserialize(d)? {
+        bits @ 1..=128 => Ok(bits),
+        bits => Err(de::Error::custom(format!(
+            "an IPv6 prefix of {bits} bits; write 1 to 128 (64 is one host's network)"
+        ))),
+    }
+}
+
+/// Keys and networks, for the allowlist and the denylist.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct KeyList {
+    #[serde(default)]
+    pub ips: Vec<Cidr>,
+    #[serde(default)]
+    pub keys: BTreeSet<String>,
+}
+
+/// A network, or a single address (taken as /32 or /128).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Cidr(pub IpNet);
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if let Ok(net) = s.parse::<IpNet>() {
+            return Ok(Cidr(net));
+        }
+        s.parse::<std::net::IpAddr>()
+            .map(|ip| Cidr(IpNet::from(ip)))
+            .map_err(|_| {
+                de::Error::custom(format!(
+                    "{s:?} is not an IP address or network (such as 10.0.0.0/8)"
+                ))
+            })
+    }
+}
+
+/// One rule.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RuleConfig {
+    pub name: At<RuleName>,
+    #[serde(default, rename = "match")]
+    pub matches: MatchConfig,
+    pub key: KeyConfig,
+    /// What one request spends; checked against the quotas once they are
+    /// known, so it keeps its place in the file.
+    #[serde(default = "one")]
+    pub cost: At<u64>,
+    pub quotas: QuotaList,
+    #[serde(default)]
+    pub overrides: Vec<At<OverrideConfig>>,
+}
+
+fn one() -> At<u64> {
+    At::unplaced(1)
+}
+
+/// A rule name: it names the rule's counters, so it must be set and short.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RuleName(pub String);
+
+impl<'de> Deserialize<'de> for RuleName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.is_empty() || s.len() > 64 || !s.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(de::Error::custom(
+                "a rule name is 1 to 64 visible ASCII characters, no spaces",
+            ));
+        }
+        Ok(RuleName(s))
+    }
+}
+
+/// What a request must look like for a rule to apply. Everything given must
+/// hold; an empty match applies to every request.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MatchConfig {
+    /// An axum-style pattern: `/users/{id}`, `/files/{*path}`.
+    #[serde(default)]
+    pub path: Option<PathPattern>,
+    /// A path prefix: `/api/`.
+    #[serde(default)]
+    pub prefix: Option<PathPrefix>,
+    #[serde(default)]
+    pub methods: Vec<MethodName>,
+    #[serde(default)]
+    pub headers: Vec<HeaderMatch>,
+    /// Whether `/a/` is `/a` (`ignore`, the default) or not (`strict`).
+    #[serde(default)]
+    pub trailing_slash: TrailingSlashName,
+    /// Whether `/A` is `/a` (`insensitive`, the default) or not (`sensitive`).
+    #[serde(default)]
+    pub case: CaseName,
+}
+
+impl MatchConfig {
+    /// How paths are compared for this rule.
+    pub(crate) fn compare(&self) -> Compare {
+        Compare {
+            trailing_slash: self.trailing_slash.0,
+            case: self.case.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HeaderMatch {
+    pub name: HeaderNameConfig,
+    /// The exact value; without one, the header only has to be present.
+    #[serde(default)]
+    pub value: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HeaderNameConfig(pub http::HeaderName);
+
+impl<'de> Deserialize<'de> for HeaderNameConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        http::HeaderName::try_from(s.as_str())
+            .map(HeaderNameConfig)
+            .map_err(|_| de::Error::custom(format!("{s:?} is not a valid header name")))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct MethodName(pub http::Method);
+
+impl<'de> Deserialize<'de> for MethodName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        http::Method::from_bytes(s.to_ascii_uppercase().as_bytes())
+            .map(MethodName)
+            .map_err(|_| de::Error::custom(format!("{s:?} is not an HTTP method")))
+    }
+}
+
+/// Different limits for some key values (tiers).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OverrideConfig {
+    pub keys: BTreeSet<String>,
+    /// Multiply every quota's limit and burst.
+    #[serde(default)]
+    pub multiply: Option<u64>,
+    /// Or replace the quotas.
+    #[serde(default)]
+    pub quotas: Option<QuotaList>,
+}

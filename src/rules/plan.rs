@@ -1,0 +1,154 @@
+//! Which limits a request is checked against: the lists, the rules that
+//! match it, and their keys.
+
+use std::net::IpAddr;
+
+use http::StatusCode;
+use http::request::Parts;
+use smallvec::SmallVec;
+
+use super::backend::AnyBackend;
+use super::compile::{Compiled, Rule, RuleKey};
+use super::names::MatchMode;
+use super::path::normalize_path;
+use crate::decision::Decision;
+use crate::key::{Key, KeyError, peer_addr};
+use crate::layer::{DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, admit_key, problem};
+use crate::layer::{Headers, Verdict};
+use crate::limiter::Error;
+
+/// One limit a request is checked against: a rule's limiter, the key, the
+/// cost.
+pub(super) struct RuleCheck<'a> {
+    pub limit: &'a Limit<AnyBackend>,
+    pub key: Key,
+    pub cost: u64,
+}
+
+impl Compiled {
+    fn client_addr(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
+        match &self.client_ip {
+            Some(c) => c.client(parts),
+            None => peer_addr(parts).ok_or(KeyError::NoPeerAddress),
+        }
+    }
+
+    /// The limits a request is checked against, or its verdict when none is
+    /// needed (allowlisted, denylisted, no key). The verdict's headers are
+    /// inline, a copy cheaper than an allocation per request.
+    #[allow(clippy::result_large_err)]
+    pub(super) fn plan<'a>(
+        &'a self,
+        parts: &Parts,
+    ) -> Result<SmallVec<[RuleCheck<'a>; 2]>, Verdict> {
+        let path = normalize_path(parts.uri.path()).map_err(|e| {
+            tracing::debug!(error = %e, "path refused");
+            refused(
+                StatusCode::BAD_REQUEST,
+                &format!("The request path cannot be read: {e}."),
+            )
+        })?;
+        let lists = (&self.file.allow, &self.file.deny);
+        if !lists.0.ips.is_empty() || !lists.1.ips.is_empty() {
+            // A list that cannot be checked refuses: skipping it would let a
+            // denied client in by garbling its forwarding header.
+            let ip = self.client_addr(parts).map_err(|e| {
+                tracing::debug!(error = %e, "client address unreadable; IP lists cannot be checked");
+                refused(
+                    e.status(),
+                    &format!("The client address cannot be read, so the IP lists cannot be checked: {e}."),
+                )
+            })?;
+            if lists.1.ips.iter().any(|n| n.0.contains(&ip)) {
+                return Err(forbidden(&format!("ip:{ip}")));
+            }
+            if lists.0.ips.iter().any(|n| n.0.contains(&ip)) {
+                return Err(Verdict::pass(Headers::new()));
+            }
+        }
+        let mut checks = SmallVec::new();
+        for rule in self.rules.iter().filter(|r| r.applies(parts, &path)) {
+            let key = match admit_key(rule.key(parts), DEFAULT_MAX_KEY_LEN, self.on_missing_key) {
+                KeyOutcome::Limit(key) => key,
+                KeyOutcome::Settled(verdict) if verdict.is_response() => return Err(verdict),
+                KeyOutcome::Settled(_) => continue,
+            };
+            tracing::trace!(
+                rule = rule.name.as_str(),
+                key = key.as_str(),
+                "rule applies"
+            );
+            if self.file.deny.keys.contains(key.as_str()) {
+                return Err(forbidden(key.as_str()));
+            }
+            if !self.file.allow.keys.contains(key.as_str()) {
+                let limit = rule.overrides.get(key.as_str()).unwrap_or(&rule.limit);
+                checks.push(RuleCheck {
+                    limit,
+                    key,
+                    cost: rule.cost,
+                });
+            }
+            if self.matching == MatchMode::First {
+                break;
+            }
+        }
+        Ok(checks)
+    }
+
+    /// The verdict so far, with one more limit's decision judged and added.
+    pub(super) fn add(
+        &self,
+        verdict: Verdict,
+        check: &RuleCheck<'_>,
+        outcome: Result<Decision, Error>,
+    ) -> Verdict {
+        verdict.and(check.limit.judge(&self.respond, &check.key, outcome))
+    }
+}
+
+fn forbidden(key: &str) -> Verdict {
+    tracing::debug!(key, "denylisted");
+    refused(StatusCode::FORBIDDEN, "This client is not allowed.")
+}
+
+fn refused(status: StatusCode, detail: &str) -> Verdict {
+    Verdict::respond(problem(status, "about:blank", detail, &[]))
+}
+
+impl Rule {
+    /// Whether the rule applies to a request with this normalised path.
+    fn applies(&self, parts: &Parts, path: &str) -> bool {
+        let m = &self.matches;
+        let how = m.compare();
+        m.path.as_ref().is_none_or(|p| p.matches(path, how))
+            && m.prefix.as_ref().is_none_or(|p| p.matches(path, how))
+            && (m.methods.is_empty() || m.methods.iter().any(|x| x.0 == parts.method))
+            && m.headers
+                .iter()
+                .all(|h| match (parts.headers.get(&h.name.0), &h.value) {
+                    (Some(v), Some(want)) => v.as_bytes() == want.as_bytes(),
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                })
+    }
+
+    fn key(&self, parts: &Parts) -> Result<Key, KeyError> {
+        let mut keys: SmallVec<[Key; 2]> = SmallVec::new();
+        for part in &self.key {
+            keys.push(match part {
+                RuleKey::Route(r) => Key::from(format!("route:{} {r}", parts.method)),
+                // The built-in extractors never wait.
+                RuleKey::Extract(e) => match e.extract(parts).into_ready() {
+                    Ok(key) => key?,
+                    Err(_) => return Err(KeyError::Missing("key (an extractor would wait)")),
+                },
+            });
+        }
+        Ok(if keys.len() == 1 {
+            keys.remove(0)
+        } else {
+            Key::join(&keys)
+        })
+    }
+}

@@ -1,0 +1,127 @@
+//! Quotas as written in rules files, kept as written so that overrides can
+//! scale them.
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
+
+use super::period::Period;
+use crate::quota::{Algorithm, Mode, Quota};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct AlgorithmName(Algorithm);
+
+impl<'de> Deserialize<'de> for AlgorithmName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map(AlgorithmName).map_err(de::Error::custom)
+    }
+}
+
+/// The most a soft quota may exceed its limit, in per cent: beyond ten
+/// times over, the limit means nothing and is surely a typo.
+const MAX_SOFT_PERCENT: u16 = 1000;
+
+/// A quota as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WrittenQuota {
+    #[serde(default)]
+    name: Option<String>,
+    algorithm: AlgorithmName,
+    limit: u64,
+    period: Period,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    soft_percent: Option<u16>,
+    #[serde(default)]
+    count_rejected: bool,
+}
+
+impl WrittenQuota {
+    /// The quota, with limit and burst multiplied by `scale`.
+    fn build(&self, scale: u64) -> Result<Quota, String> {
+        let mode = match (self.mode.as_deref(), self.soft_percent) {
+            (None | Some("enforce"), None) => Mode::Enforce,
+            (Some("shadow"), None) => Mode::Shadow,
+            (Some("soft"), Some(percent)) if percent > MAX_SOFT_PERCENT => {
+                return Err(format!(
+                    "soft_percent {percent} lets a client spend over {}x its limit; write at most {MAX_SOFT_PERCENT}",
+                    1 + MAX_SOFT_PERCENT / 100
+                ));
+            }
+            (Some("soft"), Some(percent)) => Mode::Soft { percent },
+            (Some("soft"), None) => {
+                return Err(
+                    "mode soft needs soft_percent (how far over the limit, in per cent)".into(),
+                );
+            }
+            (_, Some(_)) => return Err("soft_percent goes with mode: soft".into()),
+            (Some(m), None) => {
+                return Err(format!(
+                    "unknown mode {m:?}; valid modes are enforce, shadow, soft"
+                ));
+            }
+        };
+        let mut b = Quota::builder(
+            self.algorithm.0,
+            self.limit.saturating_mul(scale),
+            self.period.0,
+        )
+        .mode(mode)
+        .count_rejected(self.count_rejected);
+        if let Some(burst) = self.burst {
+            b = b.burst(burst.saturating_mul(scale));
+        }
+        if let Some(name) = &self.name {
+            b = b.name(name.as_str());
+        }
+        b.build().map_err(|e| e.to_string())
+    }
+}
+
+/// A quota, kept as written so overrides can scale it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct QuotaConfig {
+    pub quota: Quota,
+    written: WrittenQuota,
+}
+
+impl QuotaConfig {
+    /// The quota with limit and burst multiplied by `by` (a tier).
+    pub(crate) fn scaled(&self, by: u64) -> Result<Quota, String> {
+        self.written.build(by)
+    }
+}
+
+impl<'de> Deserialize<'de> for QuotaConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let written = WrittenQuota::deserialize(d)?;
+        let quota = written.build(1).map_err(de::Error::custom)?;
+        Ok(QuotaConfig { quota, written })
+    }
+}
+
+/// A rule's quotas: at least one, distinct names.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct QuotaList(pub Vec<QuotaConfig>);
+
+impl<'de> Deserialize<'de> for QuotaList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let list = Vec::<QuotaConfig>::deserialize(d)?;
+        if list.is_empty() {
+            return Err(de::Error::custom("a rule needs at least one quota"));
+        }
+        for (i, q) in list.iter().enumerate() {
+            if list[..i].iter().any(|o| o.quota.name() == q.quota.name()) {
+                return Err(de::Error::custom(format!(
+                    "two quotas of this rule are named {:?}; give each a distinct name",
+                    q.quota.name()
+                )));
+            }
+        }
+        Ok(QuotaList(list))
+    }
+}
