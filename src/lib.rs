@@ -62,7 +62,8 @@ pub mod rules;
 
 #[cfg(feature = "redis")]
 pub use backend::redis::{
-    CircuitBreaker, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError, RedisStats,
+    CircuitBreaker, Lease, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError,
+    RedisStats,
 };
 pub use backend::{
     Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend, MemoryBackendBuilder,
