@@ -12,7 +12,9 @@
 
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
+
 use std::time::Duration;
+use tokio::sync::Notify;
 
 use hashbrown::{Equivalent, HashMap};
 use smallvec::SmallVec;
@@ -32,6 +34,8 @@ type Shard = HashMap<(u64, Box<str>), Entry, foldhash::fast::RandomState>;
 
 pub(crate) struct DenialCache {
     shards: Box<[Mutex<Shard>]>,
+    /// Per shard: woken when a lease call of one of its keys ends.
+    lease_done: Box<[Notify]>,
     per_shard: usize,
     hasher: foldhash::fast::RandomState,
     /// Whether denials are kept (leases may be kept without them).
@@ -94,16 +98,20 @@ impl DenialCache {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(HashMap::with_hasher(hasher.clone())))
                 .collect(),
+            lease_done: (0..SHARDS).map(|_| Notify::new()).collect(),
             per_shard,
             hasher,
             denials,
         }
     }
 
+    fn index(&self, set: u64, key: &str) -> usize {
+        (self.hasher.hash_one(Lookup(set, key)) >> 48) as usize % SHARDS
+    }
+
     fn shard(&self, set: u64, key: &str) -> MutexGuard<'_, Shard> {
-        let index = (self.hasher.hash_one(Lookup(set, key)) >> 48) as usize % SHARDS;
         // A poisoned lock only means a panic elsewhere; the map is intact.
-        self.shards[index]
+        self.shards[self.index(set, key)]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -126,7 +134,11 @@ impl DenialCache {
             return None;
         }
         if commit {
-            if let Some(decision) = entry.lease.as_mut().and_then(|l| l.spend(cost, now, quotas)) {
+            if let Some(decision) = entry
+                .lease
+                .as_mut()
+                .and_then(|l| l.spend(cost, now, quotas))
+            {
                 return Some(Hit::Lease(decision));
             }
         }
@@ -134,7 +146,10 @@ impl DenialCache {
         if now >= denial.until || cost < denial.cost {
             return None;
         }
-        Some(Hit::Denial(aged(&denial.decision, now.saturating_sub(denial.at))))
+        Some(Hit::Denial(aged(
+            &denial.decision,
+            now.saturating_sub(denial.at),
+        )))
     }
 
     /// What to ask Redis for a request of `cost` that the lease here cannot
@@ -173,11 +188,28 @@ impl DenialCache {
             return (ask, false);
         }
         entry.leasing = now.saturating_add(call_limit);
-        // A lease that expired a while ago says nothing of the pace now.
-        let last = entry.lease.take().filter(|l| now < l.expires.saturating_add(policy.lifetime));
+        let last = entry.lease.take();
         ask.want = policy.want(cost, last.as_ref(), now);
-        ask.give_back = last.as_ref().filter(|l| now < l.expires).and_then(Held::give_back);
+        ask.give_back = last
+            .as_ref()
+            .filter(|l| now < l.expires)
+            .and_then(Held::give_back);
         (ask, true)
+    }
+
+    /// What wakes when a lease call of `key` (or of a key of the same
+    /// shard) ends.
+    pub(crate) fn lease_done(&self, set: u64, key: &str) -> &Notify {
+        &self.lease_done[self.index(set, key)]
+    }
+
+    /// Ends `key`'s lease call, whatever came of it, and wakes the requests
+    /// waiting for it.
+    pub(crate) fn end_lease_call(&self, set: u64, key: &str) {
+        if let Some(entry) = self.shard(set, key).get_mut(&Lookup(set, key)) {
+            entry.leasing = 0;
+        }
+        self.lease_done(set, key).notify_waiters();
     }
 
     /// Records what Redis answered to a request of `cost` for `key`, asked
@@ -198,11 +230,10 @@ impl DenialCache {
     ) -> Decision {
         let mut shard = self.shard(set, key);
         let mut entry = shard.remove(&Lookup(set, key)).unwrap_or_default();
-        if let Some((_, true)) = lease {
-            entry.leasing = 0;
-        }
         let mut decision = None;
-        if let Some((policy, _)) = lease.filter(|_| reply.spent > cost) {
+        // The key's lease call keeps what it took, even the request alone:
+        // the next lease is sized by how fast this one went.
+        if let Some((policy, _)) = lease.filter(|&(_, ours)| ours && reply.spent >= cost.max(1)) {
             let lifetime = match reply.lease_ends {
                 0 => policy.lifetime,
                 ends => policy.lifetime.min(ends),
@@ -373,7 +404,16 @@ mod tests {
     #[test]
     fn a_denial_holds_until_its_wait_is_over_for_costs_as_high() {
         let (cache, set) = (DenialCache::new(100, true), gcra());
-        cache.settle(1, "k", &set, 2, 1_000, 1_000, &reply(verdict(false, 1, 500), 0, 0), None);
+        cache.settle(
+            1,
+            "k",
+            &set,
+            2,
+            1_000,
+            1_000,
+            &reply(verdict(false, 1, 500), 0, 0),
+            None,
+        );
         let hit = denied(cache.get(1, "k", &set, 2, true, 1_200));
         assert!(!hit.allowed());
         assert_eq!(hit.retry_after(), Some(Duration::from_micros(300)));
@@ -383,8 +423,14 @@ mod tests {
             cache.get(1, "k", &set, 1, true, 1_200).is_none(),
             "a cheaper request may pass"
         );
-        assert!(cache.get(2, "k", &set, 2, true, 1_200).is_none(), "another set");
-        assert!(cache.get(1, "j", &set, 2, true, 1_200).is_none(), "another key");
+        assert!(
+            cache.get(2, "k", &set, 2, true, 1_200).is_none(),
+            "another set"
+        );
+        assert!(
+            cache.get(1, "j", &set, 2, true, 1_200).is_none(),
+            "another key"
+        );
         assert!(cache.get(1, "k", &set, 2, true, 1_500).is_none());
         assert_eq!(cache.len(), 0, "expired entries are dropped when met");
     }
@@ -392,7 +438,16 @@ mod tests {
     #[test]
     fn an_admission_that_empties_a_quota_refuses_until_its_next_unit() {
         let (cache, set) = (DenialCache::new(100, true), gcra());
-        let d = cache.settle(1, "k", &set, 1, 0, 0, &reply(verdict(true, 0, 0), 1, 700), None);
+        let d = cache.settle(
+            1,
+            "k",
+            &set,
+            1,
+            0,
+            0,
+            &reply(verdict(true, 0, 0), 1, 700),
+            None,
+        );
         assert!(d.allowed(), "the admission itself passes");
         let hit = denied(cache.get(1, "k", &set, 1, true, 200));
         assert_eq!(hit.retry_after(), Some(Duration::from_micros(500)));
@@ -400,7 +455,16 @@ mod tests {
         assert!(cache.get(1, "k", &set, 1, true, 700).is_none());
         // Off, nothing is remembered.
         let off = DenialCache::new(100, false);
-        off.settle(1, "k", &set, 1, 0, 0, &reply(verdict(true, 0, 0), 1, 700), None);
+        off.settle(
+            1,
+            "k",
+            &set,
+            1,
+            0,
+            0,
+            &reply(verdict(true, 0, 0), 1, 700),
+            None,
+        );
         assert!(off.get(1, "k", &set, 1, true, 200).is_none());
     }
 
@@ -420,7 +484,16 @@ mod tests {
         assert!(!ours, "one lease call at a time");
         assert_eq!(second.want, 1);
         // Redis granted 4 units (1 for the request) and is now empty.
-        let d = cache.settle(1, "k", &set, 1, 0, 20, &reply(verdict(true, 0, 0), 4, 900), Some((&policy, true)));
+        let d = cache.settle(
+            1,
+            "k",
+            &set,
+            1,
+            0,
+            20,
+            &reply(verdict(true, 0, 0), 4, 900),
+            Some((&policy, true)),
+        );
         assert!(d.allowed());
         assert_eq!(d.remaining(), 3, "Redis's 0 plus the lease's 3");
         for left in [2, 1, 0] {
@@ -429,7 +502,13 @@ mod tests {
                 _ => panic!("expected a lease hit"),
             }
         }
-        assert!(cache.get(1, "k", &set, 1, false, 30).map(|h| matches!(h, Hit::Denial(_))).unwrap_or(false), "peeks never spend a lease");
+        assert!(
+            cache
+                .get(1, "k", &set, 1, false, 30)
+                .map(|h| matches!(h, Hit::Denial(_)))
+                .unwrap_or(false),
+            "peeks never spend a lease"
+        );
         denied(cache.get(1, "k", &set, 1, true, 40));
         // Once Redis has a unit again, the next lease is sized by the pace
         // of the last: 4 units in 920 us is less than one a slice.
@@ -437,9 +516,21 @@ mod tests {
         assert!(ours);
         assert_eq!(ask.want, 1);
         // A lease spent at 4 units in 40 us asks for 10 (100 us of it).
-        cache.settle(1, "j", &set, 1, 0, 0, &reply(verdict(true, 6, 0), 4, 0), Some((&policy, true)));
+        cache.settle(
+            1,
+            "j",
+            &set,
+            1,
+            0,
+            0,
+            &reply(verdict(true, 6, 0), 4, 0),
+            Some((&policy, true)),
+        );
         for _ in 0..3 {
-            assert!(matches!(cache.get(1, "j", &set, 1, true, 30), Some(Hit::Lease(_))));
+            assert!(matches!(
+                cache.get(1, "j", &set, 1, true, 30),
+                Some(Hit::Lease(_))
+            ));
         }
         let (ask, _) = cache.lease_ask(1, "j", 1, 40, &policy, 50);
         assert_eq!((ask.want, ask.give_back), (10, None));

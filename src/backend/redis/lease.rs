@@ -204,7 +204,15 @@ mod tests {
         assert_eq!("off".parse(), Ok(Lease::Off));
         assert_eq!("auto".parse(), Ok(Lease::Auto));
         assert_eq!("250".parse(), Ok(Lease::Max(250)));
-        for bad in ["0", "-1", "", "Auto", "1e3", "1000000001", "99999999999999999999"] {
+        for bad in [
+            "0",
+            "-1",
+            "",
+            "Auto",
+            "1e3",
+            "1000000001",
+            "99999999999999999999",
+        ] {
             assert!(bad.parse::<Lease>().is_err(), "{bad:?}");
         }
         assert_eq!(Lease::Max(250).to_string(), "250");

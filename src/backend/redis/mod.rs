@@ -334,7 +334,11 @@ impl RedisBackend {
         if self.inner.lease.is_none() {
             return Ok(());
         }
-        match quotas.quotas().iter().find(|q| !Lease::leases(q.algorithm())) {
+        match quotas
+            .quotas()
+            .iter()
+            .find(|q| !Lease::leases(q.algorithm()))
+        {
             None => Ok(()),
             Some(q) => Err(RedisConfigError::LeaseUnsupported {
                 quota: q.name().to_owned(),
@@ -371,7 +375,6 @@ impl RedisBackend {
         let inner = &*self.inner;
         let quotas = request.quotas;
         let cache = self.cache_for(quotas);
-        let sent = inner.local_now();
         let mut ask = Ask {
             cost: request.cost,
             commit: request.commit,
@@ -380,20 +383,40 @@ impl RedisBackend {
         };
         let mut leasing = None;
         if let Some((cache, set)) = cache {
-            let (key, cost) = (request.key, request.cost);
-            if let Some(hit) = cache.get(set, key, quotas, cost, request.commit, sent) {
-                return Ok(self.hit(hit));
-            }
+            let (key, cost, commit) = (request.key, request.cost, request.commit);
             let policy = inner.lease.as_ref();
-            if let Some(policy) = policy.filter(|_| request.commit && self.supports_leases(quotas).is_ok()) {
-                // A call that fails leaves the mark, which lapses with the
-                // timeout.
+            let policy = policy.filter(|_| commit && self.supports_leases(quotas).is_ok());
+            // While the key's lease call is out, wait for it (a few times,
+            // within the timeout) rather than call Redis too: with many
+            // concurrent requests of a hot key, one call serves them all.
+            let deadline = tokio::time::Instant::now() + inner.timeout;
+            for round in 0..=LEASE_WAITS {
+                let now = inner.local_now();
+                if let Some(hit) = cache.get(set, key, quotas, cost, commit, now) {
+                    return Ok(self.hit(hit));
+                }
+                let Some(policy) = policy else { break };
+                let done = cache.lease_done(set, key).notified();
+                let mut done = std::pin::pin!(done);
+                done.as_mut().enable();
                 let (lease_ask, ours) =
-                    cache.lease_ask(set, key, cost, sent, policy, micros(inner.timeout));
+                    cache.lease_ask(set, key, cost, now, policy, micros(inner.timeout));
                 ask = lease_ask;
                 leasing = Some((policy, ours));
+                if ours || round == LEASE_WAITS {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, done).await.is_err() {
+                    break;
+                }
             }
         }
+        // The key's lease call, if this is it, ends however this ends.
+        let _lease_call = LeaseCall {
+            cache: cache.filter(|_| matches!(leasing, Some((_, true)))),
+            key: request.key,
+        };
+        let sent = inner.local_now();
 
         let permit = inner.breaker.permit();
         if permit == Permit::Refuse {
@@ -519,6 +542,21 @@ impl RedisBackend {
                 bump(&self.inner.counters.fallbacks);
                 local.check(request).await
             }
+        }
+    }
+}
+
+/// Ends a key's lease call when dropped: settled, failed or cancelled, the
+/// requests waiting for it wake and look again.
+struct LeaseCall<'a> {
+    cache: Option<(&'a DenialCache, u64)>,
+    key: &'a str,
+}
+
+impl Drop for LeaseCall<'_> {
+    fn drop(&mut self) {
+        if let Some((cache, set)) = self.cache {
+            cache.end_lease_call(set, self.key);
         }
     }
 }
@@ -666,6 +704,10 @@ pub struct RedisBackendBuilder {
     lease_lifetime: Duration,
     clock: Option<Arc<dyn Clock>>,
 }
+
+/// How many lease calls of its key a request waits for before calling
+/// Redis itself.
+const LEASE_WAITS: usize = 4;
 
 /// Keys remembered for their leases when the denial cache is off.
 const LEASE_KEYS: usize = 10_000;

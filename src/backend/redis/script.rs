@@ -81,7 +81,12 @@ pub(crate) struct Ask {
 /// The script's arguments after KEYS: time ('' for Redis's TIME), cost,
 /// commit flag, expiry slack, units wanted, units given back and since when,
 /// then each quota's parameters.
-pub(crate) fn arguments(quotas: &QuotaSet, now: Option<u64>, ask: &Ask, slack_ms: u64) -> Vec<String> {
+pub(crate) fn arguments(
+    quotas: &QuotaSet,
+    now: Option<u64>,
+    ask: &Ask,
+    slack_ms: u64,
+) -> Vec<String> {
     let mut args = Vec::with_capacity(HEAD + PER_QUOTA * quotas.quotas().len());
     args.push(now.map_or_else(String::new, |n| n.to_string()));
     args.push(ask.cost.to_string());
