@@ -120,7 +120,8 @@ impl Policy {
     /// lease here: enough for a slice at the pace that lease was spent. A
     /// key with no recent lease asks for the cost alone, as without leases.
     pub(crate) fn want(&self, cost: u64, last: Option<&Held>, now: u64) -> u64 {
-        let Some(last) = last else {
+        // A cost of 0 asks how things stand: it takes nothing.
+        let Some(last) = last.filter(|_| cost > 0) else {
             return cost;
         };
         let used = last.size - last.units;
@@ -153,9 +154,11 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    /// Spends `cost` if the lease holds that much and is still live.
+    /// Spends `cost` if the lease holds that much and is still live. An
+    /// empty lease (one that took the request alone) answers nothing, not
+    /// even a cost of 0: Redis's numbers have moved on since.
     pub(crate) fn spend(&mut self, cost: u64, now: u64, quotas: &QuotaSet) -> Option<Decision> {
-        if now >= self.expires || self.units < cost {
+        if now >= self.expires || self.units == 0 || self.units < cost {
             return None;
         }
         self.units -= cost;
@@ -232,6 +235,7 @@ mod tests {
         .unwrap();
         assert_eq!(policy.want(1, None, 0), 1, "no history: the cost alone");
         assert_eq!(policy.want(3, None, 0), 3);
+        assert_eq!(policy.want(0, Some(&held(100, 0, 0)), 10_000), 0);
         // One unit a second: a 10 ms slice holds less than one.
         assert_eq!(policy.want(1, Some(&held(1, 0, 0)), 1_000_000), 1);
         // 100 units spent in 10 ms (10 000/s): 100 for the next 10 ms.
