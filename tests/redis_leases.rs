@@ -149,7 +149,7 @@ async fn a_server_that_stops_holding_a_lease_costs_the_fleet_that_lease_only() {
         Lease::Max(MAX_LEASE),
     );
     let (first, _) = hammer(
-        &[stopping.clone()],
+        std::slice::from_ref(&stopping),
         &quotas,
         "k",
         Duration::from_millis(200),

@@ -3,6 +3,7 @@
 use super::file::BackendConfig;
 use crate::backend::{Backend, BackendError, CheckRequest, MemoryBackend};
 use crate::decision::Decision;
+use crate::quota_set::QuotaSet;
 
 /// The backend a rules file names: in memory, or Redis (with the `redis`
 /// feature).
@@ -28,16 +29,22 @@ impl AnyBackend {
                 prefix,
                 timeout,
                 on_failure,
+                lease,
             } => {
-                use crate::backend::redis::{OnFailure, RedisBackend};
+                use crate::backend::redis::{Lease, OnFailure, RedisBackend};
                 let on_failure = match on_failure.0 {
                     super::file::RedisFailure::Error => OnFailure::Error,
                     super::file::RedisFailure::Memory => OnFailure::Fallback(MemoryBackend::new()),
                 };
+                let lease: Lease = lease
+                    .0
+                    .parse()
+                    .map_err(|e| format!("backend: redis: {e}"))?;
                 RedisBackend::from_url(url.clone())
                     .prefix(prefix.clone())
                     .timeout(timeout.0)
                     .on_failure(on_failure)
+                    .lease(lease)
                     .build()
                     .map(AnyBackend::Redis)
                     .map_err(|e| format!("backend: redis: {e}"))
@@ -46,6 +53,18 @@ impl AnyBackend {
             BackendConfig::Redis { .. } => {
                 Err("backend: redis needs tollgate built with the redis feature".into())
             }
+        }
+    }
+}
+
+impl AnyBackend {
+    /// Why `quotas` cannot be used on this backend, if they cannot: a set
+    /// that needs every arrival on a Redis backend that leases.
+    pub(crate) fn refuses(&self, quotas: &QuotaSet) -> Option<String> {
+        match self {
+            AnyBackend::Memory(_) => None,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.supports_leases(quotas).err().map(|e| e.to_string()),
         }
     }
 }

@@ -60,7 +60,49 @@ pub(crate) enum BackendConfig {
         /// `on_backend_error` applies) or `memory` (decide in this process).
         #[serde(default)]
         on_failure: RedisFailureName,
+        /// Lease mode: `off`, `auto` or the most units one lease holds.
+        #[serde(default)]
+        lease: LeaseText,
     },
+}
+
+/// `backend.redis.lease` as written: `off`, `auto` or a number, checked
+/// when the backend is built (the Redis backend owns what they mean).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LeaseText(pub String);
+
+impl Default for LeaseText {
+    fn default() -> Self {
+        LeaseText("off".into())
+    }
+}
+
+impl<'de> Deserialize<'de> for LeaseText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl de::Visitor<'_> for Text {
+            type Value = LeaseText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("off, auto or a number of units")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<LeaseText, E> {
+                Ok(LeaseText(v.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<LeaseText, E> {
+                Ok(LeaseText(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<LeaseText, E> {
+                Ok(LeaseText(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<LeaseText, E> {
+                Err(E::custom(format!(
+                    "lease: {v} is not a lease mode; write off, auto or a number of units"
+                )))
+            }
+        }
+        // As text: YAML 1.1 reads a bare `off` as false.
+        d.deserialize_str(Text)
+    }
 }
 
 pub(crate) fn default_redis_timeout() -> Period {
@@ -665,6 +707,7 @@ impl fmt::Display for RulesFile {
                 prefix,
                 timeout,
                 on_failure,
+                lease,
             } => {
                 let failure = match on_failure.0 {
                     RedisFailure::Error => "fail",
@@ -672,8 +715,8 @@ impl fmt::Display for RulesFile {
                 };
                 writeln!(
                     f,
-                    "backend: redis at {url}, key prefix {prefix:?}; if Redis takes over {:?} or fails: {failure}",
-                    timeout.0
+                    "backend: redis at {url}, key prefix {prefix:?}; if Redis takes over {:?} or fails: {failure}; leases: {}",
+                    timeout.0, lease.0
                 )?
             }
         }

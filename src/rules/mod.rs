@@ -136,6 +136,17 @@ impl Rules {
     /// Rules from a file, with the backend replaced by Redis at `url`
     /// whatever the file says.
     pub fn load_with_redis(path: impl AsRef<Path>, url: &str) -> Result<Self, RulesError> {
+        Rules::load_with_redis_lease(path, url, "off")
+    }
+
+    /// [`load_with_redis`](Rules::load_with_redis) with Redis's lease mode:
+    /// `off`, `auto` or the most units one lease holds (see
+    /// [`RedisBackendBuilder::lease`](crate::RedisBackendBuilder::lease)).
+    pub fn load_with_redis_lease(
+        path: impl AsRef<Path>,
+        url: &str,
+        lease: &str,
+    ) -> Result<Self, RulesError> {
         let path = path.as_ref();
         let text = read(path)?;
         let config = BackendConfig::Redis {
@@ -143,6 +154,7 @@ impl Rules {
             prefix: "tollgate:".into(),
             timeout: file::default_redis_timeout(),
             on_failure: Default::default(),
+            lease: file::LeaseText(lease.to_owned()),
         };
         Rules::build(&text, Some(path), Some(BackendOverride(config)))
     }
@@ -301,9 +313,12 @@ impl Compiled {
                 )));
             }
             let set = |suffix: &str, quotas: Vec<crate::quota::Quota>| {
-                QuotaSet::new(format!("{name}{suffix}"), quotas)
-                    .map(|s| Limiter::new(backend.clone(), s))
-                    .map_err(|e| error(format!("rule {name}: {e}")))
+                let set = QuotaSet::new(format!("{name}{suffix}"), quotas)
+                    .map_err(|e| error(format!("rule {name}: {e}")))?;
+                match backend.refuses(&set) {
+                    Some(e) => Err(error(format!("rule {name}: {e}"))),
+                    None => Ok(Limiter::new(backend.clone(), set)),
+                }
             };
             let limiter = set("", rc.quotas.0.iter().map(|q| q.quota.clone()).collect())?;
             let mut overrides = HashMap::new();
