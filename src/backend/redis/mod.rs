@@ -387,9 +387,9 @@ impl RedisBackend {
             let policy = inner.lease.as_ref();
             let policy = policy.filter(|_| commit && self.supports_leases(quotas).is_ok());
             // While the key's lease call is out, wait for it (a few times,
-            // within the timeout) rather than call Redis too: with many
-            // concurrent requests of a hot key, one call serves them all.
-            let deadline = tokio::time::Instant::now() + inner.timeout;
+            // within half the timeout) rather than call Redis too: with
+            // many concurrent requests of a hot key, one call serves them.
+            let deadline = tokio::time::Instant::now() + inner.timeout / 2;
             for round in 0..=LEASE_WAITS {
                 let now = inner.local_now();
                 if let Some(hit) = cache.get(set, key, quotas, cost, commit, now) {
@@ -754,7 +754,9 @@ impl RedisBackendBuilder {
 
     /// How long one check may wait for Redis, connecting included (50 ms by
     /// default). Past it the check fails with
-    /// [`BackendErrorKind::Timeout`], and [`OnFailure`] applies.
+    /// [`BackendErrorKind::Timeout`], and [`OnFailure`] applies. With
+    /// [leases](Self::lease), a check may first wait up to half of it for
+    /// its key's lease call to come back.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
