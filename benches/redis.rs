@@ -347,18 +347,19 @@ fn main() {
         "| denial cache | checks | admitted | Redis script calls | calls for refusals | refusal calls per retry-after interval | all calls per interval |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    for cache in [true, false] {
+    for (cache, lease) in [(true, Lease::Off), (false, Lease::Off), (true, Lease::Auto)] {
         let quota = Quota::gcra(10, Duration::from_secs(1))
             .build()
             .expect("quota");
         let backend = RedisBackend::from_url(redis.url())
             .denial_cache(if cache { 10_000 } else { 0 })
+            .lease(lease)
             .timeout(Duration::from_secs(1))
             .build()
             .expect("backend");
         let limiter = Arc::new(Limiter::new(
             backend,
-            QuotaSet::new(format!("flood-{cache}"), [quota]).expect("set"),
+            QuotaSet::new(format!("flood-{cache}-{lease}"), [quota]).expect("set"),
         ));
         // Connect and load the script before counting.
         rt.block_on(limiter.peek("warm-up", 1)).expect("warm-up");
@@ -392,7 +393,11 @@ fn main() {
         let refusal_calls = calls.saturating_sub(admitted);
         println!(
             "| {} | {checks} | {admitted} | {calls} | {refusal_calls} | {:.2} | {:.2} |",
-            if cache { "on" } else { "off" },
+            match (cache, lease) {
+                (true, Lease::Off) => "on",
+                (false, _) => "off",
+                (true, _) => "on, leases auto",
+            },
             refusal_calls as f64 / 20.0,
             calls as f64 / 20.0
         );
