@@ -22,7 +22,10 @@ fn run<B: Backend>(limiter: &Limiter<B>, n: u64, rt: &tokio::runtime::Runtime) {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n: u64 = std::env::var("N").ok().and_then(|n| n.parse().ok()).unwrap_or(20_000);
+    let n: u64 = std::env::var("N")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000);
     let mode = std::env::var("MODE").unwrap_or_else(|_| "memory".into());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
