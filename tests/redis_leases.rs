@@ -8,6 +8,7 @@
 
 #[path = "support/redis.rs"]
 mod redis_support;
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -298,4 +299,43 @@ async fn sets_that_need_every_arrival_are_named_and_decided_one_at_a_time() {
     ] {
         assert!(matches!(bad.build(), Err(RedisConfigError::Lease(_))));
     }
+}
+
+/// Behind the HTTP layer a lease decides inside `call` (`check_now`), and
+/// Redis is asked only when the lease is spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_layer_decides_from_a_lease_through_a_real_server() {
+    let server = RedisServer::start();
+    let backend = leasing(RedisBackend::from_url(server.url()), Lease::Max(MAX_LEASE));
+    let limiter = Limiter::new(backend.clone(), Quota::gcra(50, DECADE).build().unwrap());
+    let app = axum::Router::new()
+        .fallback(|| async { "ok" })
+        .layer(tollgate::RateLimitLayer::new(
+            limiter,
+            tollgate::key::PeerIp::new(),
+        ));
+    let addr = support::serve(app).await;
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        tasks.push(tokio::spawn(async move {
+            let c = support::client();
+            let mut admitted = 0u64;
+            for _ in 0..5 {
+                let status = support::get(&c, addr, "/", &[]).await.status;
+                assert!(
+                    status == http::StatusCode::OK || status == http::StatusCode::TOO_MANY_REQUESTS
+                );
+                admitted += u64::from(status == http::StatusCode::OK);
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    // 120 requests for 50 units: all of them, less at most one lease.
+    assert!((50 - MAX_LEASE..=50).contains(&admitted), "{admitted}");
+    let stats = backend.stats();
+    assert!(stats.lease_hits > 0 && stats.calls < 50, "{stats:?}");
 }
