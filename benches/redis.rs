@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Limiter, Quota, QuotaSet, RedisBackend};
+use tollgate::{Algorithm, Lease, Limiter, Quota, QuotaSet, RedisBackend};
 
 const SECONDS: u64 = 5;
 
@@ -96,7 +96,7 @@ impl Drop for Redis {
     }
 }
 
-fn gcra_limiter(redis: &Redis, name: &str) -> Limiter<RedisBackend> {
+fn gcra_limiter(redis: &Redis, name: &str, lease: Lease) -> Limiter<RedisBackend> {
     // Never refuses: every call runs the script and writes, as an admitted
     // request does.
     let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
@@ -105,6 +105,7 @@ fn gcra_limiter(redis: &Redis, name: &str) -> Limiter<RedisBackend> {
         .expect("quota");
     let backend = RedisBackend::from_url(redis.url())
         .timeout(Duration::from_secs(1))
+        .lease(lease)
         .build()
         .expect("backend");
     Limiter::new(backend, QuotaSet::new(name, [quota]).expect("set"))
@@ -127,10 +128,23 @@ async fn tollgate_load(
     callers: usize,
     rate: Option<f64>,
 ) -> Figures {
+    keys_load(limiter, callers, rate, &["bench".to_owned()]).await
+}
+
+/// `callers` tasks checking `keys` in turn, as fast as they can or at `rate`
+/// in all.
+async fn keys_load(
+    limiter: &Arc<Limiter<RedisBackend>>,
+    callers: usize,
+    rate: Option<f64>,
+    keys: &[String],
+) -> Figures {
     let deadline = Instant::now() + Duration::from_secs(SECONDS);
+    let keys: Arc<[String]> = keys.into();
     let tasks: Vec<_> = (0..callers)
-        .map(|_| {
+        .map(|caller| {
             let limiter = Arc::clone(limiter);
+            let keys = Arc::clone(&keys);
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 let mut tick = rate.map(|r| {
@@ -138,12 +152,15 @@ async fn tollgate_load(
                     t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                     t
                 });
+                let mut next = caller;
                 while Instant::now() < deadline {
                     if let Some(t) = &mut tick {
                         t.tick().await;
                     }
+                    let key = &keys[next % keys.len()];
+                    next += callers;
                     let start = Instant::now();
-                    let d = limiter.check("bench", 1).await.expect("decision");
+                    let d = limiter.check(key, 1).await.expect("decision");
                     assert!(d.allowed());
                     latencies.push(start.elapsed().as_micros() as u32);
                 }
@@ -287,7 +304,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let limiter = Arc::new(rt.block_on(async { gcra_limiter(&redis, "bench") }));
+    let limiter = Arc::new(rt.block_on(async { gcra_limiter(&redis, "bench", Lease::Off) }));
     let command = capture_evalsha(&redis, &limiter, &rt);
 
     println!("## Throughput and latency (GCRA, one key, every call admitted)\n");
@@ -327,21 +344,22 @@ fn main() {
         "16 tasks hammer one key for 2 s; the quota is GCRA 10 per second (burst 10), so a refusal's retry-after is about 100 ms.\n"
     );
     println!(
-        "| denial cache | checks | admitted | Redis script calls | calls for refusals | refusal calls per retry-after interval |"
+        "| denial cache | checks | admitted | Redis script calls | calls for refusals | refusal calls per retry-after interval | all calls per interval |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
-    for cache in [true, false] {
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (cache, lease) in [(true, Lease::Off), (false, Lease::Off), (true, Lease::Auto)] {
         let quota = Quota::gcra(10, Duration::from_secs(1))
             .build()
             .expect("quota");
         let backend = RedisBackend::from_url(redis.url())
             .denial_cache(if cache { 10_000 } else { 0 })
+            .lease(lease)
             .timeout(Duration::from_secs(1))
             .build()
             .expect("backend");
         let limiter = Arc::new(Limiter::new(
             backend,
-            QuotaSet::new(format!("flood-{cache}"), [quota]).expect("set"),
+            QuotaSet::new(format!("flood-{cache}-{lease}"), [quota]).expect("set"),
         ));
         // Connect and load the script before counting.
         rt.block_on(limiter.peek("warm-up", 1)).expect("warm-up");
@@ -374,10 +392,42 @@ fn main() {
         let calls = redis.script_calls() - before;
         let refusal_calls = calls.saturating_sub(admitted);
         println!(
-            "| {} | {checks} | {admitted} | {calls} | {refusal_calls} | {:.2} |",
-            if cache { "on" } else { "off" },
-            refusal_calls as f64 / 20.0
+            "| {} | {checks} | {admitted} | {calls} | {refusal_calls} | {:.2} | {:.2} |",
+            match (cache, lease) {
+                (true, Lease::Off) => "on",
+                (false, _) => "off",
+                (true, _) => "on, leases auto",
+            },
+            refusal_calls as f64 / 20.0,
+            calls as f64 / 20.0
         );
+    }
+
+    println!("\n## Leases: a hot key, and 1 000 quiet keys, with leases off and on\n");
+    println!(
+        "GCRA that never refuses. Hot key: 64 callers on one key as fast as they can. Quiet keys: 1 000 keys, 4 checks/s each (4 000/s in all, 64 callers). {SECONDS} s each, off and auto interleaved.\n"
+    );
+    println!("| load | leases | decisions/s | p50 | p99 | Redis script calls/s |");
+    println!("|---|---|---:|---:|---:|---:|");
+    let quiet: Vec<String> = (0..1000).map(|i| format!("quiet-{i:04}")).collect();
+    for round in 0..2 {
+        for (load, keys, rate) in [
+            ("hot key", vec!["hot".to_owned()], None),
+            ("1 000 quiet keys", quiet.clone(), Some(4_000.0)),
+        ] {
+            for lease in [Lease::Off, Lease::Auto] {
+                let name = format!("lease-{round}-{lease}-{}", keys.len());
+                let limiter = Arc::new(rt.block_on(async { gcra_limiter(&redis, &name, lease) }));
+                rt.block_on(limiter.peek("warm-up", 1)).expect("warm-up");
+                let before = redis.script_calls();
+                let f = rt.block_on(keys_load(&limiter, 64, rate, &keys));
+                let calls = (redis.script_calls() - before) as f64 / SECONDS as f64;
+                println!(
+                    "| {load} | {lease} | {:.0} | {:.3} ms | {:.3} ms | {calls:.0} |",
+                    f.per_sec, f.p50_ms, f.p99_ms
+                );
+            }
+        }
     }
 
     println!("\n## Redis memory per key (`MEMORY USAGE`, 1 000 keys each, one check per key)\n");

@@ -2,8 +2,9 @@
 //! behind a rate limiter whose limit is never reached (so what is measured is
 //! the cost of deciding, on every request).
 //!
-//! `MODE=bare|tollgate|governor|tollgate-redis [PORT=8000] cargo run --release --example bench_server`
-//! (`tollgate-redis` needs `--features redis` and `REDIS_URL`).
+//! `MODE=bare|tollgate|governor|tollgate-redis|tollgate-redis-lease [PORT=8000] cargo run --release --example bench_server`
+//! (`tollgate-redis` and `tollgate-redis-lease`, leases on, need `--features redis`
+//! and `REDIS_URL`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -34,10 +35,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ))
         }
         #[cfg(feature = "redis")]
-        "tollgate-redis" => {
+        "tollgate-redis" | "tollgate-redis-lease" => {
             let url =
                 std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-            let backend = tollgate::RedisBackend::from_url(url).build()?;
+            let lease = match mode.as_str() {
+                "tollgate-redis-lease" => tollgate::Lease::Auto,
+                _ => tollgate::Lease::Off,
+            };
+            let backend = tollgate::RedisBackend::from_url(url).lease(lease).build()?;
             let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
                 .burst(1_000_000)
                 .build()?;

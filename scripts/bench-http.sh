@@ -18,7 +18,7 @@ CONNS=${CONNS:-64}
 MODES=${MODES:-"bare tollgate governor"}
 features=""
 if [ "${REDIS:-0}" = 1 ]; then
-  MODES="$MODES tollgate-redis"
+  MODES="$MODES tollgate-redis tollgate-redis-lease"
   features="--features redis"
 fi
 

@@ -10,6 +10,7 @@ LABELS = {
     "tollgate": "tollgate (memory)",
     "governor": "tower_governor",
     "tollgate-redis": "tollgate (Redis)",
+    "tollgate-redis-lease": "tollgate (Redis, leases)",
 }
 
 
@@ -40,7 +41,8 @@ def write_svg(path, order, med, base_rps, base_p99, rounds):
     width, bar_h, gap, left = 640, 22, 10, 170
     panels = [("Throughput, % of bare (higher is better)", lambda m: med[m][0] / base_rps, "{:.1%}"),
               ("p99 latency, x bare (lower is better)", lambda m: med[m][1] / base_p99, "{:.2f}x")]
-    colors = {"bare": "#9e9e9e", "tollgate": "#2e7d32", "governor": "#1565c0", "tollgate-redis": "#ef6c00"}
+    colors = {"bare": "#9e9e9e", "tollgate": "#2e7d32", "governor": "#1565c0", "tollgate-redis": "#ef6c00",
+              "tollgate-redis-lease": "#ad1457"}
     parts, y = [], 30
     parts.append(f'<text x="10" y="18" font-size="14" font-weight="bold">axum hello-world under wrk on loopback: medians of {rounds} rounds</text>')
     for title, value, fmt in panels:

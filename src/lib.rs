@@ -67,7 +67,7 @@ mod sync;
 // (`tollgate::backend`, `tollgate::layer`, `tollgate::key`, `tollgate::rules`).
 pub use backend::{Backend, BackendError, MemoryBackend};
 #[cfg(feature = "redis")]
-pub use backend::{OnFailure, RedisBackend};
+pub use backend::{Lease, OnFailure, RedisBackend};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use decision::{Decision, QuotaDecision};
 pub use layer::{HeaderStyle, OnBackendError, OnDelay, OnMissingKey, RateLimitLayer};

@@ -92,3 +92,79 @@ async fn a_rules_file_can_name_redis_and_its_failure_policy() {
         "{err}"
     );
 }
+
+#[test]
+fn a_rules_file_sets_the_lease_mode_and_refuses_what_cannot_be_leased() {
+    let backend = |lease: &str| {
+        format!("backend:\n  redis:\n    url: redis://127.0.0.1:1\n    lease: {lease}\n")
+    };
+    let gcra = "rules:\n  - name: api\n    key: header:x-api-key\n    quotas: [{ algorithm: gcra, limit: 5, period: 1s }]\n";
+    for (lease, shown) in [
+        ("auto", "leases: auto"),
+        ("250", "leases: 250"),
+        ("off", "leases: off"),
+    ] {
+        let rules = Rules::parse(&format!("{}{gcra}", backend(lease))).unwrap();
+        assert!(rules.describe().contains(shown), "{}", rules.describe());
+    }
+    for bad in ["0", "-3", "sometimes", "true", "1.5"] {
+        let err = Rules::parse(&format!("{}{gcra}", backend(bad))).unwrap_err();
+        assert!(err.to_string().contains("lease"), "{bad}: {err}");
+    }
+    // A sliding log needs every arrival: refused with leases on, fine off.
+    let err = Rules::parse(&format!("{}{RULES}", backend("auto"))).unwrap_err();
+    assert!(err.to_string().contains("cannot be leased"), "{err}");
+    assert!(Rules::parse(&format!("{}{RULES}", backend("off"))).is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_leasing_gateways_share_one_limit() {
+    const LEASE: usize = 20;
+    let redis = RedisServer::start();
+    let up = upstream().await;
+    let rules = RulesFile::new(
+        "leasing",
+        r#"
+rules:
+  - name: api
+    key: header:x-api-key
+    quotas: [{ name: api, algorithm: gcra, limit: 300, period: 3650d }]
+"#,
+    );
+    let url = redis.url();
+    let gateways: Vec<std::sync::Arc<Gateway>> = (0..3)
+        .map(|_| {
+            std::sync::Arc::new(Gateway::start(
+                &rules.0,
+                Some(up.addr),
+                &["--redis", &url, "--redis-lease", &LEASE.to_string()],
+            ))
+        })
+        .collect();
+    let mut tasks = Vec::new();
+    for gw in &gateways {
+        for _ in 0..24 {
+            let gw = gw.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..20 {
+                    admitted += usize::from(status(&gw, "hot").await == StatusCode::CREATED);
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    // 1 440 requests for 300 units: all of them, less what the last leases
+    // left parked.
+    assert!(
+        (300 - 3 * LEASE..=300).contains(&admitted),
+        "{admitted} admitted"
+    );
+    assert_eq!(up.count(), admitted);
+    let calls = redis.command_calls("evalsha") + redis.command_calls("eval");
+    assert!(calls < 300, "{calls} Redis calls for 300 admissions");
+}

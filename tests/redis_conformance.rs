@@ -15,16 +15,17 @@ use std::time::Duration;
 
 use conformance::T0;
 use redis_support::RedisServer;
-use tollgate::{ManualClock, RedisBackend, Timestamp};
+use tollgate::{Lease, ManualClock, RedisBackend, Timestamp};
 
 /// A Redis backend on `clock`, with nothing that could make it differ from
 /// the memory backend: no denial cache, a timeout no loaded test machine
 /// reaches.
-fn redis_backend(server: &RedisServer, clock: &ManualClock) -> RedisBackend {
+fn redis_backend(server: &RedisServer, clock: &ManualClock, lease: Lease) -> RedisBackend {
     RedisBackend::from_url(server.url())
         .prefix("conformance:")
         .clock(clock.clone())
         .denial_cache(0)
+        .lease(lease)
         .timeout(Duration::from_secs(5))
         .build()
         .expect("build the Redis backend")
@@ -37,9 +38,13 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_with(Lease::Off)
+}
+
+fn fixture_with(lease: Lease) -> Fixture {
     let server = RedisServer::start();
     let clock = ManualClock::new(Timestamp::from_micros(T0));
-    let redis = redis_backend(&server, &clock);
+    let redis = redis_backend(&server, &clock, lease);
     Fixture {
         _server: server,
         clock,
@@ -93,4 +98,17 @@ async fn costs_peeks_and_too_costly_requests_match() {
 async fn random_traces_match() {
     let f = fixture();
     conformance::random_traces_match(&f.redis, &f.clock).await;
+}
+
+/// Leases of at most one unit lease nothing beyond the request: the same
+/// decisions as without leases, on the same traces (sliding logs and leaky
+/// buckets included, which are then decided one request at a time anyway).
+#[tokio::test]
+async fn random_traces_match_with_leases_of_one_unit() {
+    let f = fixture_with(Lease::Max(1));
+    for seed in 0..200 {
+        conformance::random_trace(&f.redis, &f.clock, seed).await;
+    }
+    assert_eq!(f.redis.stats().leases, 0);
+    assert_eq!(f.redis.stats().lease_hits, 0);
 }

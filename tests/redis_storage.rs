@@ -218,16 +218,22 @@ async fn the_denial_cache_spares_redis_a_flood() {
 async fn a_cached_denial_reads_like_the_one_redis_gave() {
     let server = RedisServer::start();
     let backend = backend(&server);
-    let limiter = Limiter::new(
-        backend.clone(),
-        Quota::gcra(2, Duration::from_secs(10)).build().unwrap(),
-    );
-    limiter.check("k", 2).await.unwrap();
-    let from_redis = limiter.check("k", 1).await.unwrap();
+    let quota = Quota::gcra(2, Duration::from_secs(10)).build().unwrap();
+    let limiter = Limiter::new(backend.clone(), quota.clone());
+    // Redis's own answer, through a backend that caches nothing.
+    let uncached = RedisBackend::from_url(server.url())
+        .denial_cache(0)
+        .build()
+        .unwrap();
+    let redis = Limiter::new(uncached, quota);
+    // The admission that empties the quota is remembered as a denial.
+    assert!(limiter.check("k", 2).await.unwrap().allowed());
+    let from_redis = redis.check("k", 1).await.unwrap();
     assert!(!from_redis.allowed());
     tokio::time::sleep(Duration::from_millis(20)).await;
     let cached = limiter.check("k", 1).await.unwrap();
     assert_eq!(backend.stats().cache_hits, 1);
+    assert_eq!(backend.stats().calls, 1, "refused without asking Redis");
     assert!(!cached.allowed());
     assert_eq!(cached.remaining(), from_redis.remaining());
     let (before, after) = (
@@ -250,10 +256,11 @@ async fn an_enforced_quotas_denial_is_not_served_to_its_shadow_twin() {
         backend.clone(),
         quota.mode(tollgate::Mode::Shadow).build().unwrap(),
     );
+    // The admission empties the quota: both refusals come from the cache.
     assert!(enforced.check("k", 1).await.unwrap().allowed());
     assert!(!enforced.check("k", 1).await.unwrap().allowed());
     assert!(!enforced.check("k", 1).await.unwrap().allowed());
-    assert_eq!(backend.stats().cache_hits, 1);
+    assert_eq!(backend.stats().cache_hits, 2);
     let d = shadow.check("k", 1).await.unwrap();
     assert!(d.allowed() && d.exceeded());
 }

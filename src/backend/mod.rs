@@ -14,7 +14,8 @@ use std::future::Future;
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{
-    CircuitBreaker, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError, RedisStats,
+    CircuitBreaker, Lease, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError,
+    RedisStats,
 };
 
 use crate::decision::Decision;

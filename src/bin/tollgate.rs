@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! tollgate serve --config rules.yaml [--listen 127.0.0.1:8080] [--upstream http://127.0.0.1:9000]
-//!                [--redis redis://127.0.0.1:6379] [--log-level info] [limits...]
+//!                [--redis redis://127.0.0.1:6379] [--redis-lease auto] [--log-level info] [limits...]
 //! tollgate check --config rules.yaml
 //! ```
 
@@ -31,9 +31,10 @@ const USAGE: &str = "\
 tollgate: rate-limit any HTTP service with rules kept in a file
 
 usage:
-  tollgate serve --config FILE [--listen ADDR] [--upstream URL] [--redis URL] [--log-level LEVEL]
-                 [--header-timeout T] [--idle-timeout T] [--max-connections N]
-                 [--max-header-bytes N] [--connect-timeout T] [--upstream-timeout T]
+  tollgate serve --config FILE [--listen ADDR] [--upstream URL] [--redis URL] [--redis-lease MODE]
+                 [--log-level LEVEL] [--header-timeout T] [--idle-timeout T]
+                 [--max-connections N] [--max-header-bytes N] [--connect-timeout T]
+                 [--upstream-timeout T]
   tollgate check --config FILE
 
 serve   runs a rate-limiting reverse proxy in front of --upstream (or, without
@@ -46,6 +47,8 @@ options:
   --listen ADDR       where to listen (default 127.0.0.1:8080)
   --upstream URL      the service to forward admitted requests to (http://host:port)
   --redis URL         use Redis at URL as the backend, whatever the file says
+  --redis-lease MODE  with --redis: lease quota from Redis in batches: off
+                      (default), auto, or the most units one lease holds
   --log-level LEVEL   error, warn, info (default), debug or trace; RUST_LOG overrides
 
 limits (durations as in rules files: 500ms, 10s, 1m):
@@ -64,6 +67,7 @@ struct Args {
     listen: SocketAddr,
     upstream: Option<Uri>,
     redis: Option<String>,
+    redis_lease: Option<String>,
     log_level: String,
     limits: server::Limits,
     upstream_limits: UpstreamLimits,
@@ -113,6 +117,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut config = None;
     let mut listen: SocketAddr = ([127, 0, 0, 1], 8080).into();
     let (mut upstream, mut redis, mut log_level) = (None, None, "info".to_owned());
+    let mut redis_lease = None;
     let mut limits = server::Limits::default();
     let mut upstream_limits = UpstreamLimits::default();
     while let Some(flag) = args.next() {
@@ -136,6 +141,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 upstream = Some(uri);
             }
             "--redis" => redis = Some(value()?),
+            "--redis-lease" => redis_lease = Some(value()?),
             "--log-level" => log_level = value()?,
             "--header-timeout" => limits.header_timeout = duration(&flag, &value()?)?,
             "--idle-timeout" => limits.idle_timeout = duration(&flag, &value()?)?,
@@ -152,12 +158,18 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         }
     }
     let config = config.ok_or("--config FILE is required")?;
+    if redis_lease.is_some() && redis.is_none() {
+        return Err(
+            "--redis-lease needs --redis URL (or set backend.redis.lease in the file)".into(),
+        );
+    }
     Ok(Args {
         command,
         config,
         listen,
         upstream,
         redis,
+        redis_lease,
         log_level,
         limits,
         upstream_limits,
@@ -183,9 +195,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
-    let rules = match &args.redis {
-        Some(url) => Rules::load_with_redis(&args.config, url),
-        None => Rules::load(&args.config),
+    let rules = match (&args.redis, &args.redis_lease) {
+        (Some(url), Some(lease)) => Rules::load_with_redis_lease(&args.config, url, lease),
+        (Some(url), None) => Rules::load_with_redis(&args.config, url),
+        (None, _) => Rules::load(&args.config),
     };
     let rules = match rules {
         Ok(rules) => rules,

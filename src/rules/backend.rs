@@ -3,6 +3,7 @@
 use super::model::BackendConfig;
 use crate::backend::{Backend, BackendError, CheckRequest, MemoryBackend};
 use crate::decision::Decision;
+use crate::quota_set::QuotaSet;
 
 /// The backend a rules file names: in memory, or Redis (with the `redis`
 /// feature).
@@ -28,16 +29,23 @@ impl AnyBackend {
                 prefix,
                 timeout,
                 on_failure,
+                lease,
             } => {
-                use crate::backend::redis::{OnFailure, RedisBackend};
+                use crate::backend::redis::{Lease, OnFailure, RedisBackend};
                 let on_failure = match on_failure.0 {
                     super::names::RedisFailure::Error => OnFailure::Error,
                     super::names::RedisFailure::Memory => OnFailure::Fallback(MemoryBackend::new()),
                 };
+                let lease: Lease = lease
+                    .value
+                    .0
+                    .parse()
+                    .map_err(|e| lease.error(format!("backend: redis: {e}")))?;
                 RedisBackend::from_url(url.value.clone())
                     .prefix(prefix.clone())
                     .timeout(timeout.0)
                     .on_failure(on_failure)
+                    .lease(lease)
                     .build()
                     .map(AnyBackend::Redis)
                     .map_err(|e| url.error(format!("backend: redis: {e}")))
@@ -46,6 +54,18 @@ impl AnyBackend {
             BackendConfig::Redis { url, .. } => {
                 Err(url.error("backend: redis needs tollgate built with the redis feature"))
             }
+        }
+    }
+}
+
+impl AnyBackend {
+    /// Why `quotas` cannot be used on this backend, if they cannot: a set
+    /// that needs every arrival on a Redis backend that leases.
+    pub(crate) fn refuses(&self, quotas: &QuotaSet) -> Option<String> {
+        match self {
+            AnyBackend::Memory(_) => None,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.supports_leases(quotas).err().map(|e| e.to_string()),
         }
     }
 }
@@ -70,8 +90,11 @@ impl Backend for AnyBackend {
     fn decides_now(&self) -> bool {
         match self {
             AnyBackend::Memory(m) => m.decides_now(),
+            // Redis answers now only sometimes (from a lease), and a plan
+            // of several steps given up halfway would spend its first
+            // steps twice: rules always ask Redis's backend by `check`.
             #[cfg(feature = "redis")]
-            AnyBackend::Redis(r) => r.decides_now(),
+            AnyBackend::Redis(_) => false,
         }
     }
 }

@@ -148,9 +148,12 @@ impl KeyParts<'_> {
 fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<Rule, String> {
     let name = &rc.name.value.0;
     let set = |suffix: &str, quotas: Vec<Quota>| {
-        QuotaSet::new(format!("{name}{suffix}"), quotas)
-            .map(|s| Limit::new(Limiter::new(backend.clone(), s)))
-            .map_err(|e| format!("rule {name}: {e}"))
+        let set = QuotaSet::new(format!("{name}{suffix}"), quotas)
+            .map_err(|e| format!("rule {name}: {e}"))?;
+        match backend.refuses(&set) {
+            Some(e) => Err(format!("rule {name}: {e}")),
+            None => Ok(Limit::new(Limiter::new(backend.clone(), set))),
+        }
     };
     let quotas: Vec<Quota> = rc.quotas.0.iter().map(|q| q.quota.clone()).collect();
     check_cost(rc, &quotas, "")?;

@@ -19,6 +19,7 @@ impl fmt::Display for RulesFile {
                 prefix,
                 timeout,
                 on_failure,
+                lease,
             } => {
                 let failure = match on_failure.0 {
                     RedisFailure::Error => "fail",
@@ -26,8 +27,8 @@ impl fmt::Display for RulesFile {
                 };
                 writeln!(
                     f,
-                    "backend: redis at {}, key prefix {prefix:?}; if Redis takes over {:?} or fails: {failure}",
-                    url.value, timeout.0
+                    "backend: redis at {}, key prefix {prefix:?}; if Redis takes over {:?} or fails: {failure}; leases: {}",
+                    url.value, timeout.0, lease.value.0
                 )?
             }
         }

@@ -109,6 +109,17 @@ impl Rules {
     /// Rules from a file, with the backend replaced by Redis at `url`
     /// whatever the file says.
     pub fn load_with_redis(path: impl AsRef<Path>, url: &str) -> Result<Self, RulesError> {
+        Rules::load_with_redis_lease(path, url, "off")
+    }
+
+    /// [`load_with_redis`](Rules::load_with_redis) with Redis's lease mode:
+    /// `off`, `auto` or the most units one lease holds (see
+    /// [`RedisBackendBuilder::lease`](crate::backend::RedisBackendBuilder::lease)).
+    pub fn load_with_redis_lease(
+        path: impl AsRef<Path>,
+        url: &str,
+        lease: &str,
+    ) -> Result<Self, RulesError> {
         let path = path.as_ref();
         let text = read(path)?;
         let config = BackendConfig::Redis {
@@ -116,6 +127,7 @@ impl Rules {
             prefix: "tollgate:".into(),
             timeout: model::default_redis_timeout(),
             on_failure: Default::default(),
+            lease: at::At::unplaced(names::LeaseText(lease.to_owned())),
         };
         Rules::build(&text, Some(path), Some(config))
     }

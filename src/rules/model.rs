@@ -11,8 +11,8 @@ use serde::de::{self, Deserializer};
 use super::at::At;
 use super::key_part::KeyConfig;
 use super::names::{
-    BackendErrorName, CaseName, ForwardedHeaderName, HeaderStyleName, Matching, MissingKeyName,
-    RedisFailureName, TrailingSlashName,
+    BackendErrorName, CaseName, ForwardedHeaderName, HeaderStyleName, LeaseText, Matching,
+    MissingKeyName, RedisFailureName, TrailingSlashName,
 };
 use super::pattern::{Compare, PathPattern, PathPrefix};
 use super::period::Period;
@@ -66,6 +66,9 @@ pub(crate) enum BackendConfig {
         /// `on_backend_error` applies) or `memory` (decide in this process).
         #[serde(default)]
         on_failure: RedisFailureName,
+        /// Lease mode: `off`, `auto` or the most units one lease holds.
+        #[serde(default)]
+        lease: At<LeaseText>,
     },
 }
 

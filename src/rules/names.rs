@@ -120,3 +120,42 @@ name_enum!(CaseName => Case {
     "insensitive" => Case::Insensitive,
     "sensitive" => Case::Sensitive,
 } default "insensitive");
+
+/// `backend.redis.lease` as written: `off`, `auto` or a number, checked
+/// when the backend is built (the Redis backend owns what they mean).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LeaseText(pub String);
+
+impl Default for LeaseText {
+    fn default() -> Self {
+        LeaseText("off".into())
+    }
+}
+
+impl<'de> Deserialize<'de> for LeaseText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl de::Visitor<'_> for Text {
+            type Value = LeaseText;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("off, auto or a number of units")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<LeaseText, E> {
+                Ok(LeaseText(v.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<LeaseText, E> {
+                Ok(LeaseText(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<LeaseText, E> {
+                Ok(LeaseText(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<LeaseText, E> {
+                Err(E::custom(format!(
+                    "lease: {v} is not a lease mode; write off, auto or a number of units"
+                )))
+            }
+        }
+        // As text: YAML 1.1 reads a bare `off` as false.
+        d.deserialize_str(Text)
+    }
+}

@@ -406,7 +406,7 @@ fn random_set(rng: &mut Rng) -> QuotaSet {
     }
 }
 
-async fn random_trace<B: Backend + Clone>(other: &B, clock: &ManualClock, seed: u64) {
+pub async fn random_trace<B: Backend + Clone>(other: &B, clock: &ManualClock, seed: u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let quotas = random_set(&mut rng);
     let shortest = quotas

@@ -1,19 +1,28 @@
-//! The local cache of denials: a key Redis refused stays refused here until
-//! its wait is over, without asking Redis again.
+//! What this process knows of a key between Redis calls: a denial Redis
+//! gave (the denial cache), and units leased from Redis (see `lease.rs`).
 //!
-//! Sound because the algorithms are monotone: a request refused now is
-//! refused until its retry-after has passed however the other servers'
-//! traffic goes (more traffic only delays it further), and so is any request
-//! of the same key costing more. Sets that log refused attempts
-//! (`count_rejected`) are never cached: Redis must see those attempts.
+//! Denials: a key Redis refused stays refused here until its wait is over,
+//! without asking Redis again, and so does a key an admission left empty,
+//! until its next unit frees. Sound because the algorithms are monotone: a
+//! request refused now is refused until its retry-after has passed however
+//! the other servers' traffic goes (more traffic only delays it further),
+//! and so is any request of the same key costing more. Sets that log refused
+//! attempts (`count_rejected`) are never cached: Redis must see those
+//! attempts.
 
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
+
 use std::time::Duration;
+use tokio::sync::Notify;
 
 use hashbrown::{Equivalent, HashMap};
+use smallvec::SmallVec;
 
+use super::lease::{Held, Policy};
+use super::script::{Ask, Reply};
 use crate::decision::Decision;
+use crate::quota_set::{QuotaSet, QuotaVerdict};
 
 /// Shards, so that concurrent checks of different keys rarely share a lock.
 const SHARDS: usize = 16;
@@ -25,11 +34,33 @@ type Shard = HashMap<(u64, Box<str>), Entry, foldhash::fast::RandomState>;
 
 pub(crate) struct DenialCache {
     shards: Box<[Mutex<Shard>]>,
+    /// Per shard: woken when a lease call of one of its keys ends.
+    lease_done: Box<[Notify]>,
     per_shard: usize,
     hasher: foldhash::fast::RandomState,
+    /// Whether denials are kept (leases may be kept without them).
+    denials: bool,
 }
 
+#[derive(Default)]
 struct Entry {
+    denial: Option<Denial>,
+    lease: Option<Held>,
+    /// Until when a lease call is out for this key: meanwhile other requests
+    /// of the key ask Redis for their own cost only.
+    leasing: u64,
+}
+
+impl Entry {
+    /// When the entry stops meaning anything (microseconds, local clock).
+    fn until(&self) -> u64 {
+        let denial = self.denial.as_ref().map_or(0, |d| d.until);
+        let lease = self.lease.as_ref().map_or(0, |l| l.expires);
+        denial.max(lease).max(self.leasing)
+    }
+}
+
+struct Denial {
     /// The cost that was refused; cheaper requests may pass.
     cost: u64,
     /// When Redis refused it, and until when it stays refused (microseconds
@@ -37,6 +68,14 @@ struct Entry {
     at: u64,
     until: u64,
     decision: Decision,
+}
+
+/// A decision made here, without Redis.
+pub(crate) enum Hit {
+    /// Spent from a lease.
+    Lease(Decision),
+    /// Refused by a remembered denial.
+    Denial(Decision),
 }
 
 /// Looks an entry up without allocating its key.
@@ -51,71 +90,193 @@ impl Equivalent<(u64, Box<str>)> for Lookup<'_> {
 
 impl DenialCache {
     /// A cache of at most `capacity` keys (rounded up to a multiple of the
-    /// shard count).
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// shard count), keeping denials if `denials`.
+    pub(crate) fn new(capacity: usize, denials: bool) -> Self {
         let per_shard = capacity.div_ceil(SHARDS).max(1);
         let hasher = foldhash::fast::RandomState::default();
         DenialCache {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(HashMap::with_hasher(hasher.clone())))
                 .collect(),
+            lease_done: (0..SHARDS).map(|_| Notify::new()).collect(),
             per_shard,
             hasher,
+            denials,
         }
     }
 
+    fn index(&self, set: u64, key: &str) -> usize {
+        (self.hasher.hash_one(Lookup(set, key)) >> 48) as usize % SHARDS
+    }
+
     fn shard(&self, set: u64, key: &str) -> MutexGuard<'_, Shard> {
-        let index = (self.hasher.hash_one(Lookup(set, key)) >> 48) as usize % SHARDS;
         // A poisoned lock only means a panic elsewhere; the map is intact.
-        self.shards[index]
+        self.shards[self.index(set, key)]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The cached denial of `cost` for `key` of set `set`, as of `now`.
-    pub(crate) fn get(&self, set: u64, key: &str, cost: u64, now: u64) -> Option<Decision> {
+    /// Decides `cost` for `key` of set `set` at `now` without Redis, if this
+    /// process can: from a lease (when `commit`), or a remembered denial.
+    pub(crate) fn get(
+        &self,
+        set: u64,
+        key: &str,
+        quotas: &QuotaSet,
+        cost: u64,
+        commit: bool,
+        now: u64,
+    ) -> Option<Hit> {
         let mut shard = self.shard(set, key);
-        let entry = shard.get(&Lookup(set, key))?;
-        if now >= entry.until {
+        let entry = shard.get_mut(&Lookup(set, key))?;
+        if now >= entry.until() {
             shard.remove(&Lookup(set, key));
             return None;
         }
-        if cost < entry.cost {
+        if commit {
+            if let Some(decision) = entry
+                .lease
+                .as_mut()
+                .and_then(|l| l.spend(cost, now, quotas))
+            {
+                return Some(Hit::Lease(decision));
+            }
+        }
+        let denial = entry.denial.as_ref()?;
+        if now >= denial.until || cost < denial.cost {
             return None;
         }
-        Some(aged(&entry.decision, now.saturating_sub(entry.at)))
+        Some(Hit::Denial(aged(
+            &denial.decision,
+            now.saturating_sub(denial.at),
+        )))
     }
 
-    /// Remembers that Redis refused `cost` for `key` at `now` until
-    /// `now + wait`.
-    pub(crate) fn insert(
+    /// What to ask Redis for a request of `cost` that the lease here cannot
+    /// pay, under lease `policy`: a new lease sized by the last one (whose
+    /// unspent units go back), unless a lease call for the key is out
+    /// already; then the cost alone. Returns the ask, and whether it is
+    /// the key's lease call (to be ended by [`settle`](Self::settle)).
+    pub(crate) fn lease_ask(
         &self,
         set: u64,
         key: &str,
         cost: u64,
         now: u64,
-        wait: u64,
-        decision: &Decision,
-    ) {
-        let mut shard = self.shard(set, key);
-        let entry = Entry {
+        policy: &Policy,
+        call_limit: u64,
+    ) -> (Ask, bool) {
+        let mut ask = Ask {
             cost,
-            at: now,
-            until: now.saturating_add(wait),
-            decision: decision.clone(),
+            commit: true,
+            want: cost,
+            give_back: None,
         };
-        if let Some(old) = shard.get_mut(&Lookup(set, key)) {
-            *old = entry;
-            return;
+        let mut shard = self.shard(set, key);
+        let entry = match shard.get_mut(&Lookup(set, key)) {
+            Some(entry) => entry,
+            None => {
+                let entry = Entry {
+                    leasing: now.saturating_add(call_limit),
+                    ..Entry::default()
+                };
+                self.insert_entry(&mut shard, set, key, now, entry);
+                return (ask, true);
+            }
+        };
+        if entry.leasing > now {
+            return (ask, false);
         }
+        entry.leasing = now.saturating_add(call_limit);
+        let last = entry.lease.take();
+        ask.want = policy.want(cost, last.as_ref(), now);
+        ask.give_back = last
+            .as_ref()
+            .filter(|l| now < l.expires)
+            .and_then(Held::give_back);
+        (ask, true)
+    }
+
+    /// What wakes when a lease call of `key` (or of a key of the same
+    /// shard) ends.
+    pub(crate) fn lease_done(&self, set: u64, key: &str) -> &Notify {
+        &self.lease_done[self.index(set, key)]
+    }
+
+    /// Ends `key`'s lease call, whatever came of it, and wakes the requests
+    /// waiting for it.
+    pub(crate) fn end_lease_call(&self, set: u64, key: &str) {
+        if let Some(entry) = self.shard(set, key).get_mut(&Lookup(set, key)) {
+            entry.leasing = 0;
+        }
+        self.lease_done(set, key).notify_waiters();
+    }
+
+    /// Records what Redis answered to a request of `cost` for `key`, asked
+    /// at `sent` and answered at `now` (local clock): the lease it granted
+    /// (kept under `policy`), the denial it gave or the emptiness it
+    /// reported. Returns the request's decision.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn settle(
+        &self,
+        set: u64,
+        key: &str,
+        quotas: &QuotaSet,
+        cost: u64,
+        sent: u64,
+        now: u64,
+        reply: &Reply,
+        lease: Option<(&Policy, bool)>,
+    ) -> Decision {
+        let mut shard = self.shard(set, key);
+        let mut entry = shard.remove(&Lookup(set, key)).unwrap_or_default();
+        let mut decision = None;
+        // The key's lease call keeps what it took, even the request alone:
+        // the next lease is sized by how fast this one went.
+        if let Some((policy, _)) = lease.filter(|&(_, ours)| ours && reply.spent >= cost.max(1)) {
+            let lifetime = match reply.lease_ends {
+                0 => policy.lifetime,
+                ends => policy.lifetime.min(ends),
+            };
+            // From when it was asked: Redis's moment came later, so the
+            // lease never outlives a window there.
+            let held = Held {
+                units: reply.spent - cost,
+                size: reply.spent,
+                taken: sent,
+                expires: sent.saturating_add(lifetime),
+                redis_at: reply.now,
+                verdicts: reply.verdicts.clone(),
+            };
+            decision = Some(held.decision(sent, quotas));
+            entry.lease = Some(held);
+        }
+        let decision = decision.unwrap_or_else(|| quotas.decision_from(&reply.verdicts));
+        if self.denials {
+            if let Some((cost, wait, refused)) = denial(quotas, cost, reply, &decision) {
+                entry.denial = Some(Denial {
+                    cost,
+                    at: now,
+                    until: now.saturating_add(wait),
+                    decision: refused,
+                });
+            }
+        }
+        if now < entry.until() {
+            self.insert_entry(&mut shard, set, key, now, entry);
+        }
+        decision
+    }
+
+    fn insert_entry(&self, shard: &mut Shard, set: u64, key: &str, now: u64, entry: Entry) {
         if shard.len() >= self.per_shard {
-            shard.retain(|_, e| e.until > now);
+            shard.retain(|_, e| e.until() > now);
         }
         if shard.len() >= self.per_shard {
             let victim = shard
                 .iter()
                 .take(EVICTION_SAMPLE)
-                .min_by_key(|(_, e)| e.until)
+                .min_by_key(|(_, e)| e.until())
                 .map(|(k, _)| k.clone());
             if let Some(victim) = victim {
                 shard.remove(&victim);
@@ -124,7 +285,7 @@ impl DenialCache {
         shard.insert((set, key.into()), entry);
     }
 
-    /// How many denials are cached (expired ones not yet dropped included).
+    /// How many keys are cached (expired ones not yet dropped included).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.shards
@@ -132,6 +293,52 @@ impl DenialCache {
             .map(|s| s.lock().map_or(0, |s| s.len()))
             .sum()
     }
+}
+
+/// The denial to remember after Redis's `reply`: (the cost refused from
+/// now on, for how long, the decision to give). A refused request stays
+/// refused for the longest wait of the enforced quotas that refused it; an
+/// admission that left an enforced quota empty refuses any cost until the
+/// quota frees a unit.
+fn denial(
+    quotas: &QuotaSet,
+    cost: u64,
+    reply: &Reply,
+    decision: &Decision,
+) -> Option<(u64, u64, Decision)> {
+    let enforced = || {
+        quotas
+            .quotas()
+            .iter()
+            .zip(&reply.verdicts)
+            .zip(&reply.next_free)
+            .filter(|((q, _), _)| !q.params.shadow)
+    };
+    if !decision.allowed() {
+        let wait = enforced()
+            .filter(|((_, v), _)| !v.allowed)
+            .map(|((_, v), _)| v.retry_after)
+            .max()
+            .filter(|&w| w > 0)?;
+        return Some((cost, wait, decision.clone()));
+    }
+    let wait = enforced().map(|(_, &next)| next).max().filter(|&w| w > 0)?;
+    let verdicts: SmallVec<[QuotaVerdict; 2]> = reply
+        .verdicts
+        .iter()
+        .zip(&reply.next_free)
+        .map(|(v, &next)| match next {
+            0 => *v,
+            next => QuotaVerdict {
+                allowed: false,
+                remaining: 0,
+                retry_after: next,
+                delay: 0,
+                ..*v
+            },
+        })
+        .collect();
+    Some((1, wait, quotas.decision_from(&verdicts)))
 }
 
 /// A cached decision as it reads `elapsed` microseconds later: waits and
@@ -159,50 +366,192 @@ fn aged(decision: &Decision, elapsed: u64) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::QuotaDecision;
-    use smallvec::smallvec;
+    use crate::Quota;
+    use crate::backend::redis::lease::Lease;
 
-    fn refused(retry: u64) -> Decision {
-        Decision::new(
-            false,
-            smallvec![QuotaDecision {
-                allowed: false,
-                limit: 5,
-                remaining: 0,
-                reset: Duration::from_micros(retry * 2),
-                retry_after: Some(Duration::from_micros(retry)),
-                delay: Duration::ZERO,
-                shadow: false,
-            }],
-        )
+    fn gcra() -> QuotaSet {
+        QuotaSet::single(Quota::gcra(5, Duration::from_secs(5)).build().unwrap())
+    }
+
+    fn verdict(allowed: bool, remaining: u64, retry: u64) -> QuotaVerdict {
+        QuotaVerdict {
+            allowed,
+            remaining,
+            reset: retry * 2,
+            retry_after: if allowed { 0 } else { retry },
+            delay: 0,
+        }
+    }
+
+    /// Redis's answer: one quota's verdict, units spent, what frees next.
+    fn reply(v: QuotaVerdict, spent: u64, next_free: u64) -> Reply {
+        Reply {
+            verdicts: smallvec::smallvec![v],
+            next_free: smallvec::smallvec![next_free],
+            spent,
+            now: 0,
+            lease_ends: 0,
+        }
+    }
+
+    fn denied(hit: Option<Hit>) -> Decision {
+        match hit {
+            Some(Hit::Denial(d)) => d,
+            _ => panic!("expected a cached denial"),
+        }
     }
 
     #[test]
     fn a_denial_holds_until_its_wait_is_over_for_costs_as_high() {
-        let cache = DenialCache::new(100);
-        cache.insert(1, "k", 2, 1_000, 500, &refused(500));
-        let hit = cache.get(1, "k", 2, 1_200).expect("cached");
+        let (cache, set) = (DenialCache::new(100, true), gcra());
+        cache.settle(
+            1,
+            "k",
+            &set,
+            2,
+            1_000,
+            1_000,
+            &reply(verdict(false, 1, 500), 0, 0),
+            None,
+        );
+        let hit = denied(cache.get(1, "k", &set, 2, true, 1_200));
         assert!(!hit.allowed());
         assert_eq!(hit.retry_after(), Some(Duration::from_micros(300)));
         assert_eq!(hit.quotas()[0].reset, Duration::from_micros(800));
-        assert!(cache.get(1, "k", 3, 1_200).is_some());
+        assert!(cache.get(1, "k", &set, 3, true, 1_200).is_some());
         assert!(
-            cache.get(1, "k", 1, 1_200).is_none(),
+            cache.get(1, "k", &set, 1, true, 1_200).is_none(),
             "a cheaper request may pass"
         );
-        assert!(cache.get(2, "k", 2, 1_200).is_none(), "another set");
-        assert!(cache.get(1, "j", 2, 1_200).is_none(), "another key");
-        assert!(cache.get(1, "k", 2, 1_500).is_none());
+        assert!(
+            cache.get(2, "k", &set, 2, true, 1_200).is_none(),
+            "another set"
+        );
+        assert!(
+            cache.get(1, "j", &set, 2, true, 1_200).is_none(),
+            "another key"
+        );
+        assert!(cache.get(1, "k", &set, 2, true, 1_500).is_none());
         assert_eq!(cache.len(), 0, "expired entries are dropped when met");
     }
 
     #[test]
-    fn the_cache_is_bounded() {
-        let cache = DenialCache::new(32);
-        for i in 0..10_000u64 {
-            cache.insert(1, &i.to_string(), 1, i, 1_000_000, &refused(1_000_000));
+    fn an_admission_that_empties_a_quota_refuses_until_its_next_unit() {
+        let (cache, set) = (DenialCache::new(100, true), gcra());
+        let d = cache.settle(
+            1,
+            "k",
+            &set,
+            1,
+            0,
+            0,
+            &reply(verdict(true, 0, 0), 1, 700),
+            None,
+        );
+        assert!(d.allowed(), "the admission itself passes");
+        let hit = denied(cache.get(1, "k", &set, 1, true, 200));
+        assert_eq!(hit.retry_after(), Some(Duration::from_micros(500)));
+        assert_eq!(hit.remaining(), 0);
+        assert!(cache.get(1, "k", &set, 1, true, 700).is_none());
+        // Off, nothing is remembered.
+        let off = DenialCache::new(100, false);
+        off.settle(
+            1,
+            "k",
+            &set,
+            1,
+            0,
+            0,
+            &reply(verdict(true, 0, 0), 1, 700),
+            None,
+        );
+        assert!(off.get(1, "k", &set, 1, true, 200).is_none());
+    }
+
+    #[test]
+    fn a_lease_admits_here_until_spent_or_expired_then_a_denial_applies() {
+        let (cache, set) = (DenialCache::new(100, true), gcra());
+        let policy = super::super::lease::Policy::new(
+            Lease::Max(10),
+            Duration::from_micros(100),
+            Duration::from_micros(1_000),
+        )
+        .unwrap();
+        let (ask, ours) = cache.lease_ask(1, "k", 1, 0, &policy, 50);
+        assert!(ours);
+        assert_eq!((ask.want, ask.give_back), (1, None), "no history: the cost");
+        let (second, ours) = cache.lease_ask(1, "k", 1, 10, &policy, 50);
+        assert!(!ours, "one lease call at a time");
+        assert_eq!(second.want, 1);
+        // Redis granted 4 units (1 for the request) and is now empty.
+        let d = cache.settle(
+            1,
+            "k",
+            &set,
+            1,
+            0,
+            20,
+            &reply(verdict(true, 0, 0), 4, 900),
+            Some((&policy, true)),
+        );
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), 3, "Redis's 0 plus the lease's 3");
+        for left in [2, 1, 0] {
+            match cache.get(1, "k", &set, 1, true, 30) {
+                Some(Hit::Lease(d)) => assert_eq!(d.remaining(), left),
+                _ => panic!("expected a lease hit"),
+            }
         }
-        assert!(cache.len() <= 32, "{}", cache.len());
-        assert!(cache.get(1, "9999", 1, 10_000).is_some());
+        assert!(
+            cache
+                .get(1, "k", &set, 1, false, 30)
+                .map(|h| matches!(h, Hit::Denial(_)))
+                .unwrap_or(false),
+            "peeks never spend a lease"
+        );
+        denied(cache.get(1, "k", &set, 1, true, 40));
+        // Once Redis has a unit again, the next lease is sized by the pace
+        // of the last: 4 units in 920 us is less than one a slice.
+        let (ask, ours) = cache.lease_ask(1, "k", 1, 920, &policy, 50);
+        assert!(ours);
+        assert_eq!(ask.want, 1);
+        // A lease spent at 4 units in 40 us asks for 10 (100 us of it).
+        cache.settle(
+            1,
+            "j",
+            &set,
+            1,
+            0,
+            0,
+            &reply(verdict(true, 6, 0), 4, 0),
+            Some((&policy, true)),
+        );
+        for _ in 0..3 {
+            assert!(matches!(
+                cache.get(1, "j", &set, 1, true, 30),
+                Some(Hit::Lease(_))
+            ));
+        }
+        let (ask, _) = cache.lease_ask(1, "j", 1, 40, &policy, 50);
+        assert_eq!((ask.want, ask.give_back), (10, None));
+    }
+
+    #[test]
+    fn unspent_units_go_back_with_the_next_lease_call() {
+        let (cache, set) = (DenialCache::new(100, true), gcra());
+        let policy = super::super::lease::Policy::new(
+            Lease::Max(10),
+            Duration::from_micros(100),
+            Duration::from_micros(1_000),
+        )
+        .unwrap();
+        let mut granted = reply(verdict(true, 6, 0), 4, 0);
+        granted.now = 77;
+        cache.settle(1, "k", &set, 1, 0, 0, &granted, Some((&policy, true)));
+        // A request costing more than the 3 units held.
+        assert!(cache.get(1, "k", &set, 5, true, 10).is_none());
+        let (ask, _) = cache.lease_ask(1, "k", 5, 10, &policy, 50);
+        assert_eq!(ask.give_back, Some((3, 77)));
+        assert!(ask.want >= 5);
     }
 }

@@ -1,36 +1,104 @@
 -- QuotaSet::evaluate: every quota decides; the request passes when every
 -- enforced quota admits it; each quota then stores the state of the future
 -- that happened (admitted, or not) and reports that future's numbers.
-local steps = {}
-local passes = true
 local quotas = {}
 for i = 1, #KEYS do
   local p = params(i)
-  local check = algorithms[p.algorithm]
-  if not check then
+  if not algorithms[p.algorithm] then
     return redis.error_reply('tollgate: unknown algorithm ' .. tostring(p.algorithm))
   end
-  local step = check(KEYS[i], p)
   quotas[i] = p
-  steps[i] = step
-  if not step.allowed and not p.shadow then
-    passes = false
+end
+
+-- Units an earlier lease left unspent go back before this request, which
+-- may need them.
+if commit and given_back > 0 then
+  for i = 1, #KEYS do
+    local back = give_back[quotas[i].algorithm]
+    if back then
+      back(KEYS[i], quotas[i], given_back, given_back_since)
+    end
+  end
+end
+
+-- Every quota's step for `cost`; whether the set passes; whether every
+-- quota, shadow ones included, admits.
+local function evaluate()
+  local steps, passes, every = {}, true, true
+  for i = 1, #KEYS do
+    local p = quotas[i]
+    local step = algorithms[p.algorithm](KEYS[i], p)
+    steps[i] = step
+    if not step.allowed then
+      every = false
+      if not p.shadow then
+        passes = false
+      end
+    end
+  end
+  return steps, passes, every
+end
+
+local steps, passes, every = evaluate()
+
+-- A lease: when every quota admits the request and more is wanted, take as
+-- many units as every quota can give now (all or nothing for the set, as
+-- for one request). With nothing more to give, this is the request alone.
+if commit and every and want > cost then
+  local n = want
+  for i = 1, #KEYS do
+    n = math.min(n, steps[i].refuse.remaining)
+  end
+  if n > cost then
+    local asked = cost
+    cost = n
+    local leased, leased_passes = evaluate()
+    if leased_passes then
+      steps = leased
+    else
+      cost = asked
+    end
   end
 end
 
 local reply = {}
+local lease_ends = 0
 for i = 1, #KEYS do
   local step = steps[i]
   local admitted = passes and step.allowed
   local view = step.refuse
   if admitted then
     view = step.admit
+    if step.lease_ends and (lease_ends == 0 or step.lease_ends < lease_ends) then
+      lease_ends = step.lease_ends
+    end
   end
   if commit and view.write then
     view.write()
   end
+end
+
+-- The denial cache's other half: when this admission left an enforced quota
+-- empty, how long until it admits one more unit (checked on the state just
+-- written, with the same algorithm).
+local spent = cost
+local next_free = {}
+for i = 1, #KEYS do
+  local step = steps[i]
+  next_free[i] = 0
+  if commit and passes and step.allowed and not quotas[i].shadow and step.admit.remaining == 0 then
+    cost = 1
+    next_free[i] = algorithms[quotas[i].algorithm](KEYS[i], quotas[i]).retry_after
+  end
+end
+
+for i = 1, #KEYS do
+  local step = steps[i]
+  local admitted = passes and step.allowed
+  local view = step.refuse
   local delay = 0
   if admitted then
+    view = step.admit
     delay = step.delay
   end
   reply[#reply + 1] = step.allowed and 1 or 0
@@ -38,5 +106,12 @@ for i = 1, #KEYS do
   reply[#reply + 1] = view.reset
   reply[#reply + 1] = step.retry_after
   reply[#reply + 1] = delay
+  reply[#reply + 1] = next_free[i]
 end
+if not (commit and passes) then
+  spent = 0
+end
+reply[#reply + 1] = spent
+reply[#reply + 1] = now
+reply[#reply + 1] = lease_ends
 return reply

@@ -22,7 +22,22 @@ algorithms.fixed_window = function(key, p)
         expire(key, start + p.period)
       end,
     }
-    return allow(0, admit, refuse)
+    local step = allow(0, admit, refuse)
+    -- Units leased in this window count in this window only.
+    step.lease_ends = window_end
+    return step
   end
   return deny(window_end, refuse)
+end
+
+-- Units leased in the window still current are as if never counted; those
+-- of an earlier window lapse with it.
+give_back.fixed_window = function(key, p, units, since)
+  local stored = redis.call('HMGET', key, 's', 'c')
+  if stored[1] then
+    local start = tonumber(stored[1])
+    if since >= start and since < start + p.period then
+      redis.call('HSET', key, 'c', int(math.max(tonumber(stored[2]) - units, 0)))
+    end
+  end
 end

@@ -31,6 +31,22 @@ algorithms.gcra = function(key, p)
   return step
 end
 
+-- As for the token bucket: a leased unit goes back only as far as the time
+-- since the lease has not already made up for it.
+give_back.gcra = function(key, p, units, since)
+  local stored = redis.call('GET', key)
+  local back = units * p.interval - math.max(now - since, 0)
+  if stored and back > 0 then
+    local tat = tonumber(stored) - back
+    if tat <= now then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, int(tat))
+      expire(key, tat)
+    end
+  end
+end
+
 algorithms.leaky_bucket = function(key, p)
   local start, step = schedule(key, p)
   if step.allowed then

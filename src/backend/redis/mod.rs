@@ -2,6 +2,7 @@
 
 mod breaker;
 mod cache;
+mod lease;
 mod script;
 
 use std::fmt;
@@ -15,13 +16,15 @@ use deadpool_redis::redis::{self, Cmd, ErrorKind, RedisError, ServerErrorKind};
 use deadpool_redis::{PoolError, Runtime};
 
 pub use breaker::CircuitBreaker;
+pub use lease::Lease;
 
 use super::{Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend};
 use crate::clock::{Clock, micros};
 use crate::decision::Decision;
-use crate::quota_set::{QuotaSet, QuotaVerdict};
+use crate::quota_set::QuotaSet;
 use breaker::{Breaker, Permit, ProbeGuard, Transition};
-use cache::DenialCache;
+use cache::{DenialCache, Hit};
+use script::{Ask, Reply};
 
 /// With a test clock, Redis still expires keys on its own clock: keys are
 /// kept this much longer than the test's time says, so a test whose clock
@@ -100,7 +103,9 @@ struct Inner {
     timeout: Duration,
     on_failure: OnFailure,
     breaker: Breaker,
+    /// Denials and leases; `None` when both are off.
     cache: Option<DenialCache>,
+    lease: Option<lease::Policy>,
     clock: Option<Arc<dyn Clock>>,
     /// The zero of the local clock the denial cache runs on.
     started: Instant,
@@ -143,6 +148,10 @@ pub struct RedisStats {
     pub short_circuits: u64,
     /// Checks answered from the denial cache.
     pub cache_hits: u64,
+    /// Checks admitted from a lease held here, without calling Redis.
+    pub lease_hits: u64,
+    /// Leases taken: calls that took more units than their request's cost.
+    pub leases: u64,
     /// Checks decided by the fallback backend.
     pub fallbacks: u64,
     /// Times Redis did not know the script (`NOSCRIPT`) and was sent it.
@@ -160,6 +169,8 @@ struct Counters {
     timeouts: AtomicU64,
     short_circuits: AtomicU64,
     cache_hits: AtomicU64,
+    lease_hits: AtomicU64,
+    leases: AtomicU64,
     fallbacks: AtomicU64,
     script_loads: AtomicU64,
 }
@@ -300,6 +311,8 @@ impl RedisBackend {
             timeouts: get(&c.timeouts),
             short_circuits: get(&c.short_circuits),
             cache_hits: get(&c.cache_hits),
+            lease_hits: get(&c.lease_hits),
+            leases: get(&c.leases),
             fallbacks: get(&c.fallbacks),
             script_loads: get(&c.script_loads),
             consecutive_failures: self.inner.breaker.consecutive_failures(),
@@ -313,20 +326,97 @@ impl RedisBackend {
         script::redis_keys(&self.inner.prefix, key, quotas)
     }
 
+    /// Whether leases are on and apply to every quota of `quotas` (none is a
+    /// sliding log or a leaky bucket, which need every arrival). Sets that
+    /// fail it are decided one request at a time, as with leases off; the
+    /// rules and the gateway refuse them when leases are on.
+    pub fn supports_leases(&self, quotas: &QuotaSet) -> Result<(), RedisConfigError> {
+        if self.inner.lease.is_none() {
+            return Ok(());
+        }
+        match quotas
+            .quotas()
+            .iter()
+            .find(|q| !Lease::leases(q.algorithm()))
+        {
+            None => Ok(()),
+            Some(q) => Err(RedisConfigError::LeaseUnsupported {
+                quota: q.name().to_owned(),
+                algorithm: q.algorithm(),
+            }),
+        }
+    }
+
+    /// The local cache, for a set it may serve (not one counting refused
+    /// attempts, which Redis must all see), and the set's id in it.
+    fn cache_for(&self, quotas: &QuotaSet) -> Option<(&DenialCache, u64)> {
+        let cache = self.inner.cache.as_ref()?;
+        if quotas.quotas().iter().any(|q| q.params.count_rejected) {
+            return None;
+        }
+        Some((cache, cache_id(quotas)))
+    }
+
+    /// A decision made here, counted.
+    fn hit(&self, hit: Hit) -> Decision {
+        match hit {
+            Hit::Lease(d) => {
+                bump(&self.inner.counters.lease_hits);
+                d
+            }
+            Hit::Denial(d) => {
+                bump(&self.inner.counters.cache_hits);
+                d
+            }
+        }
+    }
+
     async fn decide(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
         let inner = &*self.inner;
         let quotas = request.quotas;
-        let cache = inner
-            .cache
-            .as_ref()
-            .filter(|_| !quotas.quotas().iter().any(|q| q.params.count_rejected));
-        let set = if cache.is_some() { cache_id(quotas) } else { 0 };
-        if let Some(cache) = cache {
-            if let Some(decision) = cache.get(set, request.key, request.cost, inner.local_now()) {
-                bump(&inner.counters.cache_hits);
-                return Ok(decision);
+        let cache = self.cache_for(quotas);
+        let mut ask = Ask {
+            cost: request.cost,
+            commit: request.commit,
+            want: request.cost,
+            give_back: None,
+        };
+        let mut leasing = None;
+        if let Some((cache, set)) = cache {
+            let (key, cost, commit) = (request.key, request.cost, request.commit);
+            let policy = inner.lease.as_ref();
+            let policy = policy.filter(|_| commit && self.supports_leases(quotas).is_ok());
+            // While the key's lease call is out, wait for it (a few times,
+            // within half the timeout) rather than call Redis too: with
+            // many concurrent requests of a hot key, one call serves them.
+            let deadline = tokio::time::Instant::now() + inner.timeout / 2;
+            for round in 0..=LEASE_WAITS {
+                let now = inner.local_now();
+                if let Some(hit) = cache.get(set, key, quotas, cost, commit, now) {
+                    return Ok(self.hit(hit));
+                }
+                let Some(policy) = policy else { break };
+                let done = cache.lease_done(set, key).notified();
+                let mut done = std::pin::pin!(done);
+                done.as_mut().enable();
+                let (lease_ask, ours) =
+                    cache.lease_ask(set, key, cost, now, policy, micros(inner.timeout));
+                ask = lease_ask;
+                leasing = Some((policy, ours));
+                if ours || round == LEASE_WAITS {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, done).await.is_err() {
+                    break;
+                }
             }
         }
+        // The key's lease call, if this is it, ends however this ends.
+        let _lease_call = LeaseCall {
+            cache: cache.filter(|_| matches!(leasing, Some((_, true)))),
+            key: request.key,
+        };
+        let sent = inner.local_now();
 
         let permit = inner.breaker.permit();
         if permit == Permit::Refuse {
@@ -347,7 +437,7 @@ impl RedisBackend {
             armed: probe,
         };
         bump(&inner.counters.calls);
-        let result = match tokio::time::timeout(inner.timeout, self.call(request)).await {
+        let result = match tokio::time::timeout(inner.timeout, self.call(request, &ask)).await {
             Ok(result) => result,
             Err(_) => {
                 bump(&inner.counters.timeouts);
@@ -363,18 +453,21 @@ impl RedisBackend {
         guard.armed = false;
 
         match result {
-            Ok(verdicts) => {
+            Ok(reply) => {
                 if inner.breaker.success(probe) == Transition::Closed {
                     tracing::info!("tollgate: Redis answers again; circuit breaker closed");
                 }
-                let decision = quotas.decision_from(&verdicts);
-                if let Some(cache) = cache {
-                    if let Some(wait) = enforced_wait(quotas, &verdicts) {
-                        let now = inner.local_now();
-                        cache.insert(set, request.key, request.cost, now, wait, &decision);
-                    }
+                if reply.spent > request.cost {
+                    bump(&inner.counters.leases);
                 }
-                Ok(decision)
+                Ok(match cache {
+                    Some((cache, set)) => {
+                        let now = inner.local_now();
+                        let (key, cost) = (request.key, request.cost);
+                        cache.settle(set, key, quotas, cost, sent, now, &reply, leasing)
+                    }
+                    None => quotas.decision_from(&reply.verdicts),
+                })
             }
             Err(e) => {
                 let failures = bump(&inner.counters.failures);
@@ -412,7 +505,7 @@ impl RedisBackend {
     }
 
     /// One round trip (two if the script must be sent again).
-    async fn call(&self, request: CheckRequest<'_>) -> Result<Vec<QuotaVerdict>, BackendError> {
+    async fn call(&self, request: CheckRequest<'_>, ask: &Ask) -> Result<Reply, BackendError> {
         let inner = &*self.inner;
         let quotas = request.quotas;
         let keys = script::redis_keys(&inner.prefix, request.key, quotas);
@@ -422,7 +515,7 @@ impl RedisBackend {
         } else {
             0
         };
-        let args = script::arguments(quotas, now, request.cost, request.commit, slack);
+        let args = script::arguments(quotas, now, ask, slack);
         let (mut conn, fresh) = inner.connection().await?;
         let reply = match inner.evaluate(&mut conn, &keys, &args).await {
             Err((_, true)) if !fresh => {
@@ -437,7 +530,7 @@ impl RedisBackend {
             reply => reply,
         };
         let reply = reply.map_err(|(e, _)| e)?;
-        script::verdicts(&reply, quotas.quotas().len())
+        script::reply(&reply, quotas.quotas().len())
             .map_err(|m| BackendError::new(BackendErrorKind::Protocol, m))
     }
 
@@ -456,6 +549,21 @@ impl RedisBackend {
     }
 }
 
+/// Ends a key's lease call when dropped: settled, failed or cancelled, the
+/// requests waiting for it wake and look again.
+struct LeaseCall<'a> {
+    cache: Option<(&'a DenialCache, u64)>,
+    key: &'a str,
+}
+
+impl Drop for LeaseCall<'_> {
+    fn drop(&mut self) {
+        if let Some((cache, set)) = self.cache {
+            cache.end_lease_call(set, self.key);
+        }
+    }
+}
+
 /// What tells one quota set's cached denials from another's: the state ids,
 /// and which quotas are shadows (which the state ids leave out, and which
 /// change what is refused).
@@ -466,19 +574,6 @@ fn cache_id(quotas: &QuotaSet) -> u64 {
         q.params.shadow.hash(&mut h);
     }
     h.finish()
-}
-
-/// How long the request stays refused whatever else happens: the longest
-/// wait among the enforced quotas that refused it (`None` if it passed).
-fn enforced_wait(quotas: &QuotaSet, verdicts: &[QuotaVerdict]) -> Option<u64> {
-    quotas
-        .quotas()
-        .iter()
-        .zip(verdicts)
-        .filter(|(q, v)| !v.allowed && !q.params.shadow)
-        .map(|(_, v)| v.retry_after)
-        .max()
-        .filter(|&w| w > 0)
 }
 
 impl Inner {
@@ -557,6 +652,22 @@ impl Backend for RedisBackend {
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
         self.decide(request)
     }
+
+    /// With leases on: the decision when this process can make it alone,
+    /// from a lease or a remembered denial; `None` when Redis must be asked.
+    fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
+        self.inner.lease.as_ref()?;
+        let (cache, set) = self.cache_for(request.quotas)?;
+        let now = self.inner.local_now();
+        let (key, quotas, cost) = (request.key, request.quotas, request.cost);
+        let hit = cache.get(set, key, quotas, cost, request.commit, now)?;
+        Some(Ok(self.hit(hit)))
+    }
+
+    /// True with leases on: most decisions of a hot key are then made here.
+    fn decides_now(&self) -> bool {
+        self.inner.lease.is_some()
+    }
 }
 
 impl fmt::Debug for RedisBackend {
@@ -568,6 +679,7 @@ impl fmt::Debug for RedisBackend {
             .field("timeout", &inner.timeout)
             .field("on_failure", &inner.on_failure)
             .field("denial_cache", &inner.cache.is_some())
+            .field("lease", &inner.lease)
             .field("test_clock", &inner.clock.is_some())
             .finish_non_exhaustive()
     }
@@ -590,8 +702,18 @@ pub struct RedisBackendBuilder {
     on_failure: OnFailure,
     breaker: CircuitBreaker,
     denial_cache: usize,
+    lease: Lease,
+    lease_slice: Duration,
+    lease_lifetime: Duration,
     clock: Option<Arc<dyn Clock>>,
 }
+
+/// How many lease calls of its key a request waits for before calling
+/// Redis itself.
+const LEASE_WAITS: usize = 4;
+
+/// Keys remembered for their leases when the denial cache is off.
+const LEASE_KEYS: usize = 10_000;
 
 impl fmt::Debug for RedisBackendBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -601,6 +723,9 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("on_failure", &self.on_failure)
             .field("circuit_breaker", &self.breaker)
             .field("denial_cache", &self.denial_cache)
+            .field("lease", &self.lease)
+            .field("lease_slice", &self.lease_slice)
+            .field("lease_lifetime", &self.lease_lifetime)
             .field("test_clock", &self.clock.is_some())
             .finish_non_exhaustive()
     }
@@ -615,6 +740,9 @@ impl RedisBackendBuilder {
             on_failure: OnFailure::Error,
             breaker: CircuitBreaker::default(),
             denial_cache: 10_000,
+            lease: Lease::Off,
+            lease_slice: Duration::from_millis(10),
+            lease_lifetime: Duration::from_millis(50),
             clock: None,
         }
     }
@@ -629,7 +757,9 @@ impl RedisBackendBuilder {
 
     /// How long one check may wait for Redis, connecting included (50 ms by
     /// default). Past it the check fails with
-    /// [`BackendErrorKind::Timeout`], and [`OnFailure`] applies.
+    /// [`BackendErrorKind::Timeout`], and [`OnFailure`] applies. With
+    /// [leases](Self::lease), a check may first wait up to half of it for
+    /// its key's lease call to come back.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -660,6 +790,65 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Lease mode ([`Lease::Off`] by default): with leases, one script call
+    /// takes a batch of a key's units, spent in Redis at once, and this
+    /// process admits from the batch without Redis until it is spent or its
+    /// lifetime ends.
+    ///
+    /// - **Never over the limit.** Leased units are spent in Redis when
+    ///   taken, so the fleet admits no more than one Redis-checked request
+    ///   at a time would: exactly so for the windows; for the token bucket
+    ///   and GCRA, a unit is spent when leased rather than when used, which
+    ///   over any stretch of time admits at most the quota's allowance for
+    ///   that stretch plus one [lifetime](Self::lease_lifetime).
+    /// - **Sized by traffic.** A key leases enough for one
+    ///   [slice](Self::lease_slice) of its traffic here, judged by how fast
+    ///   its last lease went (growing at most fourfold from one lease to the
+    ///   next), up to the mode's maximum and to what Redis has left. A quiet
+    ///   key leases nothing beyond its request: it is decided by Redis as
+    ///   with leases off.
+    /// - **The cost: parked units.** Units leased here and not used are
+    ///   refused to the other servers until given back or lapsed: at most
+    ///   one lease per key per process, so at most the maximum lease size x
+    ///   processes units per key, for at most a lease's lifetime. Unspent
+    ///   units go back with the key's next lease call: to a token bucket or
+    ///   GCRA less what the refill since the lease has made up for (so that
+    ///   giving back never admits more than holding would have); to a window
+    ///   only within the window they were taken in. A window's lease ends
+    ///   with the window.
+    /// - **Which quotas.** Token bucket, GCRA, fixed window and sliding
+    ///   window counter. Sets with a sliding log or a leaky bucket are
+    ///   decided one request at a time; see
+    ///   [`supports_leases`](RedisBackend::supports_leases).
+    /// - **Multi-quota sets** lease all their quotas together: as many units
+    ///   as every quota can give, all or nothing, as for one request.
+    /// - **When Redis fails**, leases in hand keep deciding until spent or
+    ///   expired; then [`OnFailure`] applies.
+    ///
+    /// Decisions from a lease report what Redis had left when the lease was
+    /// taken plus what the lease still holds. Leases only serve checks;
+    /// peeks ask Redis.
+    pub fn lease(mut self, lease: Lease) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How much of a key's traffic one lease should cover (10 ms by
+    /// default): longer means fewer Redis calls and more units parked.
+    pub fn lease_slice(mut self, slice: Duration) -> Self {
+        self.lease_slice = slice;
+        self
+    }
+
+    /// How long leased units stay usable (50 ms by default, and never past
+    /// the end of a window they were taken in). It bounds how long parked
+    /// units are refused to other servers, and for the token bucket and GCRA
+    /// how far a lease can run ahead of the refill.
+    pub fn lease_lifetime(mut self, lifetime: Duration) -> Self {
+        self.lease_lifetime = lifetime;
+        self
+    }
+
     /// **For tests only**: takes the time from `clock` (sent to the script)
     /// instead of Redis's `TIME`, so a test can drive Redis through the same
     /// timeline as a [`MemoryBackend`] on a [`ManualClock`](crate::ManualClock).
@@ -679,6 +868,27 @@ impl RedisBackendBuilder {
         if self.prefix.contains(['{', '}']) {
             return Err(RedisConfigError::BracesInPrefix(self.prefix));
         }
+        if let Lease::Max(n) = self.lease {
+            if !(1..=Lease::LIMIT).contains(&n) {
+                return Err(RedisConfigError::Lease(format!(
+                    "a lease of {n} units; give 1 to {}",
+                    Lease::LIMIT
+                )));
+            }
+        }
+        let micro = Duration::from_micros(1);
+        if self.lease_slice < micro || self.lease_lifetime < self.lease_slice {
+            return Err(RedisConfigError::Lease(format!(
+                "a lease slice of {:?} and lifetime of {:?}; the slice must be at least 1 us and the lifetime at least the slice",
+                self.lease_slice, self.lease_lifetime
+            )));
+        }
+        let lease = lease::Policy::new(self.lease, self.lease_slice, self.lease_lifetime);
+        let cache = match (self.denial_cache, lease.is_some()) {
+            (0, false) => None,
+            (0, true) => Some(DenialCache::new(LEASE_KEYS, false)),
+            (n, _) => Some(DenialCache::new(n, true)),
+        };
         let source = match self.source {
             SourceConfig::Pool(pool) => Source::Single(pool),
             SourceConfig::ClusterPool(pool) => Source::Cluster(pool),
@@ -702,7 +912,8 @@ impl RedisBackendBuilder {
                 timeout: self.timeout,
                 on_failure: self.on_failure,
                 breaker: Breaker::new(self.breaker),
-                cache: (self.denial_cache > 0).then(|| DenialCache::new(self.denial_cache)),
+                cache,
+                lease,
                 clock: self.clock,
                 started: Instant::now(),
                 counters: Counters::default(),
@@ -719,6 +930,16 @@ pub enum RedisConfigError {
     Pool(String),
     /// The key prefix contains `{` or `}`.
     BracesInPrefix(String),
+    /// A lease setting out of range.
+    Lease(String),
+    /// Leases are on and a quota of the set needs every arrival (a sliding
+    /// log or a leaky bucket).
+    LeaseUnsupported {
+        /// The quota's name.
+        quota: String,
+        /// Its algorithm.
+        algorithm: crate::quota::Algorithm,
+    },
 }
 
 impl fmt::Display for RedisConfigError {
@@ -728,6 +949,11 @@ impl fmt::Display for RedisConfigError {
             RedisConfigError::BracesInPrefix(p) => write!(
                 f,
                 "the key prefix {p:?} contains a brace, which would change the keys' cluster hash tag"
+            ),
+            RedisConfigError::Lease(e) => write!(f, "lease: {e}"),
+            RedisConfigError::LeaseUnsupported { quota, algorithm } => write!(
+                f,
+                "quota {quota:?} is a {algorithm}, which needs every arrival and cannot be leased; turn leases off (lease: off) or use a token bucket, GCRA, fixed or sliding window"
             ),
         }
     }

@@ -11,9 +11,15 @@
 -- ARGV[1]: the time in microseconds, or '' to read Redis's TIME.
 -- ARGV[2]: the cost.  ARGV[3]: '1' to commit, '0' to peek.
 -- ARGV[4]: milliseconds added to every expiry (0 unless a test clock is used).
--- ARGV[5 + 8 * (i - 1) ...]: quota i's parameters (see params below).
+-- ARGV[5]: the units wanted (a lease when more than the cost).
+-- ARGV[6], ARGV[7]: units of an earlier lease given back, and when (Redis
+-- time) they were taken.
+-- ARGV[8 + 8 * (i - 1) ...]: quota i's parameters (see params below).
 --
--- Returns, per quota: allowed (1/0), remaining, reset, retry-after, delay.
+-- Returns, per quota: allowed (1/0), remaining, reset, retry-after, delay,
+-- and the wait until one more unit frees when this admission left the quota
+-- empty (0 otherwise); then the units spent (the cost, or a whole lease; 0
+-- if refused), the time, and how long a lease may last (0: no bound).
 
 local function idiv(a, b)
   return (a - math.fmod(a, b)) / b
@@ -44,12 +50,16 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
+-- Not constant: a lease re-runs the algorithms with the lease's size.
 local cost = tonumber(ARGV[2])
 local commit = ARGV[3] == '1'
 local slack_ms = tonumber(ARGV[4])
+local want = tonumber(ARGV[5])
+local given_back = tonumber(ARGV[6])
+local given_back_since = tonumber(ARGV[7])
 
 local function params(i)
-  local base = 4 + 8 * (i - 1)
+  local base = 7 + 8 * (i - 1)
   return {
     algorithm = ARGV[base + 1],
     period = tonumber(ARGV[base + 2]),
@@ -85,3 +95,7 @@ local function deny(retry_after, refuse)
 end
 
 local algorithms = {}
+-- give_back[name](key, p, units, since): puts back units leased at `since`
+-- and not spent, as far as the algorithm allows without ever admitting more
+-- than it would have.
+local give_back = {}

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::sync::LazyLock;
 
 use deadpool_redis::redis::{Cmd, Script};
+use smallvec::SmallVec;
 
 use crate::quota_set::{QuotaSet, QuotaVerdict};
 
@@ -24,8 +25,12 @@ pub(crate) static SHA1: LazyLock<String> =
 
 /// ARGV slots per quota (see prelude.lua).
 const PER_QUOTA: usize = 8;
+/// ARGV slots before the quotas' (see prelude.lua).
+const HEAD: usize = 7;
 /// Numbers returned per quota (see decide.lua).
-const REPLY_PER_QUOTA: usize = 5;
+const REPLY_PER_QUOTA: usize = 6;
+/// Numbers returned after the quotas' (see decide.lua).
+const REPLY_TAIL: usize = 3;
 
 /// Redis keys of one client key's quotas: `<prefix>{<client key>}:<state id>`.
 ///
@@ -61,20 +66,36 @@ pub(crate) fn redis_keys(prefix: &str, key: &str, quotas: &QuotaSet) -> Vec<Stri
         .collect()
 }
 
+/// What one call asks of the script.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask {
+    pub cost: u64,
+    pub commit: bool,
+    /// Units wanted: the cost, or more for a lease.
+    pub want: u64,
+    /// Units of an earlier lease given back, and the Redis time of that
+    /// lease.
+    pub give_back: Option<(u64, u64)>,
+}
+
 /// The script's arguments after KEYS: time ('' for Redis's TIME), cost,
-/// commit flag, expiry slack, then each quota's parameters.
+/// commit flag, expiry slack, units wanted, units given back and since when,
+/// then each quota's parameters.
 pub(crate) fn arguments(
     quotas: &QuotaSet,
     now: Option<u64>,
-    cost: u64,
-    commit: bool,
+    ask: &Ask,
     slack_ms: u64,
 ) -> Vec<String> {
-    let mut args = Vec::with_capacity(4 + PER_QUOTA * quotas.quotas().len());
+    let mut args = Vec::with_capacity(HEAD + PER_QUOTA * quotas.quotas().len());
     args.push(now.map_or_else(String::new, |n| n.to_string()));
-    args.push(cost.to_string());
-    args.push(if commit { "1" } else { "0" }.to_owned());
+    args.push(ask.cost.to_string());
+    args.push(if ask.commit { "1" } else { "0" }.to_owned());
     args.push(slack_ms.to_string());
+    args.push(ask.want.max(ask.cost).to_string());
+    let (back, since) = ask.give_back.unwrap_or((0, 0));
+    args.push(back.to_string());
+    args.push(since.to_string());
     for q in quotas.quotas() {
         let p = &q.params;
         args.push(q.algorithm().name().to_owned());
@@ -102,29 +123,51 @@ pub(crate) fn command(load: bool, keys: &[String], args: &[String]) -> Cmd {
     cmd
 }
 
-/// The per-quota verdicts of a reply, or what is wrong with it.
-pub(crate) fn verdicts(reply: &[i64], quotas: usize) -> Result<Vec<QuotaVerdict>, String> {
-    if reply.len() != quotas * REPLY_PER_QUOTA {
+/// What the script answered.
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    /// One per quota, in order.
+    pub verdicts: SmallVec<[QuotaVerdict; 2]>,
+    /// Per quota: when this admission left it empty, microseconds until it
+    /// admits one more unit; 0 otherwise.
+    pub next_free: SmallVec<[u64; 2]>,
+    /// Units spent in Redis: the cost, a whole lease, or 0 if refused.
+    pub spent: u64,
+    /// Redis's time of the decision (microseconds).
+    pub now: u64,
+    /// Microseconds a lease may last at most (a window's end); 0: no bound.
+    pub lease_ends: u64,
+}
+
+/// The reply's numbers read, or what is wrong with them.
+pub(crate) fn reply(reply: &[i64], quotas: usize) -> Result<Reply, String> {
+    let expected = quotas * REPLY_PER_QUOTA + REPLY_TAIL;
+    if reply.len() != expected {
         return Err(format!(
-            "the script returned {} numbers for {quotas} quotas; expected {}",
+            "the script returned {} numbers for {quotas} quotas; expected {expected}",
             reply.len(),
-            quotas * REPLY_PER_QUOTA
         ));
     }
-    reply
-        .chunks_exact(REPLY_PER_QUOTA)
-        .map(|n| {
-            let get =
-                |i: usize| u64::try_from(n[i]).map_err(|_| format!("the script returned {}", n[i]));
-            Ok(QuotaVerdict {
-                allowed: get(0)? == 1,
-                remaining: get(1)?,
-                reset: get(2)?,
-                retry_after: get(3)?,
-                delay: get(4)?,
-            })
-        })
-        .collect()
+    let get = |n: i64| u64::try_from(n).map_err(|_| format!("the script returned {n}"));
+    let (per_quota, tail) = reply.split_at(quotas * REPLY_PER_QUOTA);
+    let mut out = Reply {
+        verdicts: SmallVec::new(),
+        next_free: SmallVec::new(),
+        spent: get(tail[0])?,
+        now: get(tail[1])?,
+        lease_ends: get(tail[2])?,
+    };
+    for n in per_quota.chunks_exact(REPLY_PER_QUOTA) {
+        out.verdicts.push(QuotaVerdict {
+            allowed: get(n[0])? == 1,
+            remaining: get(n[1])?,
+            reset: get(n[2])?,
+            retry_after: get(n[3])?,
+            delay: get(n[4])?,
+        });
+        out.next_free.push(get(n[5])?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -60,7 +60,11 @@ algorithms.sliding_window = function(key, p)
         expire(key, start + 2 * period)
       end,
     }
-    return allow(0, admit, refuse)
+    local step = allow(0, admit, refuse)
+    -- Units leased in this window count in this window only: later they
+    -- would weigh less than they do here.
+    step.lease_ends = start + period - now
+    return step
   end
   local e
   if curr + cost <= p.capacity then
@@ -73,4 +77,18 @@ algorithms.sliding_window = function(key, p)
     at = start + period + (first_fit(curr, p.capacity - cost, 0) or period)
   end
   return deny(at - now, refuse)
+end
+
+-- Units leased in the current window, or in the previous one, are as if
+-- never counted there; older ones no longer count anyway.
+give_back.sliding_window = function(key, p, units, since)
+  local stored = redis.call('HMGET', key, 's', 'p', 'c')
+  if stored[1] then
+    local start = tonumber(stored[1])
+    if since >= start and since < start + p.period then
+      redis.call('HSET', key, 'c', int(math.max(tonumber(stored[3]) - units, 0)))
+    elseif since >= start - p.period and since < start then
+      redis.call('HSET', key, 'p', int(math.max(tonumber(stored[2]) - units, 0)))
+    end
+  end
 end

@@ -30,3 +30,17 @@ algorithms.token_bucket = function(key, p)
   end
   return deny(ceil_div(need - level, p.refill) + (at - now), refuse)
 end
+
+-- A leased unit goes back only as far as the refill since the lease could
+-- not have replaced it: a bucket full meanwhile lost that refill, and
+-- giving the whole unit back would admit more than the bucket allows.
+give_back.token_bucket = function(key, p, units, since)
+  local stored = redis.call('HMGET', key, 'l', 't')
+  local back = units * p.unit - math.max(now - since, 0) * p.refill
+  if stored[1] and back > 0 then
+    local full = p.capacity * p.unit
+    local level, at = math.min(full, tonumber(stored[1]) + back), tonumber(stored[2])
+    redis.call('HSET', key, 'l', int(level), 't', int(at))
+    expire(key, at + ceil_div(full - level, p.refill))
+  end
+end
