@@ -8,7 +8,7 @@ use serde_saphyr::Spanned;
 
 /// A value and where it was written (line 0 when it was not: a default, or
 /// a setting from the command line).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct At<T> {
     pub value: T,
     line: u64,
