@@ -15,6 +15,13 @@ pub(crate) struct At<T> {
     column: u64,
 }
 
+/// A default is written nowhere.
+impl<T: Default> Default for At<T> {
+    fn default() -> Self {
+        At::unplaced(T::default())
+    }
+}
+
 impl<T> At<T> {
     /// A value written nowhere in the file.
     pub(crate) fn unplaced(value: T) -> Self {
