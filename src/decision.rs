@@ -18,6 +18,11 @@ pub struct QuotaDecision {
     pub remaining: u64,
     /// Time until the quota is fully restored, with no further traffic.
     pub reset: Duration,
+    /// Time until more quota is available than [`remaining`](Self::remaining):
+    /// the effective window of draft-11's `t`, within which the client can
+    /// use no more than `remaining` units. See the README's table for what
+    /// it is per algorithm.
+    pub replenish: Duration,
     /// When refused: time until the same request would pass.
     pub retry_after: Option<Duration>,
     /// Leaky bucket: how long the admitted request waits for its turn.

@@ -184,6 +184,7 @@ impl QuotaSet {
                 allowed: step.allowed,
                 remaining: view.remaining,
                 reset: view.reset,
+                replenish: view.replenish,
                 retry_after: step.retry_after,
                 delay: if admitted { step.delay } else { 0 },
             });
@@ -229,6 +230,7 @@ impl QuotaSet {
                     limit: q.params.reported_capacity,
                     remaining: v.remaining.saturating_sub(soft_margin),
                     reset: Duration::from_micros(v.reset),
+                    replenish: Duration::from_micros(v.replenish),
                     retry_after: (!v.allowed).then(|| Duration::from_micros(v.retry_after)),
                     delay: Duration::from_micros(v.delay),
                     shadow: q.params.shadow,
@@ -249,6 +251,8 @@ pub(crate) struct QuotaVerdict {
     pub remaining: u64,
     /// Microseconds until the quota is fully restored.
     pub reset: u64,
+    /// Microseconds until more quota is available.
+    pub replenish: u64,
     /// Microseconds until the same request would pass (when not allowed).
     pub retry_after: u64,
     /// Microseconds the admitted request waits for its turn.

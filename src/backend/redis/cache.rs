@@ -144,6 +144,7 @@ fn aged(decision: &Decision, elapsed: u64) -> Decision {
         .map(|q| {
             let mut q = q.clone();
             q.reset = q.reset.saturating_sub(elapsed);
+            q.replenish = q.replenish.saturating_sub(elapsed);
             q.delay = Duration::ZERO;
             if let Some(wait) = q.retry_after {
                 let left = wait.saturating_sub(elapsed);
@@ -170,6 +171,7 @@ mod tests {
                 limit: 5,
                 remaining: 0,
                 reset: Duration::from_micros(retry * 2),
+                replenish: Duration::from_micros(retry),
                 retry_after: Some(Duration::from_micros(retry)),
                 delay: Duration::ZERO,
                 shadow: false,

@@ -38,5 +38,6 @@ for i = 1, #KEYS do
   reply[#reply + 1] = view.reset
   reply[#reply + 1] = step.retry_after
   reply[#reply + 1] = delay
+  reply[#reply + 1] = view.replenish
 end
 return reply

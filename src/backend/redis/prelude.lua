@@ -13,7 +13,8 @@
 -- ARGV[4]: milliseconds added to every expiry (0 unless a test clock is used).
 -- ARGV[5 + 8 * (i - 1) ...]: quota i's parameters (see params below).
 --
--- Returns, per quota: allowed (1/0), remaining, reset, retry-after, delay.
+-- Returns, per quota: allowed (1/0), remaining, reset, retry-after, delay,
+-- replenish (time until more quota is available).
 
 local function idiv(a, b)
   return (a - math.fmod(a, b)) / b

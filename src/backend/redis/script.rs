@@ -25,7 +25,7 @@ pub(crate) static SHA1: LazyLock<String> =
 /// ARGV slots per quota (see prelude.lua).
 const PER_QUOTA: usize = 8;
 /// Numbers returned per quota (see decide.lua).
-const REPLY_PER_QUOTA: usize = 5;
+const REPLY_PER_QUOTA: usize = 6;
 
 /// Redis keys of one client key's quotas: `<prefix>{<client key>}:<state id>`.
 ///
@@ -122,6 +122,7 @@ pub(crate) fn verdicts(reply: &[i64], quotas: usize) -> Result<Vec<QuotaVerdict>
                 reset: get(2)?,
                 retry_after: get(3)?,
                 delay: get(4)?,
+                replenish: get(5)?,
             })
         })
         .collect()
