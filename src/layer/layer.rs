@@ -10,6 +10,7 @@ use http::request::Parts;
 use tower_layer::Layer;
 
 use super::headers::HeaderStyle;
+use super::partition_key::PartitionKey;
 use super::policy::{LimitPolicy, OnMissingKey, Policy};
 use super::respond::{OnBackendError, OnDelay, Rejection};
 use super::service::RateLimit;
@@ -113,6 +114,14 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
     /// Which rate-limit headers responses carry ([`HeaderStyle::Ietf`] by default).
     pub fn header_style(mut self, style: HeaderStyle) -> Self {
         self.policy.respond.header_style = style;
+        self
+    }
+
+    /// Sends draft-11's `pk` on each `RateLimit` item: a keyed hash of the
+    /// client key (never the key itself), so a client can tell its
+    /// partitions apart. Off by default. Only with [`HeaderStyle::Ietf`].
+    pub fn partition_key(mut self, pk: PartitionKey) -> Self {
+        self.policy.respond.partition_key = Some(pk);
         self
     }
 

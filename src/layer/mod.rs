@@ -19,6 +19,7 @@ mod future;
 mod headers;
 #[allow(clippy::module_inception)]
 mod layer;
+mod partition_key;
 mod policy;
 mod problem;
 mod respond;
@@ -29,6 +30,7 @@ pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use partition_key::PartitionKey;
 pub use policy::{LimitPolicy, OnMissingKey, Policy};
 pub use problem::{QUOTA_EXCEEDED, problem_response};
 pub use respond::{OnBackendError, OnDelay, Rejection};

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
 use super::headers::{HeaderStyle, Headers, rate_limit_headers, retry_after_secs};
+use super::partition_key::PartitionKey;
 use super::problem::{QUOTA_EXCEEDED, problem};
 use super::verdict::Verdict;
 use crate::decision::Decision;
@@ -69,6 +70,7 @@ pub(crate) struct ResponsePolicy {
     pub on_backend_error: OnBackendError,
     pub on_delay: OnDelay,
     pub rejection: Option<Arc<RejectFn>>,
+    pub partition_key: Option<PartitionKey>,
 }
 
 impl ResponsePolicy {
@@ -86,7 +88,14 @@ impl ResponsePolicy {
             Ok(decision) => decision,
             Err(error) => return self.failed(key, &error),
         };
-        let mut headers = rate_limit_headers(self.header_style, quotas, policy_header, &decision);
+        let pk = self.partition_key.as_ref().map(|pk| pk.of(key.as_str()));
+        let mut headers = rate_limit_headers(
+            self.header_style,
+            quotas,
+            policy_header,
+            &decision,
+            pk.as_deref(),
+        );
         if decision.allowed() {
             if decision.exceeded() {
                 tracing::info!(key = %key, set = quotas.name(), "shadow quota would have refused the request");
