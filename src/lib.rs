@@ -72,9 +72,9 @@ pub use backend::{
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use decision::{Decision, QuotaDecision};
 pub use layer::{
-    HeaderStyle, LimitPolicy, OnBackendError, OnDelay, OnMissingKey, PartitionKey, Policy,
-    QUOTA_EXCEEDED, RateLimit, RateLimitLayer, RateLimitLayerBuilder, Rejection, ResponseBody,
-    ResponseFuture, Verdict,
+    CountStatus, CountStatusError, HeaderStyle, LimitPolicy, OnBackendError, OnDelay, OnMissingKey,
+    PartitionKey, Policy, QUOTA_EXCEEDED, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+    Rejection, ResponseBody, ResponseFuture, Verdict,
 };
 pub use limiter::{Error, Limiter};
 pub use quota::{Algorithm, Mode, Quota, QuotaBuilder, QuotaError};

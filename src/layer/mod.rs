@@ -18,6 +18,7 @@
 //! `future`, `service`, `layer` (the layer and its builder).
 
 mod body;
+mod count_status;
 mod future;
 mod grpc;
 mod headers;
@@ -31,6 +32,7 @@ mod service;
 mod verdict;
 
 pub use body::ResponseBody;
+pub use count_status::{CountStatus, CountStatusError};
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};

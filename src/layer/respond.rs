@@ -88,14 +88,7 @@ impl ResponsePolicy {
             Ok(decision) => decision,
             Err(error) => return self.failed(key, &error),
         };
-        let pk = self.partition_key.as_ref().map(|pk| pk.of(key.as_str()));
-        let mut headers = rate_limit_headers(
-            self.header_style,
-            quotas,
-            policy_header,
-            &decision,
-            pk.as_deref(),
-        );
+        let mut headers = self.headers(quotas, policy_header, key, &decision);
         if decision.allowed() {
             if decision.exceeded() {
                 tracing::info!(key = %key, set = quotas.name(), "shadow quota would have refused the request");
@@ -130,6 +123,24 @@ impl ResponsePolicy {
             }
         };
         Verdict::respond(with_headers(response, headers))
+    }
+
+    /// The rate-limit headers for `decision` on `key`'s quotas.
+    pub(crate) fn headers(
+        &self,
+        quotas: &QuotaSet,
+        policy_header: &HeaderValue,
+        key: &Key,
+        decision: &Decision,
+    ) -> Headers {
+        let pk = self.partition_key.as_ref().map(|pk| pk.of(key.as_str()));
+        rate_limit_headers(
+            self.header_style,
+            quotas,
+            policy_header,
+            decision,
+            pk.as_deref(),
+        )
     }
 
     fn failed(&self, key: &Key, error: &Error) -> Verdict {

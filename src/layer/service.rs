@@ -89,9 +89,11 @@ where
         let verdict = for_grpc(grpc, verdict);
         let request = Request::from_parts(parts, body);
         match verdict.0 {
-            VerdictKind::Pass { headers, delay } if delay.is_zero() => {
-                ResponseFuture::inner(inner.call(request), headers)
-            }
+            VerdictKind::Pass {
+                headers,
+                delay,
+                charge,
+            } if delay.is_zero() => ResponseFuture::inner(inner.call(request), headers, charge),
             VerdictKind::Respond(response) => ResponseFuture::respond(response),
             pass_later => {
                 ResponseFuture::deciding(inner, after_delay(Verdict(pass_later), request))
