@@ -39,7 +39,7 @@ fn app<B: Backend>(limiter: Limiter<B>, calls: Arc<AtomicU32>) -> Router {
     Router::new().route("/login", post(login)).layer(layer)
 }
 
-async fn login(
+async fn login_as(
     c: &support::HttpClient,
     addr: std::net::SocketAddr,
     user: &str,
@@ -59,13 +59,13 @@ async fn five_failures_per_window<B: Backend>(limiter: Limiter<B>) {
     let c = client();
     // Successes are free, however many.
     for _ in 0..12 {
-        let ok = login(&c, addr, "alice", "right").await;
+        let ok = login_as(&c, addr, "alice", "right").await;
         assert_eq!(ok.status, StatusCode::OK);
         assert_eq!(ok.list("ratelimit")[0].int("r"), 5);
     }
     // Each failure is counted once its 401 is known.
     for left in (0..5).rev() {
-        let failed = login(&c, addr, "alice", "wrong").await;
+        let failed = login_as(&c, addr, "alice", "wrong").await;
         assert_eq!(failed.status, StatusCode::UNAUTHORIZED);
         assert_eq!(failed.list("ratelimit")[0].int("r"), left);
     }
@@ -73,14 +73,14 @@ async fn five_failures_per_window<B: Backend>(limiter: Limiter<B>) {
     // The counted limit is reached: refused before the service, even with
     // the right password.
     for password in ["wrong", "right"] {
-        let refused = login(&c, addr, "alice", password).await;
+        let refused = login_as(&c, addr, "alice", password).await;
         assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
         assert!(refused.header("retry-after").is_some());
     }
     assert_eq!(calls.load(Ordering::SeqCst), 17);
     // Another user is untouched.
     assert_eq!(
-        login(&c, addr, "bob", "wrong").await.status,
+        login_as(&c, addr, "bob", "wrong").await.status,
         StatusCode::UNAUTHORIZED
     );
 }
@@ -105,4 +105,57 @@ async fn five_failed_logins_per_window_in_redis() {
         .build()
         .unwrap();
     five_failures_per_window(Limiter::new(backend, quota())).await;
+}
+
+#[cfg(feature = "rules")]
+#[tokio::test]
+async fn a_rule_counts_only_its_statuses() {
+    let rules = tollgate::rules::Rules::parse(
+        r#"
+rules:
+  - name: failed-logins
+    match: { path: /login }
+    key: header:x-user
+    count_status: [401, "403"]
+    quotas:
+      - { algorithm: fixed_window, limit: 5, period: 15m }
+"#,
+    )
+    .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&calls);
+    let login = move |headers: HeaderMap| {
+        let calls = Arc::clone(&counted);
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            if headers.get("x-password").is_some_and(|p| p == "right") {
+                StatusCode::OK
+            } else {
+                StatusCode::UNAUTHORIZED
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/login", post(login))
+        .layer(RateLimitLayer::from_policy(rules));
+    let addr = serve(app).await;
+    let c = client();
+    for _ in 0..8 {
+        assert_eq!(
+            login_as(&c, addr, "alice", "right").await.status,
+            StatusCode::OK
+        );
+    }
+    for _ in 0..5 {
+        let failed = login_as(&c, addr, "alice", "wrong").await;
+        assert_eq!(failed.status, StatusCode::UNAUTHORIZED);
+    }
+    let refused = login_as(&c, addr, "alice", "right").await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(calls.load(Ordering::SeqCst), 13);
+    // A bad setting is refused when the file is read.
+    let bad = tollgate::rules::Rules::parse(
+        "rules:\n  - name: x\n    key: global\n    count_status: [\"6xy\"]\n    quotas:\n      - { algorithm: gcra, limit: 1, period: 1s }\n",
+    );
+    assert!(bad.is_err());
 }

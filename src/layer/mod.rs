@@ -46,7 +46,9 @@ pub use verdict::Verdict;
 #[cfg(feature = "rules")]
 pub(crate) use headers::Headers;
 #[cfg(feature = "rules")]
-pub(crate) use policy::{DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Sealed, admit_key, check_within};
+pub(crate) use policy::{
+    DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Sealed, admit_key, check_within, look_within,
+};
 #[cfg(feature = "rules")]
 pub(crate) use problem::problem;
 #[cfg(feature = "rules")]

@@ -112,14 +112,23 @@ pub(crate) async fn check_within<B: Backend>(
     within(timeout, limiter.check(key.as_str(), cost)).await
 }
 
-/// Looks at the limiter without spending, within `timeout`.
-pub(crate) async fn peek_within<B: Backend>(
+/// A response-aware limit's look before the request, within `timeout`:
+/// refused if the counted limit is already reached, spending nothing. The
+/// look is made at cost 0, so its headers say what is left now; only a look
+/// that shows too little is repeated with the cost, for the refusal's
+/// Retry-After (or a pass that a soft or shadow quota allows).
+pub(crate) async fn look_within<B: Backend>(
     limiter: &Limiter<B>,
     key: &Key,
     cost: u64,
     timeout: Duration,
 ) -> Result<Decision, Error> {
-    within(timeout, limiter.peek(key.as_str(), cost)).await
+    let peek = |cost| within(timeout, limiter.peek(key.as_str(), cost));
+    match peek(0).await {
+        Ok(now) if now.quotas().iter().all(|q| q.remaining >= cost) => Ok(now),
+        Ok(_) => peek(cost).await,
+        Err(error) => Err(error),
+    }
 }
 
 async fn within(
@@ -157,7 +166,7 @@ impl<B> Limit<B> {
     /// when it failed or was refused: the headers sent stay those of the
     /// look before the request).
     pub(crate) fn charge(
-        self: &Arc<Self>,
+        self: Arc<Self>,
         respond: &ResponsePolicy,
         counts: &CountStatus,
         key: Key,
@@ -167,7 +176,7 @@ impl<B> Limit<B> {
     where
         B: Backend,
     {
-        let limit = Arc::clone(self);
+        let limit = self;
         let respond = respond.clone();
         let counts = counts.clone();
         Box::new(move |status| {
@@ -282,20 +291,10 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             return self.limit.judge(&self.respond, &key, outcome);
         };
         // Refused now if the counted limit is already reached; charged after
-        // the response only if its status counts. The look spends nothing,
-        // so its headers say what is left now; only a look that shows too
-        // little is repeated with the cost, for the refusal's Retry-After
-        // (or a pass a soft or shadow quota allows).
-        let limiter = &self.limit.limiter;
-        let outcome = match peek_within(limiter, &key, 0, self.timeout).await {
-            Ok(now) if now.quotas().iter().all(|q| q.remaining >= cost) => Ok(now),
-            Ok(_) => peek_within(limiter, &key, cost, self.timeout).await,
-            Err(error) => Err(error),
-        };
+        // the response only if its status counts.
+        let outcome = look_within(&self.limit.limiter, &key, cost, self.timeout).await;
         let verdict = self.limit.judge(&self.respond, &key, outcome);
-        let charge = self
-            .limit
-            .charge(&self.respond, counts, key, cost, self.timeout);
+        let charge = Arc::clone(&self.limit).charge(&self.respond, counts, key, cost, self.timeout);
         verdict.charging(charge)
     }
 }

@@ -9,7 +9,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
-use crate::layer::{HeaderStyle, OnBackendError, OnMissingKey};
+use crate::layer::{CountStatus, HeaderStyle, OnBackendError, OnMissingKey};
 use crate::quota::{Algorithm, Mode, Quota};
 
 /// The whole file.
@@ -224,6 +224,9 @@ pub(crate) struct RuleConfig {
     pub key: KeyConfig,
     #[serde(default = "one")]
     pub cost: u64,
+    /// Response-aware: count only responses with these statuses.
+    #[serde(default)]
+    pub count_status: Option<CountStatusConfig>,
     pub quotas: QuotaList,
     #[serde(default)]
     pub overrides: Vec<OverrideConfig>,
@@ -417,6 +420,42 @@ impl KeyPart {
                 }
             },
         })
+    }
+}
+
+/// `count_status`: a code or class (`401`, `"5xx"`), or a list of them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CountStatusConfig(pub CountStatus);
+
+impl<'de> Deserialize<'de> for CountStatusConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Item {
+            Code(u16),
+            Text(String),
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(Item),
+            Many(Vec<Item>),
+        }
+        let items = match OneOrMany::deserialize(d)? {
+            OneOrMany::One(item) => vec![item],
+            OneOrMany::Many(items) => items,
+        };
+        if items.is_empty() {
+            return Err(de::Error::custom("count_status needs at least one status"));
+        }
+        items
+            .iter()
+            .try_fold(CountStatus::new(), |set, item| match item {
+                Item::Code(code) => set.item(&code.to_string()),
+                Item::Text(text) => set.item(text),
+            })
+            .map(CountStatusConfig)
+            .map_err(de::Error::custom)
     }
 }
 

@@ -52,8 +52,8 @@ use crate::key::{
     peer_addr,
 };
 use crate::layer::{
-    DEFAULT_MAX_KEY_LEN, Headers, KeyOutcome, Limit, OnMissingKey, Policy, ResponsePolicy, Sealed,
-    Verdict, admit_key, check_within, problem,
+    CountStatus, DEFAULT_MAX_KEY_LEN, Headers, KeyOutcome, Limit, OnMissingKey, Policy,
+    ResponsePolicy, Sealed, Verdict, admit_key, check_within, look_within, problem,
 };
 use crate::limiter::{Error, Limiter};
 use crate::quota_set::QuotaSet;
@@ -256,6 +256,7 @@ struct Rule {
     matches: MatchConfig,
     key: Vec<RuleKey>,
     cost: u64,
+    count_status: Option<CountStatus>,
     limit: Limit<AnyBackend>,
     overrides: HashMap<String, Limit<AnyBackend>>,
 }
@@ -361,6 +362,7 @@ impl Compiled {
                 matches: rc.matches.clone(),
                 key,
                 cost: rc.cost,
+                count_status: rc.count_status.as_ref().map(|c| c.0.clone()),
                 limit: Limit::new(limiter),
                 overrides,
             });
@@ -426,6 +428,7 @@ impl Compiled {
                     limit,
                     key,
                     cost: rule.cost,
+                    count_status: rule.count_status.as_ref(),
                 });
             }
             if self.matching == MatchMode::First {
@@ -439,7 +442,18 @@ impl Compiled {
 impl Compiled {
     /// The verdict so far, with one more limit's decision judged and added.
     fn add(&self, verdict: Verdict, step: &Step<'_>, outcome: Result<Decision, Error>) -> Verdict {
-        verdict.and(step.limit.judge(&self.respond, &step.key, outcome))
+        let judged = step.limit.judge(&self.respond, &step.key, outcome);
+        let judged = match step.count_status {
+            Some(counts) => judged.charging(Arc::new(step.limit.clone()).charge(
+                &self.respond,
+                counts,
+                step.key.clone(),
+                step.cost,
+                self.timeout,
+            )),
+            None => judged,
+        };
+        verdict.and(judged)
     }
 }
 
@@ -447,6 +461,8 @@ struct Step<'a> {
     limit: &'a Limit<AnyBackend>,
     key: Key,
     cost: u64,
+    /// Response-aware: look now, charge these statuses after the response.
+    count_status: Option<&'a CountStatus>,
 }
 
 fn forbidden(key: &str) -> Verdict {
@@ -509,6 +525,9 @@ impl Policy for Rules {
             Ok(steps) => steps,
             Err(verdict) => return Some(verdict),
         };
+        if steps.iter().any(|s| s.count_status.is_some()) {
+            return None;
+        }
         let mut verdict = Verdict::pass(Headers::new());
         for step in steps {
             let outcome = step.limit.limiter.check_now(step.key.as_str(), step.cost)?;
@@ -529,8 +548,11 @@ impl Policy for Rules {
             };
             let mut verdict = Verdict::pass(Headers::new());
             for step in steps {
-                let outcome =
-                    check_within(&step.limit.limiter, &step.key, step.cost, compiled.timeout).await;
+                let (limiter, key) = (&step.limit.limiter, &step.key);
+                let outcome = match step.count_status {
+                    Some(_) => look_within(limiter, key, step.cost, compiled.timeout).await,
+                    None => check_within(limiter, key, step.cost, compiled.timeout).await,
+                };
                 verdict = compiled.add(verdict, &step, outcome);
                 if verdict.is_response() {
                     break;
