@@ -280,3 +280,53 @@ async fn draft6_and_legacy_keep_the_time_to_full_restore() {
         assert!((19..=20).contains(&secs), "{style:?}: {secs}");
     }
 }
+
+#[cfg(feature = "rules")]
+#[tokio::test]
+async fn a_rules_file_sends_the_same_pk_for_the_same_secret() {
+    let rules = tollgate::rules::Rules::parse(
+        r#"
+partition_key: "07070707070707070707070707070707"
+rules:
+  - name: api
+    key: header:x-api-key
+    quotas:
+      - { algorithm: gcra, limit: 10, period: 1m }
+"#,
+    )
+    .unwrap();
+    let by_rules = serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(RateLimitLayer::from_policy(rules)),
+    )
+    .await;
+    let limiter = Limiter::new(
+        MemoryBackend::new(),
+        Quota::gcra(10, 60 * SEC).build().unwrap(),
+    );
+    let layer = RateLimitLayer::builder(
+        limiter,
+        HeaderKey::new(HeaderName::from_static("x-api-key")),
+    )
+    .partition_key(PartitionKey::with_secret([7; 16]))
+    .build();
+    let by_builder = serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    let c = client();
+    let pk = |reply: Reply| items(&reply)[0].pk.clone().expect("pk sent");
+    assert_eq!(
+        pk(fetch(&c, by_rules, "/", &[("x-api-key", b"alice")]).await),
+        pk(fetch(&c, by_builder, "/", &[("x-api-key", b"alice")]).await)
+    );
+    for bad in ["\"0707\"", "\"zz070707070707070707070707070707\""] {
+        let file = format!(
+            "partition_key: {bad}\nrules:\n  - name: x\n    key: global\n    quotas:\n      - {{ algorithm: gcra, limit: 1, period: 1s }}\n"
+        );
+        assert!(tollgate::rules::Rules::parse(&file).is_err(), "{bad}");
+    }
+}

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::OnceLock;
 
 use siphasher::sip128::{Hasher128, SipHasher24};
 
@@ -31,14 +32,19 @@ impl fmt::Debug for PartitionKey {
 }
 
 impl PartitionKey {
-    /// A secret drawn at random for this process (from the operating
-    /// system's randomness, through `std`'s `RandomState`).
+    /// The secret drawn at random for this process (from the operating
+    /// system's randomness, through `std`'s `RandomState`), once: every call
+    /// in one process, and every reload of a rules file, gives the same.
     pub fn random() -> Self {
-        let a = RandomState::new().hash_one(0u8).to_le_bytes();
-        let b = RandomState::new().hash_one(1u8).to_le_bytes();
-        let mut secret = [0; 16];
-        secret[..8].copy_from_slice(&a);
-        secret[8..].copy_from_slice(&b);
+        static SECRET: OnceLock<[u8; 16]> = OnceLock::new();
+        let secret = *SECRET.get_or_init(|| {
+            let a = RandomState::new().hash_one(0u8).to_le_bytes();
+            let b = RandomState::new().hash_one(1u8).to_le_bytes();
+            let mut secret = [0; 16];
+            secret[..8].copy_from_slice(&a);
+            secret[8..].copy_from_slice(&b);
+            secret
+        });
         PartitionKey { secret }
     }
 
@@ -108,9 +114,11 @@ mod tests {
         assert_ne!(a.of("10.0.0.1"), b.of("10.0.0.1"));
         assert!(!a.of("10.0.0.1").contains("10.0.0.1"));
         assert_eq!(a.of("x").len(), 26);
-        assert_ne!(
+        // One secret per process.
+        assert_eq!(
             PartitionKey::random().of("x"),
             PartitionKey::random().of("x")
         );
+        assert_ne!(PartitionKey::random().of("x"), a.of("x"));
     }
 }

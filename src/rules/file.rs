@@ -9,7 +9,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
-use crate::layer::{CountStatus, HeaderStyle, OnBackendError, OnMissingKey};
+use crate::layer::{CountStatus, HeaderStyle, OnBackendError, OnMissingKey, PartitionKey};
 use crate::quota::{Algorithm, Mode, Quota};
 
 /// The whole file.
@@ -20,6 +20,9 @@ pub(crate) struct RulesFile {
     pub backend: BackendConfig,
     #[serde(default)]
     pub headers: HeaderStyleName,
+    /// Draft-11's `pk`: `random` (per process) or 32 hex digits of secret.
+    #[serde(default)]
+    pub partition_key: Option<PartitionKeyConfig>,
     #[serde(default)]
     pub on_backend_error: BackendErrorName,
     #[serde(default)]
@@ -420,6 +423,34 @@ impl KeyPart {
                 }
             },
         })
+    }
+}
+
+/// `partition_key`: `random`, or a 16-byte secret as 32 hex digits.
+#[derive(Debug, Clone)]
+pub(crate) struct PartitionKeyConfig(pub PartitionKey);
+
+impl PartialEq for PartitionKeyConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.of("") == other.0.of("")
+    }
+}
+
+impl<'de> Deserialize<'de> for PartitionKeyConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s == "random" {
+            return Ok(PartitionKeyConfig(PartitionKey::random()));
+        }
+        let bad = || de::Error::custom("partition_key is `random` or a secret of 32 hex digits");
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let mut secret = [0u8; 16];
+        for (i, byte) in secret.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(PartitionKeyConfig(PartitionKey::with_secret(secret)))
     }
 }
 

@@ -371,6 +371,7 @@ impl Compiled {
             respond: ResponsePolicy {
                 header_style: file.headers.0,
                 on_backend_error: file.on_backend_error.0,
+                partition_key: file.partition_key.as_ref().map(|pk| pk.0.clone()),
                 ..ResponsePolicy::default()
             },
             on_missing_key: file.on_missing_key.0,
