@@ -45,8 +45,9 @@ pin_project! {
     enum State<S, ReqBody, F, R> {
         Deciding { verdict: Deciding<ReqBody>, inner: Option<S> },
         Inner { #[pin] future: F, headers: Headers, charge: Option<Charge> },
-        // A response-aware limit being charged for the response it holds.
-        Charging { charging: Charging, response: Option<R>, headers: Headers },
+        // A response-aware limit being charged for the response it holds
+        // (boxed: inline, it would make every response future larger).
+        Charging { charging: Charging, response: Option<Box<R>>, headers: Headers },
         Ready { response: Option<Response<Bytes>> },
     }
 }
@@ -124,7 +125,7 @@ where
                     if let Some(charging) = charge.take().and_then(|c| c(response.status())) {
                         state.set(State::Charging {
                             charging,
-                            response: Some(response),
+                            response: Some(Box::new(response)),
                             headers,
                         });
                         continue;
@@ -138,7 +139,7 @@ where
                     headers,
                 } => {
                     let charged = ready!(charging.as_mut().poll(cx));
-                    let Some(mut response) = response.take() else {
+                    let Some(mut response) = response.take().map(|r| *r) else {
                         return Poll::Ready(Ok(internal_error()));
                     };
                     let headers = charged.unwrap_or_else(|| std::mem::take(headers));
