@@ -330,3 +330,49 @@ rules:
         assert!(tollgate::rules::Rules::parse(&file).is_err(), "{bad}");
     }
 }
+
+#[tokio::test]
+async fn a_queued_429_has_no_t_past_its_retry_after() {
+    // A queue of 3 draining one per 20 s, and a daily quota: the second
+    // request would wait 20 s; answered 429 at once instead, no t (the
+    // daily one would say hours) may exceed that.
+    let set = QuotaSet::new(
+        "queued",
+        [
+            Quota::leaky_bucket(3, 60 * SEC)
+                .name("queue")
+                .build()
+                .unwrap(),
+            Quota::fixed_window(1000, 86_400 * SEC)
+                .name("daily")
+                .build()
+                .unwrap(),
+        ],
+    )
+    .unwrap();
+    let limiter = Limiter::new(MemoryBackend::new(), set);
+    let layer = RateLimitLayer::builder(
+        limiter,
+        HeaderKey::new(HeaderName::from_static("x-api-key")),
+    )
+    .on_delay(tollgate::OnDelay::Reject)
+    .build();
+    let addr = serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    let c = client();
+    assert_eq!(
+        fetch(&c, addr, "/", &[("x-api-key", b"a")]).await.status,
+        StatusCode::OK
+    );
+    let queued = fetch(&c, addr, "/", &[("x-api-key", b"a")]).await;
+    assert_eq!(queued.status, StatusCode::TOO_MANY_REQUESTS);
+    let wait = retry_after(&queued);
+    assert!((19..=20).contains(&wait), "{wait}");
+    for item in items(&queued) {
+        assert!(item.t <= wait, "{item:?}");
+    }
+}

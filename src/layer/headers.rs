@@ -155,21 +155,27 @@ pub(crate) fn policy_header(quotas: &QuotaSet) -> HeaderValue {
     out.value().unwrap_or_else(|| HeaderValue::from_static(""))
 }
 
-/// The rate-limit headers for `decision`; `pk`, a partition key already
-/// formatted as a Byte Sequence, goes on each `RateLimit` item.
+/// The Retry-After of a refusal, in seconds.
+pub(crate) fn refusal_wait(decision: &Decision) -> Option<u64> {
+    decision
+        .retry_after()
+        .filter(|_| !decision.allowed())
+        .map(retry_after_secs)
+}
+
+/// The rate-limit headers for `decision`, and `Retry-After: wait` when the
+/// response is a 429 that waits; no `t` points past it (draft-11 section
+/// 6). `pk`, a partition key already formatted as a Byte Sequence, goes on
+/// each `RateLimit` item.
 pub(crate) fn rate_limit_headers(
     style: HeaderStyle,
     quotas: &QuotaSet,
     policy: &HeaderValue,
     decision: &Decision,
+    wait: Option<u64>,
     pk: Option<&str>,
 ) -> Headers {
     let mut out = Headers::new();
-    // On a refusal, Retry-After; no `t` may point past it (draft-11 section 6).
-    let wait = decision
-        .retry_after()
-        .filter(|_| !decision.allowed())
-        .map(retry_after_secs);
     match style {
         HeaderStyle::Ietf => {
             let mut state = Buffer::new();

@@ -190,6 +190,7 @@ impl<B> Limit<B> {
                         &limit.policy_header,
                         &key,
                         &decision,
+                        None,
                     )),
                     Ok(_) => None,
                     Err(error) => {
