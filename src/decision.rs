@@ -18,6 +18,14 @@ pub struct QuotaDecision {
     pub remaining: u64,
     /// Time until the quota is fully restored, with no further traffic.
     pub reset: Duration,
+    /// Time until more quota is available than [`remaining`](Self::remaining):
+    /// the effective window of draft-11's `t`, within which the client can
+    /// use no more than `remaining` units. Per algorithm: GCRA, leaky and
+    /// token bucket, until the next unit returns; fixed window, until the
+    /// window ends; sliding window, until the weighted estimate next falls;
+    /// sliding log, until the oldest live entry expires. (The README has the
+    /// table, with what `r` means for each.)
+    pub replenish: Duration,
     /// When refused: time until the same request would pass.
     pub retry_after: Option<Duration>,
     /// Leaky bucket: how long the admitted request waits for its turn.

@@ -70,7 +70,9 @@ pub use backend::{Backend, BackendError, MemoryBackend};
 pub use backend::{Lease, OnFailure, RedisBackend};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use decision::{Decision, QuotaDecision};
-pub use layer::{HeaderStyle, OnBackendError, OnDelay, OnMissingKey, RateLimitLayer};
+pub use layer::{
+    CountStatus, HeaderStyle, OnBackendError, OnDelay, OnMissingKey, PartitionKey, RateLimitLayer,
+};
 pub use limiter::{Error, Limiter};
 pub use quota::{Algorithm, Mode, Quota, QuotaBuilder, QuotaError};
 pub use quota_set::{QuotaSet, QuotaSetError};

@@ -257,6 +257,7 @@ fn settle(outcome: Outcome, allowed: bool, commit: bool) -> (QuotaVerdict, Updat
         allowed: outcome.allowed,
         remaining: branch.remaining,
         reset: branch.reset,
+        replenish: branch.replenish,
         retry_after: outcome.retry_after,
         delay: if admitted { outcome.delay } else { 0 },
     };
@@ -273,6 +274,8 @@ pub(crate) struct QuotaVerdict {
     pub remaining: u64,
     /// Microseconds until the quota is fully restored.
     pub reset: u64,
+    /// Microseconds until more quota is available.
+    pub replenish: u64,
     /// Microseconds until the same request would pass (when not allowed).
     pub retry_after: u64,
     /// Microseconds the admitted request waits for its turn.
@@ -289,6 +292,7 @@ impl QuotaVerdict {
             limit: q.params.reported_capacity,
             remaining: self.remaining.saturating_sub(soft_margin),
             reset: Duration::from_micros(self.reset),
+            replenish: Duration::from_micros(self.replenish),
             retry_after: (!self.allowed).then(|| Duration::from_micros(self.retry_after)),
             delay: Duration::from_micros(self.delay),
             shadow: q.params.shadow,

@@ -27,6 +27,8 @@ pub(crate) fn check(state: Option<&Window>, p: &Params, cost: u64, now: u64) -> 
     let refuse = Branch {
         remaining: p.capacity.saturating_sub(w.count),
         reset: if w.count == 0 { 0 } else { end },
+        // The whole quota returns at the boundary, and nothing before it.
+        replenish: end,
         update: Update::Keep,
     };
     if w.count + cost <= p.capacity {
@@ -34,6 +36,7 @@ pub(crate) fn check(state: Option<&Window>, p: &Params, cost: u64, now: u64) -> 
         let admit = Branch {
             remaining: p.capacity - count,
             reset: end,
+            replenish: end,
             update: Update::Set(State::FixedWindow(Window { count, ..w })),
         };
         Outcome::allow(0, admit, refuse)
@@ -78,5 +81,15 @@ mod tests {
         assert_eq!(refused.refuse.reset, 6 * S);
         assert!(!w.allowed(10 * S - 1));
         assert!(w.allowed(10 * S));
+    }
+
+    #[test]
+    fn replenish_is_the_window_end() {
+        let q = Quota::fixed_window(2, Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let mut w = Sim::new(q);
+        assert_eq!(w.at(3 * S, 1).admit.replenish, 7 * S);
+        assert_eq!(w.at(4 * S, 5).refuse.replenish, 6 * S);
     }
 }

@@ -20,17 +20,20 @@ pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Sch
     let tolerance = p.capacity * p.interval;
     let start = tat.unwrap_or(now).max(now);
     let next = start + cost * p.interval;
-    let refuse = Branch {
-        remaining: tolerance.saturating_sub(start - now) / p.interval,
-        reset: start - now,
-        update: Update::Keep,
+    // The next unit returns when the TAT falls one more interval below the
+    // tolerance: reset + (remaining + 1) intervals - tolerance.
+    let branch = |reset: u64, update| {
+        let remaining = tolerance.saturating_sub(reset) / p.interval;
+        Branch {
+            remaining,
+            reset,
+            replenish: (reset + (remaining + 1) * p.interval).saturating_sub(tolerance),
+            update,
+        }
     };
+    let refuse = branch(start - now, Update::Keep);
     let step = if next - now <= tolerance {
-        let admit = Branch {
-            remaining: (tolerance - (next - now)) / p.interval,
-            reset: next - now,
-            update: Update::Set(State::Tat(next)),
-        };
+        let admit = branch(next - now, Update::Set(State::Tat(next)));
         Outcome::allow(0, admit, refuse)
     } else {
         Outcome::deny(next - tolerance - now, refuse)
@@ -93,5 +96,20 @@ mod tests {
         assert!(g.allowed(3 * S));
         assert!(!g.allowed(5 * S));
         assert!(g.allowed(7 * S));
+    }
+
+    #[test]
+    fn replenish_is_the_time_to_the_next_unit() {
+        let q = Quota::gcra(10, Duration::from_secs(10))
+            .burst(3)
+            .build()
+            .unwrap();
+        let mut g = Sim::new(q);
+        let step = g.at(0, 1);
+        assert_eq!((step.admit.remaining, step.admit.replenish), (2, S));
+        let step = g.at(S / 4, 2);
+        assert_eq!((step.admit.remaining, step.admit.replenish), (0, 3 * S / 4));
+        let refused = g.at(S / 2, 1);
+        assert_eq!(refused.refuse.replenish, refused.retry_after);
     }
 }

@@ -103,6 +103,10 @@ pub(crate) struct Branch {
     pub remaining: u64,
     /// Microseconds until the quota is fully restored.
     pub reset: u64,
+    /// Microseconds until more quota is available than `remaining`: the
+    /// effective window of draft-11's `t`, within which no more than
+    /// `remaining` units can be used.
+    pub replenish: u64,
     pub update: Update,
 }
 

@@ -17,6 +17,13 @@ fn live(log: &VecDeque<u64>, period: u64, now: u64) -> usize {
     log.len() - log.partition_point(|&t| t + period <= now)
 }
 
+/// Microseconds until the oldest live entry of `log` expires and frees a
+/// place; `otherwise` when no entry is live.
+fn replenish(log: &VecDeque<u64>, period: u64, now: u64, otherwise: u64) -> u64 {
+    log.get(log.len() - live(log, period, now))
+        .map_or(otherwise, |t| (t + period).saturating_sub(now))
+}
+
 pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64) -> Outcome {
     let empty = VecDeque::new();
     let log = log.unwrap_or(&empty);
@@ -25,14 +32,17 @@ pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64
     let reset = |newest: Option<u64>| newest.map_or(0, |t| (t + p.period).saturating_sub(now));
     let append = Update::Log { now, count: cost };
     if n + cost <= p.capacity {
+        let logged_at = now.max(newest.unwrap_or(0));
         let admit = Branch {
             remaining: p.capacity - n - cost,
-            reset: reset(Some(now.max(newest.unwrap_or(0)))),
+            reset: reset(Some(logged_at)),
+            replenish: replenish(log, p.period, now, logged_at + p.period - now),
             update: append,
         };
         let refuse = Branch {
             remaining: p.capacity - n,
             reset: reset(newest),
+            replenish: replenish(log, p.period, now, p.period),
             update: Update::Keep,
         };
         return Outcome::allow(0, admit, refuse);
@@ -47,6 +57,7 @@ pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64
                 .capacity
                 .saturating_sub(live(&after, p.period, now) as u64),
             reset: reset(after.back().copied()),
+            replenish: replenish(&after, p.period, now, p.period),
             update: append,
         };
         (view, oldest_blocking(&after, p, cost))
@@ -54,6 +65,7 @@ pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64
         let view = Branch {
             remaining: p.capacity - n.min(p.capacity),
             reset: reset(newest),
+            replenish: replenish(log, p.period, now, p.period),
             update: Update::Keep,
         };
         (view, oldest_blocking(log, p, cost))
@@ -158,5 +170,17 @@ mod tests {
         // Three places free when the entries at 0 expire.
         assert_eq!(refused.retry_after, 8 * S);
         assert!(l.at(10 * S, 3).allowed);
+    }
+
+    #[test]
+    fn replenish_is_the_oldest_live_entry_expiring() {
+        let q = Quota::sliding_log(3, Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let mut l = Sim::new(q);
+        assert_eq!(l.at(12 * S, 1).admit.replenish, 60 * S);
+        assert_eq!(l.at(24 * S, 1).admit.replenish, 48 * S);
+        // Once 0:12 expires, 0:24 is the oldest.
+        assert_eq!(l.at(80 * S, 1).admit.replenish, 4 * S);
     }
 }

@@ -44,6 +44,31 @@ fn first_fit(prev: u64, room: u64, from: u64, period: u64) -> Option<u64> {
     (e < period).then_some(e.max(from))
 }
 
+/// The first moment, as an offset from the start of `c`'s window (at least
+/// `from`), at which the estimate is at most `room`: in this window as
+/// `prev` fades, else in the next, where `curr` becomes the fading count,
+/// else two windows on, when nothing counts.
+fn fits_at(c: &Counters, room: u64, from: u64, period: u64) -> u64 {
+    let this_window = (c.curr <= room)
+        .then(|| first_fit(c.prev, room - c.curr, from, period))
+        .flatten();
+    match this_window {
+        Some(e) => e,
+        None => period + first_fit(c.curr, room, 0, period).unwrap_or(period),
+    }
+}
+
+/// Microseconds until the estimate for `c` falls below `used` (or below the
+/// capacity, when over it): until more quota is available.
+fn replenish(c: &Counters, used: u64, p: &Params, elapsed: u64, now: u64) -> u64 {
+    let at = match used.min(p.capacity).checked_sub(1) {
+        Some(room) => fits_at(c, room, elapsed, p.period),
+        // Nothing used: the quota is whole until the window ends.
+        None => p.period,
+    };
+    (c.start + at).saturating_sub(now)
+}
+
 pub(crate) fn check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -> Outcome {
     let period = p.period;
     let current = now - now % period;
@@ -74,6 +99,7 @@ pub(crate) fn check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -
     let refuse = Branch {
         remaining: p.capacity.saturating_sub(used),
         reset: reset(c.curr),
+        replenish: replenish(&c, used, p, elapsed, now),
         update: Update::Keep,
     };
     if used + cost <= p.capacity {
@@ -81,20 +107,12 @@ pub(crate) fn check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -
         let admit = Branch {
             remaining: p.capacity - used - cost,
             reset: reset(curr),
+            replenish: replenish(&Counters { curr, ..c }, used + cost, p, elapsed, now),
             update: Update::Set(State::SlidingWindow(Counters { curr, ..c })),
         };
         return Outcome::allow(0, admit, refuse);
     }
-    let this_window = (c.curr + cost <= p.capacity)
-        .then(|| first_fit(c.prev, p.capacity - c.curr - cost, elapsed, period))
-        .flatten();
-    let at = match this_window {
-        Some(e) => c.start + e,
-        None => {
-            let e = first_fit(c.curr, p.capacity - cost, 0, period).unwrap_or(period);
-            c.start + period + e
-        }
-    };
+    let at = c.start + fits_at(&c, p.capacity - cost, elapsed, period);
     Outcome::deny(at - now, refuse)
 }
 
@@ -164,5 +182,18 @@ mod tests {
         // 45 s into the next window, a quarter of the 8 still counts.
         let step = s.at(165 * S, 1);
         assert_eq!(step.admit.remaining, 10 - 2 - 1);
+    }
+
+    #[test]
+    fn replenish_is_when_the_estimate_falls() {
+        // Eight in the window starting at 60 s weigh less than eight from
+        // the first microsecond of the next window on.
+        let mut s = sim(10, 0, 0);
+        let step = s.at(61 * S, 8);
+        assert_eq!(step.admit.replenish, 59 * S + 1);
+        // 10 x (60 s - e) / 60 s falls below 10 just after the start.
+        let step = sim(20, 10, 0).at(60 * S, 1);
+        assert_eq!(step.admit.remaining, 9);
+        assert_eq!(step.admit.replenish, 1);
     }
 }

@@ -37,18 +37,20 @@ pub(crate) fn check(state: Option<&Bucket>, p: &Params, cost: u64, now: u64) -> 
     };
     let need = cost * p.unit;
     let time_to_fill = |level: u64| (full - level).div_ceil(p.refill) + (at - now);
-    let refuse = Branch {
+    // The next whole token: from `level` up to the next multiple of a unit.
+    let branch = |level: u64, update| Branch {
         remaining: level / p.unit,
         reset: time_to_fill(level),
-        update: Update::Keep,
+        replenish: ((level / p.unit + 1) * p.unit - level).div_ceil(p.refill) + (at - now),
+        update,
     };
+    let refuse = branch(level, Update::Keep);
     if level >= need {
         let left = level - need;
-        let admit = Branch {
-            remaining: left / p.unit,
-            reset: time_to_fill(left),
-            update: Update::Set(State::TokenBucket(Bucket { level: left, at })),
-        };
+        let admit = branch(
+            left,
+            Update::Set(State::TokenBucket(Bucket { level: left, at })),
+        );
         Outcome::allow(0, admit, refuse)
     } else {
         Outcome::deny((need - level).div_ceil(p.refill) + (at - now), refuse)
@@ -118,5 +120,20 @@ mod tests {
             admitted += u64::from(b.allowed(t));
         }
         assert_eq!(admitted, 9);
+    }
+
+    #[test]
+    fn replenish_is_the_time_to_the_next_whole_token() {
+        // One token a second, ten at most.
+        let q = Quota::token_bucket(10, Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let mut b = Sim::new(q);
+        assert_eq!(b.at(0, 1).admit.replenish, S);
+        let step = b.at(S / 2, 1);
+        assert_eq!(step.admit.remaining, 8);
+        assert_eq!(step.admit.replenish, S / 2);
+        // A full bucket gains its next token one interval after a spend.
+        assert_eq!(b.at(20 * S, 0).refuse.replenish, S);
     }
 }

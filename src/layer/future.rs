@@ -11,7 +11,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::headers::{Headers, apply};
-use super::verdict::{Verdict, VerdictKind};
+use super::verdict::{Charge, Charging, Verdict, VerdictKind};
 
 /// A verdict on its way: the policy deciding, then any delay it asks for.
 /// Yields the request back with the verdict, so it can be passed on.
@@ -36,15 +36,18 @@ pin_project! {
         S: Service<Request<ReqBody>>,
     {
         #[pin]
-        state: State<S, ReqBody, S::Future>,
+        state: State<S, ReqBody, S::Future, S::Response>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<S, ReqBody, F> {
+    enum State<S, ReqBody, F, R> {
         Deciding { verdict: Deciding<ReqBody>, inner: Option<S> },
-        Inner { #[pin] future: F, headers: Headers },
+        Inner { #[pin] future: F, headers: Headers, charge: Option<Charge> },
+        // A response-aware limit being charged for the response it holds
+        // (boxed: inline, it would make every response future larger).
+        Charging { charging: Charging, response: Option<Box<R>>, headers: Headers },
         Ready { response: Option<Response<Bytes>> },
     }
 }
@@ -53,9 +56,13 @@ impl<S, ReqBody> ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn inner(future: S::Future, headers: Headers) -> Self {
+    pub(crate) fn inner(future: S::Future, headers: Headers, charge: Option<Charge>) -> Self {
         ResponseFuture {
-            state: State::Inner { future, headers },
+            state: State::Inner {
+                future,
+                headers,
+                charge,
+            },
         }
     }
 
@@ -92,19 +99,51 @@ where
             match state.as_mut().project() {
                 StateProj::Deciding { verdict, inner } => {
                     let (verdict, request) = ready!(verdict.as_mut().poll(cx));
-                    let headers = match verdict.0 {
-                        VerdictKind::Pass { headers, .. } => headers,
+                    let (headers, charge) = match verdict.0 {
+                        VerdictKind::Pass {
+                            headers, charge, ..
+                        } => (headers, charge),
                         VerdictKind::Respond(response) => return Poll::Ready(Ok(own(response))),
                     };
                     let Some(mut service) = inner.take() else {
                         return Poll::Ready(Ok(internal_error()));
                     };
                     let future = service.call(request);
-                    state.set(State::Inner { future, headers });
+                    state.set(State::Inner {
+                        future,
+                        headers,
+                        charge,
+                    });
                 }
-                StateProj::Inner { future, headers } => {
+                StateProj::Inner {
+                    future,
+                    headers,
+                    charge,
+                } => {
                     let mut response = ready!(future.poll(cx))?;
-                    apply(std::mem::take(headers), response.headers_mut());
+                    let headers = std::mem::take(headers);
+                    if let Some(charging) = charge.take().and_then(|c| c(response.status())) {
+                        state.set(State::Charging {
+                            charging,
+                            response: Some(Box::new(response)),
+                            headers,
+                        });
+                        continue;
+                    }
+                    apply(headers, response.headers_mut());
+                    return Poll::Ready(Ok(response.map(ResponseBody::service)));
+                }
+                StateProj::Charging {
+                    charging,
+                    response,
+                    headers,
+                } => {
+                    let charged = ready!(charging.as_mut().poll(cx));
+                    let Some(mut response) = response.take().map(|r| *r) else {
+                        return Poll::Ready(Ok(internal_error()));
+                    };
+                    let headers = charged.unwrap_or_else(|| std::mem::take(headers));
+                    apply(headers, response.headers_mut());
                     return Poll::Ready(Ok(response.map(ResponseBody::service)));
                 }
                 StateProj::Ready { response } => {

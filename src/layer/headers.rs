@@ -16,14 +16,20 @@ use crate::quota_set::QuotaSet;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum HeaderStyle {
-    /// The IETF draft (draft-ietf-httpapi-ratelimit-headers-10 and later):
+    /// The IETF draft (draft-ietf-httpapi-ratelimit-headers-11):
     /// structured-field lists with one named policy per quota,
     /// `RateLimit-Policy: "10-per-60s";q=10;w=60` and
-    /// `RateLimit: "10-per-60s";r=7;t=42`.
+    /// `RateLimit: "10-per-60s";r=7;t=6`. `r` is the quota left and `t` the
+    /// effective window: the seconds (rounded up) until more than `r` is
+    /// available ([`QuotaDecision::replenish`](crate::QuotaDecision::replenish)),
+    /// on a refusal never beyond `Retry-After`. The README has a table of
+    /// what they mean per algorithm. With a
+    /// [`PartitionKey`](super::PartitionKey), `RateLimit` items carry `pk`.
     #[default]
     Ietf,
     /// The older draft-6 form, for the quota closest to refusing:
-    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (seconds).
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (seconds
+    /// until the quota is fully restored).
     Draft6,
     /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`
     /// (seconds from now, not an epoch time), and `X-RateLimit-Retry-After`
@@ -149,12 +155,25 @@ pub(crate) fn policy_header(quotas: &QuotaSet) -> HeaderValue {
     out.value().unwrap_or_else(|| HeaderValue::from_static(""))
 }
 
-/// The rate-limit headers for `decision`.
+/// The Retry-After of a refusal, in seconds.
+pub(crate) fn refusal_wait(decision: &Decision) -> Option<u64> {
+    decision
+        .retry_after()
+        .filter(|_| !decision.allowed())
+        .map(retry_after_secs)
+}
+
+/// The rate-limit headers for `decision`, and `Retry-After: wait` when the
+/// response is a 429 that waits; no `t` points past it (draft-11 section
+/// 6). `pk`, a partition key already formatted as a Byte Sequence, goes on
+/// each `RateLimit` item.
 pub(crate) fn rate_limit_headers(
     style: HeaderStyle,
     quotas: &QuotaSet,
     policy: &HeaderValue,
     decision: &Decision,
+    wait: Option<u64>,
+    pk: Option<&str>,
 ) -> Headers {
     let mut out = Headers::new();
     match style {
@@ -165,7 +184,12 @@ pub(crate) fn rate_limit_headers(
                     let _ = state.write_str(", ");
                 }
                 sf_string(&mut state, q.name());
-                let _ = write!(state, ";r={};t={}", d.remaining, ceil_secs(d.reset));
+                let t = ceil_secs(d.replenish);
+                let t = wait.map_or(t, |wait| t.min(wait));
+                let _ = write!(state, ";r={};t={t}", d.remaining);
+                if let Some(pk) = pk {
+                    let _ = write!(state, ";pk={pk}");
+                }
             }
             if let Some(state) = state.value() {
                 out.push((RATELIMIT_POLICY.clone(), policy.clone()));
@@ -188,8 +212,7 @@ pub(crate) fn rate_limit_headers(
         }
         HeaderStyle::None => {}
     }
-    if let Some(wait) = decision.retry_after().filter(|_| !decision.allowed()) {
-        let secs = retry_after_secs(wait);
+    if let Some(secs) = wait {
         out.push((RETRY_AFTER, number(secs)));
         if style == HeaderStyle::Legacy {
             out.push((X_RETRY_AFTER.clone(), number(secs)));

@@ -9,7 +9,9 @@ use http::Response;
 use http::request::Parts;
 use tower_layer::Layer;
 
+use super::count_status::CountStatus;
 use super::headers::HeaderStyle;
+use super::partition_key::PartitionKey;
 use super::policy::{LimitPolicy, OnMissingKey, Policy};
 use super::respond::{OnBackendError, OnDelay, Rejection};
 use super::service::RateLimit;
@@ -116,6 +118,14 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         self
     }
 
+    /// Sends draft-11's `pk` on each `RateLimit` item: a keyed hash of the
+    /// client key (never the key itself), so a client can tell its
+    /// partitions apart. Off by default. Only with [`HeaderStyle::Ietf`].
+    pub fn partition_key(mut self, pk: PartitionKey) -> Self {
+        self.policy.respond.partition_key = Some(pk);
+        self
+    }
+
     /// What to do when the backend fails or times out ([`OnBackendError::Allow`] by default).
     pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
         self.policy.respond.on_backend_error = policy;
@@ -153,6 +163,19 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
     /// operations spend more of the quota.
     pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
         self.policy.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Makes the limit response-aware: a request is charged only once the
+    /// inner service has answered with a status in `counts` (a failed login
+    /// with `"401, 403"`, a server error with `"5xx"`). Before that, the
+    /// limit is looked at without spending: once the counted responses have
+    /// used it up, new requests get 429 before reaching the service. The
+    /// charge is the same check as for any request, so it means the same in
+    /// memory and in Redis; concurrent requests that all pass the look may
+    /// overshoot the limit by their number.
+    pub fn count_status(mut self, counts: CountStatus) -> Self {
+        self.policy.count_status = Some(counts);
         self
     }
 

@@ -8,10 +8,11 @@ use std::time::Duration;
 use http::HeaderValue;
 use http::request::Parts;
 
+use super::count_status::CountStatus;
 use super::headers::{Headers, policy_header};
 use super::problem::problem;
 use super::respond::ResponsePolicy;
-use super::verdict::Verdict;
+use super::verdict::{Charge, Verdict};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::decision::Decision;
 use crate::key::{Key, KeyError, KeyExtractor};
@@ -108,7 +109,33 @@ pub(crate) async fn check_within<B: Backend>(
     if let Some(outcome) = limiter.check_now(key.as_str(), cost) {
         return outcome;
     }
-    tokio::time::timeout(timeout, limiter.check(key.as_str(), cost))
+    within(timeout, limiter.check(key.as_str(), cost)).await
+}
+
+/// A response-aware limit's look before the request, within `timeout`:
+/// refused if the counted limit is already reached, spending nothing. The
+/// look is made at cost 0, so its headers say what is left now; only a look
+/// that shows too little is repeated with the cost, for the refusal's
+/// Retry-After (or a pass that a soft or shadow quota allows).
+pub(crate) async fn look_within<B: Backend>(
+    limiter: &Limiter<B>,
+    key: &Key,
+    cost: u64,
+    timeout: Duration,
+) -> Result<Decision, Error> {
+    let peek = |cost| within(timeout, limiter.peek(key.as_str(), cost));
+    match peek(0).await {
+        Ok(now) if now.quotas().iter().all(|q| q.remaining >= cost) => Ok(now),
+        Ok(_) => peek(cost).await,
+        Err(error) => Err(error),
+    }
+}
+
+async fn within(
+    timeout: Duration,
+    ask: impl Future<Output = Result<Decision, Error>>,
+) -> Result<Decision, Error> {
+    tokio::time::timeout(timeout, ask)
         .await
         .unwrap_or_else(|_| {
             Err(Error::Backend(BackendError::new(
@@ -134,6 +161,47 @@ impl<B> Limit<B> {
         }
     }
 
+    /// Charges `cost` to `key` once the response is known, if its status is
+    /// one of `counts`; yields the headers of that charge's decision (none
+    /// when it failed or was refused: the headers sent stay those of the
+    /// look before the request).
+    pub(crate) fn charge(
+        self: Arc<Self>,
+        respond: &ResponsePolicy,
+        counts: &CountStatus,
+        key: Key,
+        cost: u64,
+        timeout: Duration,
+    ) -> Charge
+    where
+        B: Backend,
+    {
+        let limit = self;
+        let respond = respond.clone();
+        let counts = counts.clone();
+        Box::new(move |status| {
+            if !counts.contains(status) {
+                return None;
+            }
+            Some(Box::pin(async move {
+                match check_within(&limit.limiter, &key, cost, timeout).await {
+                    Ok(decision) if decision.allowed() => Some(respond.headers(
+                        limit.limiter.quotas(),
+                        &limit.policy_header,
+                        &key,
+                        &decision,
+                        None,
+                    )),
+                    Ok(_) => None,
+                    Err(error) => {
+                        tracing::warn!(key = %key, %error, "could not charge a counted response");
+                        None
+                    }
+                }
+            }))
+        })
+    }
+
     /// What becomes of a request given the limiter's answer.
     pub(crate) fn judge(
         &self,
@@ -148,25 +216,28 @@ impl<B> Limit<B> {
 /// One limiter, one key extractor: what [`RateLimitLayer::new`](super::RateLimitLayer::new)
 /// and its builder make.
 pub struct LimitPolicy<B, K> {
-    pub(crate) limit: Limit<B>,
+    pub(crate) limit: Arc<Limit<B>>,
     pub(crate) key: K,
     pub(crate) respond: ResponsePolicy,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) timeout: Duration,
     pub(crate) max_key_len: usize,
     pub(crate) cost: Option<Arc<CostFn>>,
+    /// Response-aware: charge only responses with these statuses.
+    pub(crate) count_status: Option<CountStatus>,
 }
 
 impl<B, K> LimitPolicy<B, K> {
     pub(crate) fn new(limiter: Limiter<B>, key: K) -> Self {
         LimitPolicy {
-            limit: Limit::new(limiter),
+            limit: Arc::new(Limit::new(limiter)),
             key,
             respond: ResponsePolicy::default(),
             on_missing_key: OnMissingKey::default(),
             timeout: Duration::from_millis(100),
             max_key_len: DEFAULT_MAX_KEY_LEN,
             cost: None,
+            count_status: None,
         }
     }
 
@@ -193,7 +264,8 @@ impl<B, K> sealed::Sealed for LimitPolicy<B, K> {}
 
 impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
     fn decide_now(&self, parts: &Parts) -> Option<Verdict> {
-        if !self.limit.limiter.backend().decides_now() {
+        // A response-aware limit looks first and charges later, both awaited.
+        if !self.limit.limiter.backend().decides_now() || self.count_status.is_some() {
             return None;
         }
         let key = self.key.extract(parts).into_ready().ok()?;
@@ -214,8 +286,17 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             KeyOutcome::Limit(key) => key,
             KeyOutcome::Settled(verdict) => return verdict,
         };
-        let outcome = check_within(&self.limit.limiter, &key, self.cost(parts), self.timeout).await;
-        self.limit.judge(&self.respond, &key, outcome)
+        let cost = self.cost(parts);
+        let Some(counts) = &self.count_status else {
+            let outcome = check_within(&self.limit.limiter, &key, cost, self.timeout).await;
+            return self.limit.judge(&self.respond, &key, outcome);
+        };
+        // Refused now if the counted limit is already reached; charged after
+        // the response only if its status counts.
+        let outcome = look_within(&self.limit.limiter, &key, cost, self.timeout).await;
+        let verdict = self.limit.judge(&self.respond, &key, outcome);
+        let charge = Arc::clone(&self.limit).charge(&self.respond, counts, key, cost, self.timeout);
+        verdict.charging(charge)
     }
 }
 

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
-use super::headers::{HeaderStyle, Headers, rate_limit_headers, retry_after_secs};
+use super::headers::{HeaderStyle, Headers, rate_limit_headers, refusal_wait, retry_after_secs};
+use super::partition_key::PartitionKey;
 use super::problem::{QUOTA_EXCEEDED, problem};
 use super::verdict::Verdict;
 use crate::decision::Decision;
@@ -69,6 +70,7 @@ pub(crate) struct ResponsePolicy {
     pub on_backend_error: OnBackendError,
     pub on_delay: OnDelay,
     pub rejection: Option<Arc<RejectFn>>,
+    pub partition_key: Option<PartitionKey>,
 }
 
 impl ResponsePolicy {
@@ -86,21 +88,28 @@ impl ResponsePolicy {
             Ok(decision) => decision,
             Err(error) => return self.failed(key, &error),
         };
-        let mut headers = rate_limit_headers(self.header_style, quotas, policy_header, &decision);
         if decision.allowed() {
             if decision.exceeded() {
                 tracing::info!(key = %key, set = quotas.name(), "shadow quota would have refused the request");
             }
             let delay = decision.delay();
             if delay.is_zero() || self.on_delay == OnDelay::Wait {
+                let headers = self.headers(quotas, policy_header, key, &decision, None);
                 return Verdict::pass_after(headers, delay);
             }
             let wait = retry_after_secs(delay);
-            headers.push((http::header::RETRY_AFTER, HeaderValue::from(wait)));
+            let headers = self.headers(quotas, policy_header, key, &decision, Some(wait));
             let detail = format!("Queued; retry in {wait} seconds.");
             let response = problem(StatusCode::TOO_MANY_REQUESTS, QUOTA_EXCEEDED, &detail, &[]);
             return Verdict::respond(with_headers(response, headers));
         }
+        let headers = self.headers(
+            quotas,
+            policy_header,
+            key,
+            &decision,
+            refusal_wait(&decision),
+        );
         let rejection = Rejection {
             decision: &decision,
             quotas,
@@ -121,6 +130,27 @@ impl ResponsePolicy {
             }
         };
         Verdict::respond(with_headers(response, headers))
+    }
+
+    /// The rate-limit headers for `decision` on `key`'s quotas, and
+    /// `Retry-After: wait` if the response is a 429 that waits.
+    pub(crate) fn headers(
+        &self,
+        quotas: &QuotaSet,
+        policy_header: &HeaderValue,
+        key: &Key,
+        decision: &Decision,
+        wait: Option<u64>,
+    ) -> Headers {
+        let pk = self.partition_key.as_ref().map(|pk| pk.of(key.as_str()));
+        rate_limit_headers(
+            self.header_style,
+            quotas,
+            policy_header,
+            decision,
+            wait,
+            pk.as_deref(),
+        )
     }
 
     fn failed(&self, key: &Key, error: &Error) -> Verdict {

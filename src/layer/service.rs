@@ -9,6 +9,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::future::{ResponseFuture, after_delay};
+use super::grpc::{is_grpc, to_grpc};
 use super::policy::Policy;
 use super::verdict::{Verdict, VerdictKind};
 
@@ -77,22 +78,34 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let (parts, body) = request.into_parts();
+        let grpc = is_grpc(&parts.headers);
         let Some(verdict) = self.policy.decide_now(&parts) else {
             let policy = Arc::clone(&self.policy);
             return ResponseFuture::deciding(inner, async move {
-                let verdict = policy.decide(&parts).await;
+                let verdict = for_grpc(grpc, policy.decide(&parts).await);
                 after_delay(verdict, Request::from_parts(parts, body)).await
             });
         };
+        let verdict = for_grpc(grpc, verdict);
         let request = Request::from_parts(parts, body);
         match verdict.0 {
-            VerdictKind::Pass { headers, delay } if delay.is_zero() => {
-                ResponseFuture::inner(inner.call(request), headers)
-            }
+            VerdictKind::Pass {
+                headers,
+                delay,
+                charge,
+            } if delay.is_zero() => ResponseFuture::inner(inner.call(request), headers, charge),
             VerdictKind::Respond(response) => ResponseFuture::respond(response),
             pass_later => {
                 ResponseFuture::deciding(inner, after_delay(Verdict(pass_later), request))
             }
         }
+    }
+}
+
+/// A verdict for a gRPC call: the layer's own answers in gRPC's terms.
+fn for_grpc(grpc: bool, verdict: Verdict) -> Verdict {
+    match verdict.0 {
+        VerdictKind::Respond(response) if grpc => Verdict::respond(to_grpc(response)),
+        other => Verdict(other),
     }
 }

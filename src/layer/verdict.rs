@@ -1,10 +1,12 @@
 //! What a policy decides for one request.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::Response;
+use http::{Response, StatusCode};
 
 use super::headers::Headers;
 
@@ -14,9 +16,22 @@ use super::headers::Headers;
 pub struct Verdict(pub(crate) VerdictKind);
 
 pub(crate) enum VerdictKind {
-    Pass { headers: Headers, delay: Duration },
+    Pass {
+        headers: Headers,
+        delay: Duration,
+        /// A response-aware limit to charge once the response is known.
+        charge: Option<Charge>,
+    },
     Respond(Response<Bytes>),
 }
+
+/// Charges a response-aware limit after the inner service has answered:
+/// given the response's status, the charge under way if that status counts.
+pub(crate) type Charge = Box<dyn FnOnce(StatusCode) -> Option<Charging> + Send>;
+
+/// A charge under way; it yields the rate-limit headers to send instead of
+/// those decided before the request went on (`None`: keep those).
+pub(crate) type Charging = Pin<Box<dyn Future<Output = Option<Headers>> + Send>>;
 
 impl fmt::Debug for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -35,7 +50,19 @@ impl Verdict {
     }
 
     pub(crate) fn pass_after(headers: Headers, delay: Duration) -> Self {
-        Verdict(VerdictKind::Pass { headers, delay })
+        Verdict(VerdictKind::Pass {
+            headers,
+            delay,
+            charge: None,
+        })
+    }
+
+    /// This verdict, charging `charge` after the response if it passes.
+    pub(crate) fn charging(mut self, charge: Charge) -> Self {
+        if let VerdictKind::Pass { charge: slot, .. } = &mut self.0 {
+            *slot = Some(charge);
+        }
+        self
     }
 
     pub(crate) fn respond(response: Response<Bytes>) -> Self {
@@ -56,16 +83,45 @@ impl Verdict {
         match (self.0, other.0) {
             (VerdictKind::Respond(r), _) | (_, VerdictKind::Respond(r)) => Verdict::respond(r),
             (
-                VerdictKind::Pass { headers, delay },
+                VerdictKind::Pass {
+                    headers,
+                    delay,
+                    charge,
+                },
                 VerdictKind::Pass {
                     headers: more,
                     delay: later,
+                    charge: also,
                 },
             ) => {
                 let mut headers = headers;
                 headers.extend(more);
-                Verdict::pass_after(headers, delay.max(later))
+                let verdict = Verdict::pass_after(headers, delay.max(later));
+                match charge.into_iter().chain(also).reduce(both) {
+                    Some(charge) => verdict.charging(charge),
+                    None => verdict,
+                }
             }
         }
     }
+}
+
+/// Two charges as one. Headers are all-or-nothing: a charge's new headers
+/// replace every limit's, so both are kept only when both have them.
+#[cfg(feature = "rules")]
+fn both(a: Charge, b: Charge) -> Charge {
+    Box::new(move |status| match (a(status), b(status)) {
+        (None, None) => None,
+        (Some(one), None) | (None, Some(one)) => Some(Box::pin(async move {
+            one.await;
+            None
+        }) as Charging),
+        (Some(a), Some(b)) => Some(Box::pin(async move {
+            let (a, b) = (a.await, b.await);
+            a.zip(b).map(|(mut a, b)| {
+                a.extend(b);
+                a
+            })
+        })),
+    })
 }

@@ -11,7 +11,7 @@ use super::key_part::KeyPart;
 use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RuleConfig, RulesFile};
 use super::names::MatchMode;
 use crate::key::{ClientIp, ExtensionKey, GlobalKey, HeaderKey, KeyExtractor, PeerIp, UserId};
-use crate::layer::{Limit, OnMissingKey, ResponsePolicy};
+use crate::layer::{CountStatus, Limit, OnMissingKey, ResponsePolicy};
 use crate::limiter::Limiter;
 use crate::quota::Quota;
 use crate::quota_set::QuotaSet;
@@ -36,6 +36,8 @@ pub(super) struct Rule {
     pub matches: MatchConfig,
     pub key: Vec<RuleKey>,
     pub cost: u64,
+    /// Response-aware: count only responses with these statuses.
+    pub count_status: Option<CountStatus>,
     pub limit: Limit<AnyBackend>,
     pub overrides: HashMap<String, Limit<AnyBackend>>,
 }
@@ -82,6 +84,7 @@ impl Compiled {
             respond: ResponsePolicy {
                 header_style: file.headers.0,
                 on_backend_error: file.on_backend_error.0,
+                partition_key: file.partition_key.as_ref().map(|pk| pk.0.clone()),
                 ..ResponsePolicy::default()
             },
             on_missing_key: file.on_missing_key.0,
@@ -184,6 +187,7 @@ fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<R
             .map(|p| parts.extractor(p, &route))
             .collect(),
         cost: rc.cost.value,
+        count_status: rc.count_status.as_ref().map(|c| c.0.clone()),
         limit,
         overrides,
     })

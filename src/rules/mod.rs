@@ -47,6 +47,7 @@ mod pattern;
 mod period;
 mod plan;
 mod quotas;
+mod response;
 
 use std::fmt;
 use std::future::Future;
@@ -63,7 +64,7 @@ pub use path::{PathError, normalize_path};
 
 use crate::backend::Backend;
 use crate::layer::{Headers, Policy, Verdict};
-use crate::layer::{Sealed, check_within};
+use crate::layer::{Sealed, check_within, look_within};
 use compile::Compiled;
 use model::{BackendConfig, RulesFile};
 
@@ -243,6 +244,9 @@ impl Policy for Rules {
             Ok(checks) => checks,
             Err(verdict) => return Some(verdict),
         };
+        if checks.iter().any(|c| c.count_status.is_some()) {
+            return None;
+        }
         let mut verdict = Verdict::pass(Headers::new());
         for check in checks {
             let outcome = check
@@ -266,13 +270,11 @@ impl Policy for Rules {
             };
             let mut verdict = Verdict::pass(Headers::new());
             for check in checks {
-                let outcome = check_within(
-                    &check.limit.limiter,
-                    &check.key,
-                    check.cost,
-                    compiled.timeout,
-                )
-                .await;
+                let (limiter, key) = (&check.limit.limiter, &check.key);
+                let outcome = match check.count_status {
+                    Some(_) => look_within(limiter, key, check.cost, compiled.timeout).await,
+                    None => check_within(limiter, key, check.cost, compiled.timeout).await,
+                };
                 verdict = compiled.add(verdict, &check, outcome);
                 if verdict.is_response() {
                     break;

@@ -17,6 +17,7 @@ use super::names::{
 use super::pattern::{Compare, PathPattern, PathPrefix};
 use super::period::Period;
 use super::quotas::QuotaList;
+use super::response::{CountStatusConfig, PartitionKeyConfig};
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -26,6 +27,9 @@ pub(crate) struct RulesFile {
     pub backend: BackendConfig,
     #[serde(default)]
     pub headers: HeaderStyleName,
+    /// Draft-11's `pk`: `random` (per process) or 32 hex digits of secret.
+    #[serde(default)]
+    pub partition_key: Option<PartitionKeyConfig>,
     #[serde(default)]
     pub on_backend_error: BackendErrorName,
     #[serde(default)]
@@ -169,6 +173,9 @@ pub(crate) struct RuleConfig {
     /// known, so it keeps its place in the file.
     #[serde(default = "one")]
     pub cost: At<u64>,
+    /// Response-aware: count only responses with these statuses.
+    #[serde(default)]
+    pub count_status: Option<CountStatusConfig>,
     pub quotas: QuotaList,
     #[serde(default)]
     pub overrides: Vec<At<OverrideConfig>>,

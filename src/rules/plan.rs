@@ -2,6 +2,7 @@
 //! match it, and their keys.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use http::StatusCode;
 use http::request::Parts;
@@ -13,7 +14,7 @@ use super::names::MatchMode;
 use super::path::normalize_path;
 use crate::decision::Decision;
 use crate::key::{Key, KeyError, peer_addr};
-use crate::layer::{DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, admit_key, problem};
+use crate::layer::{CountStatus, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, admit_key, problem};
 use crate::layer::{Headers, Verdict};
 use crate::limiter::Error;
 
@@ -23,6 +24,8 @@ pub(super) struct RuleCheck<'a> {
     pub limit: &'a Limit<AnyBackend>,
     pub key: Key,
     pub cost: u64,
+    /// Response-aware: look now, charge these statuses after the response.
+    pub count_status: Option<&'a CountStatus>,
 }
 
 impl Compiled {
@@ -87,6 +90,7 @@ impl Compiled {
                     limit,
                     key,
                     cost: rule.cost,
+                    count_status: rule.count_status.as_ref(),
                 });
             }
             if self.matching == MatchMode::First {
@@ -103,7 +107,18 @@ impl Compiled {
         check: &RuleCheck<'_>,
         outcome: Result<Decision, Error>,
     ) -> Verdict {
-        verdict.and(check.limit.judge(&self.respond, &check.key, outcome))
+        let judged = check.limit.judge(&self.respond, &check.key, outcome);
+        let judged = match check.count_status {
+            Some(counts) => judged.charging(Arc::new(check.limit.clone()).charge(
+                &self.respond,
+                counts,
+                check.key.clone(),
+                check.cost,
+                self.timeout,
+            )),
+            None => judged,
+        };
+        verdict.and(judged)
     }
 }
 

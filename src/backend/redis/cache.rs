@@ -351,6 +351,7 @@ fn aged(decision: &Decision, elapsed: u64) -> Decision {
         .map(|q| {
             let mut q = q.clone();
             q.reset = q.reset.saturating_sub(elapsed);
+            q.replenish = q.replenish.saturating_sub(elapsed);
             q.delay = Duration::ZERO;
             if let Some(wait) = q.retry_after {
                 let left = wait.saturating_sub(elapsed);
@@ -380,6 +381,7 @@ mod tests {
             reset: retry * 2,
             retry_after: if allowed { 0 } else { retry },
             delay: 0,
+            replenish: retry,
         }
     }
 

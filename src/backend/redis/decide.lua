@@ -107,6 +107,7 @@ for i = 1, #KEYS do
   reply[#reply + 1] = step.retry_after
   reply[#reply + 1] = delay
   reply[#reply + 1] = next_free[i]
+  reply[#reply + 1] = view.replenish
 end
 if not (commit and passes) then
   spent = 0

@@ -9,7 +9,11 @@ algorithms.fixed_window = function(key, p)
     start, count = tonumber(stored[1]), tonumber(stored[2])
   end
   local window_end = start + p.period - now
-  local refuse = { remaining = math.max(p.capacity - count, 0), reset = window_end }
+  local refuse = {
+    remaining = math.max(p.capacity - count, 0),
+    reset = window_end,
+    replenish = window_end,
+  }
   if count == 0 then
     refuse.reset = 0
   end
@@ -17,6 +21,7 @@ algorithms.fixed_window = function(key, p)
     local admit = {
       remaining = p.capacity - (count + cost),
       reset = window_end,
+      replenish = window_end,
       write = function()
         redis.call('HSET', key, 's', int(start), 'c', int(count + cost))
         expire(key, start + p.period)

@@ -8,14 +8,19 @@ local function schedule(key, p)
     start = math.max(tonumber(stored), now)
   end
   local next = start + cost * p.interval
+  local function replenish(reset, remaining)
+    return math.max(reset + (remaining + 1) * p.interval - tolerance, 0)
+  end
   local refuse = {
     remaining = idiv(math.max(tolerance - (start - now), 0), p.interval),
     reset = start - now,
   }
+  refuse.replenish = replenish(refuse.reset, refuse.remaining)
   if next - now <= tolerance then
     local admit = {
       remaining = idiv(tolerance - (next - now), p.interval),
       reset = next - now,
+      replenish = replenish(next - now, idiv(tolerance - (next - now), p.interval)),
       write = function()
         redis.call('SET', key, int(next))
         expire(key, next)

@@ -17,9 +17,10 @@
 -- ARGV[8 + 8 * (i - 1) ...]: quota i's parameters (see params below).
 --
 -- Returns, per quota: allowed (1/0), remaining, reset, retry-after, delay,
--- and the wait until one more unit frees when this admission left the quota
--- empty (0 otherwise); then the units spent (the cost, or a whole lease; 0
--- if refused), the time, and how long a lease may last (0: no bound).
+-- the wait until one more unit frees when this admission left the quota
+-- empty (0 otherwise), replenish (time until more quota is available); then
+-- the units spent (the cost, or a whole lease; 0 if refused), the time, and
+-- how long a lease may last (0: no bound).
 
 local function idiv(a, b)
   return (a - math.fmod(a, b)) / b

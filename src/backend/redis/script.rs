@@ -28,7 +28,7 @@ const PER_QUOTA: usize = 8;
 /// ARGV slots before the quotas' (see prelude.lua).
 const HEAD: usize = 7;
 /// Numbers returned per quota (see decide.lua).
-const REPLY_PER_QUOTA: usize = 6;
+const REPLY_PER_QUOTA: usize = 7;
 /// Numbers returned after the quotas' (see decide.lua).
 const REPLY_TAIL: usize = 3;
 
@@ -164,6 +164,7 @@ pub(crate) fn reply(reply: &[i64], quotas: usize) -> Result<Reply, String> {
             reset: get(n[2])?,
             retry_after: get(n[3])?,
             delay: get(n[4])?,
+            replenish: get(n[6])?,
         });
         out.next_free.push(get(n[5])?);
     }

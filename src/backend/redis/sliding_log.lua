@@ -64,16 +64,33 @@ algorithms.sliding_log = function(key, p)
     end
     return 0
   end
+  -- Time until the entry at `rank` (the oldest live one) expires, or
+  -- `otherwise` when there is none.
+  local function replenish(rank, otherwise)
+    if rank < len then
+      local t = score_at(key, rank)
+      if t then
+        return math.max(t + period - now, 0)
+      end
+    end
+    return otherwise
+  end
   local append = function()
     log_append(key, p, cost)
   end
   if live + cost <= p.capacity then
+    local logged_at = math.max(now, newest or 0)
     local admit = {
       remaining = p.capacity - live - cost,
-      reset = reset(math.max(now, newest or 0)),
+      reset = reset(logged_at),
+      replenish = replenish(len - live, logged_at + period - now),
       write = append,
     }
-    local refuse = { remaining = p.capacity - live, reset = reset(newest) }
+    local refuse = {
+      remaining = p.capacity - live,
+      reset = reset(newest),
+      replenish = replenish(len - live, period),
+    }
     return allow(0, admit, refuse)
   end
   -- The request passes once enough of the oldest entries have expired for
@@ -91,6 +108,7 @@ algorithms.sliding_log = function(key, p)
     refuse = {
       remaining = math.max(p.capacity - live_after, 0),
       reset = reset(at),
+      replenish = replenish(math.max(len - live, overflow), at + period - now),
       write = append,
     }
     local index = (len - overflow + n) - keep - 1
@@ -100,7 +118,11 @@ algorithms.sliding_log = function(key, p)
       wait = at
     end
   else
-    refuse = { remaining = p.capacity - math.min(live, p.capacity), reset = reset(newest) }
+    refuse = {
+      remaining = p.capacity - math.min(live, p.capacity),
+      reset = reset(newest),
+      replenish = replenish(len - live, period),
+    }
     wait = score_at(key, math.max(len - keep - 1, 0)) or 0
   end
   return deny(math.max(wait + period - now, 0), refuse)

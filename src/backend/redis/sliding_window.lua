@@ -29,6 +29,19 @@ algorithms.sliding_window = function(key, p)
     return nil
   end
 
+  -- fits_at() of the Rust version: the first offset from `start` (at least
+  -- `from`) at which the estimate of (prev, curr) is at most `room`.
+  local function fits_at(prev, curr, room, from)
+    local e
+    if curr <= room then
+      e = first_fit(prev, room - curr, from)
+    end
+    if e then
+      return e
+    end
+    return period + (first_fit(curr, room, 0) or period)
+  end
+
   local current = now - math.fmod(now, period)
   local start, prev, curr = current, 0, 0
   local stored = redis.call('HMGET', key, 's', 'p', 'c')
@@ -50,11 +63,25 @@ algorithms.sliding_window = function(key, p)
     end
     return 0
   end
-  local refuse = { remaining = math.max(p.capacity - used, 0), reset = reset(curr) }
+  -- Time until the estimate falls below `u` (or the capacity, when over it).
+  local function replenish(c, u)
+    local at = period
+    local room = math.min(u, p.capacity) - 1
+    if room >= 0 then
+      at = fits_at(prev, c, room, elapsed)
+    end
+    return math.max(start + at - now, 0)
+  end
+  local refuse = {
+    remaining = math.max(p.capacity - used, 0),
+    reset = reset(curr),
+    replenish = replenish(curr, used),
+  }
   if used + cost <= p.capacity then
     local admit = {
       remaining = p.capacity - used - cost,
       reset = reset(curr + cost),
+      replenish = replenish(curr + cost, used + cost),
       write = function()
         redis.call('HSET', key, 's', int(start), 'p', int(prev), 'c', int(curr + cost))
         expire(key, start + 2 * period)
@@ -66,17 +93,7 @@ algorithms.sliding_window = function(key, p)
     step.lease_ends = start + period - now
     return step
   end
-  local e
-  if curr + cost <= p.capacity then
-    e = first_fit(prev, p.capacity - curr - cost, elapsed)
-  end
-  local at
-  if e then
-    at = start + e
-  else
-    at = start + period + (first_fit(curr, p.capacity - cost, 0) or period)
-  end
-  return deny(at - now, refuse)
+  return deny(start + fits_at(prev, curr, p.capacity - cost, elapsed) - now, refuse)
 end
 
 -- Units leased in the current window, or in the previous one, are as if

@@ -15,12 +15,20 @@ algorithms.token_bucket = function(key, p)
   local function time_to_fill(lv)
     return ceil_div(full - lv, p.refill) + (at - now)
   end
-  local refuse = { remaining = idiv(level, p.unit), reset = time_to_fill(level) }
+  local function replenish(lv)
+    return ceil_div((idiv(lv, p.unit) + 1) * p.unit - lv, p.refill) + (at - now)
+  end
+  local refuse = {
+    remaining = idiv(level, p.unit),
+    reset = time_to_fill(level),
+    replenish = replenish(level),
+  }
   if level >= need then
     local left = level - need
     local admit = {
       remaining = idiv(left, p.unit),
       reset = time_to_fill(left),
+      replenish = replenish(left),
       write = function()
         redis.call('HSET', key, 'l', int(left), 't', int(at))
         expire(key, at + ceil_div(full - left, p.refill))
