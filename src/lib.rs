@@ -67,7 +67,8 @@ pub use backend::redis::{
     CircuitBreaker, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError, RedisStats,
 };
 pub use backend::{
-    Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend, MemoryBackendBuilder,
+    Acquired, Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend,
+    MemoryBackendBuilder, MemorySlots, Slot, SlotFuture, SlotStore,
 };
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use decision::{Decision, QuotaDecision};

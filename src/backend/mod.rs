@@ -4,12 +4,14 @@
 mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+mod slots;
 mod table;
 
 use std::fmt;
 use std::future::Future;
 
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
+pub use slots::{Acquired, MemorySlots, Slot, SlotFuture, SlotStore};
 
 use crate::decision::Decision;
 use crate::quota_set::QuotaSet;

@@ -11,6 +11,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::headers::{Headers, apply};
+use super::held::Held;
 use super::verdict::{Verdict, VerdictKind};
 
 /// A verdict on its way: the policy deciding, then any delay it asks for.
@@ -44,7 +45,7 @@ pin_project! {
     #[project = StateProj]
     enum State<S, ReqBody, F> {
         Deciding { verdict: Deciding<ReqBody>, inner: Option<S> },
-        Inner { #[pin] future: F, headers: Headers },
+        Inner { #[pin] future: F, headers: Headers, held: Option<Box<Held>> },
         Ready { response: Option<Response<Bytes>> },
     }
 }
@@ -53,9 +54,13 @@ impl<S, ReqBody> ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn inner(future: S::Future, headers: Headers) -> Self {
+    pub(crate) fn inner(future: S::Future, headers: Headers, held: Option<Box<Held>>) -> Self {
         ResponseFuture {
-            state: State::Inner { future, headers },
+            state: State::Inner {
+                future,
+                headers,
+                held,
+            },
         }
     }
 
@@ -92,20 +97,29 @@ where
             match state.as_mut().project() {
                 StateProj::Deciding { verdict, inner } => {
                     let (verdict, request) = ready!(verdict.as_mut().poll(cx));
-                    let headers = match verdict.0 {
-                        VerdictKind::Pass { headers, .. } => headers,
+                    let (headers, held) = match verdict.0 {
+                        VerdictKind::Pass { headers, held, .. } => (headers, held),
                         VerdictKind::Respond(response) => return Poll::Ready(Ok(own(response))),
                     };
                     let Some(mut service) = inner.take() else {
                         return Poll::Ready(Ok(internal_error()));
                     };
                     let future = service.call(request);
-                    state.set(State::Inner { future, headers });
+                    state.set(State::Inner {
+                        future,
+                        headers,
+                        held,
+                    });
                 }
-                StateProj::Inner { future, headers } => {
+                StateProj::Inner {
+                    future,
+                    headers,
+                    held,
+                } => {
                     let mut response = ready!(future.poll(cx))?;
                     apply(std::mem::take(headers), response.headers_mut());
-                    return Poll::Ready(Ok(response.map(ResponseBody::service)));
+                    let held = held.take();
+                    return Poll::Ready(Ok(response.map(|body| ResponseBody::service(body, held))));
                 }
                 StateProj::Ready { response } => {
                     return Poll::Ready(Ok(response.take().map_or_else(internal_error, own)));

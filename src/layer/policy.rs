@@ -10,6 +10,7 @@ use http::request::Parts;
 
 use super::headers::{Headers, policy_header};
 use super::problem::problem;
+use super::protect::{Admission, Protection};
 use super::respond::ResponsePolicy;
 use super::verdict::Verdict;
 use crate::backend::{Backend, BackendError, BackendErrorKind};
@@ -155,6 +156,7 @@ pub struct LimitPolicy<B, K> {
     pub(crate) timeout: Duration,
     pub(crate) max_key_len: usize,
     pub(crate) cost: Option<Arc<CostFn>>,
+    pub(crate) protect: Protection,
 }
 
 impl<B, K> LimitPolicy<B, K> {
@@ -167,6 +169,7 @@ impl<B, K> LimitPolicy<B, K> {
             timeout: Duration::from_millis(100),
             max_key_len: DEFAULT_MAX_KEY_LEN,
             cost: None,
+            protect: Protection::default(),
         }
     }
 
@@ -196,26 +199,51 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
         if !self.limit.limiter.backend().decides_now() {
             return None;
         }
+        if let Some(shed) = self.protect.shed(parts) {
+            return Some(shed);
+        }
         let key = self.key.extract(parts).into_ready().ok()?;
         let key = match admit_key(key, self.max_key_len, self.on_missing_key) {
             KeyOutcome::Limit(key) => key,
-            KeyOutcome::Settled(verdict) => return Some(verdict),
+            KeyOutcome::Settled(verdict) => {
+                return Some(self.protect.finish(Admission::default(), verdict));
+            }
         };
+        let admission = match self.protect.acquire_now(&key, &self.respond)? {
+            Ok(admission) => admission,
+            Err(refused) => return Some(refused),
+        };
+        // Returning `None` here drops the slot just taken: nothing changed.
         let outcome = self
             .limit
             .limiter
             .check_now(key.as_str(), self.cost(parts))?;
-        Some(self.limit.judge(&self.respond, &key, outcome))
+        let verdict = self.limit.judge(&self.respond, &key, outcome);
+        Some(self.protect.finish(admission, verdict))
     }
 
     async fn decide(&self, parts: &Parts) -> Verdict {
+        if let Some(shed) = self.protect.shed(parts) {
+            return shed;
+        }
         let key = self.key.extract(parts).await;
         let key = match admit_key(key, self.max_key_len, self.on_missing_key) {
             KeyOutcome::Limit(key) => key,
-            KeyOutcome::Settled(verdict) => return verdict,
+            KeyOutcome::Settled(verdict) => {
+                return self.protect.finish(Admission::default(), verdict);
+            }
+        };
+        let admission = match self
+            .protect
+            .acquire(&key, &self.respond, self.timeout)
+            .await
+        {
+            Ok(admission) => admission,
+            Err(refused) => return refused,
         };
         let outcome = check_within(&self.limit.limiter, &key, self.cost(parts), self.timeout).await;
-        self.limit.judge(&self.respond, &key, outcome)
+        let verdict = self.limit.judge(&self.respond, &key, outcome);
+        self.protect.finish(admission, verdict)
     }
 }
 

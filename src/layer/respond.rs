@@ -123,7 +123,7 @@ impl ResponsePolicy {
         Verdict::respond(with_headers(response, headers))
     }
 
-    fn failed(&self, key: &Key, error: &Error) -> Verdict {
+    pub(crate) fn failed(&self, key: &Key, error: &Error) -> Verdict {
         match error {
             Error::CostTooHigh { .. } => {
                 tracing::error!(key = %key, %error, "rate-limit cost misconfigured")

@@ -86,9 +86,11 @@ where
         };
         let request = Request::from_parts(parts, body);
         match verdict.0 {
-            VerdictKind::Pass { headers, delay } if delay.is_zero() => {
-                ResponseFuture::inner(inner.call(request), headers)
-            }
+            VerdictKind::Pass {
+                headers,
+                delay,
+                held,
+            } if delay.is_zero() => ResponseFuture::inner(inner.call(request), headers, held),
             VerdictKind::Respond(response) => ResponseFuture::respond(response),
             pass_later => {
                 ResponseFuture::deciding(inner, after_delay(Verdict(pass_later), request))

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::Response;
 
 use super::headers::Headers;
+use super::held::Held;
 
 /// What becomes of a request: pass it on (maybe after a delay, adding
 /// headers), or answer it. Made by a [`Policy`](super::Policy); opaque, as
@@ -14,7 +15,13 @@ use super::headers::Headers;
 pub struct Verdict(pub(crate) VerdictKind);
 
 pub(crate) enum VerdictKind {
-    Pass { headers: Headers, delay: Duration },
+    Pass {
+        headers: Headers,
+        delay: Duration,
+        /// Given back when the response is over; boxed, as most requests
+        /// hold nothing.
+        held: Option<Box<Held>>,
+    },
     Respond(Response<Bytes>),
 }
 
@@ -35,7 +42,11 @@ impl Verdict {
     }
 
     pub(crate) fn pass_after(headers: Headers, delay: Duration) -> Self {
-        Verdict(VerdictKind::Pass { headers, delay })
+        Verdict(VerdictKind::Pass {
+            headers,
+            delay,
+            held: None,
+        })
     }
 
     pub(crate) fn respond(response: Response<Bytes>) -> Self {
@@ -56,15 +67,33 @@ impl Verdict {
         match (self.0, other.0) {
             (VerdictKind::Respond(r), _) | (_, VerdictKind::Respond(r)) => Verdict::respond(r),
             (
-                VerdictKind::Pass { headers, delay },
+                VerdictKind::Pass {
+                    headers,
+                    delay,
+                    held,
+                },
                 VerdictKind::Pass {
                     headers: more,
                     delay: later,
+                    held: more_held,
                 },
             ) => {
                 let mut headers = headers;
                 headers.extend(more);
-                Verdict::pass_after(headers, delay.max(later))
+                let held = match (held, more_held) {
+                    (Some(mut held), Some(more)) => {
+                        let more = *more;
+                        held.slots.extend(more.slots);
+                        held.in_flight = held.in_flight.or(more.in_flight);
+                        Some(held)
+                    }
+                    (held, more) => held.or(more),
+                };
+                Verdict(VerdictKind::Pass {
+                    headers,
+                    delay: delay.max(later),
+                    held,
+                })
             }
         }
     }
