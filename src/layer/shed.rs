@@ -142,7 +142,9 @@ impl Shedding {
     /// Whether a request of `priority` is shed at `load`. A load that is not
     /// a number cannot say there is room, so it sheds.
     pub(crate) fn sheds(&self, priority: Priority, load: f64) -> bool {
-        !(load < self.threshold(priority))
+        // NaN is below nothing, so an unknown load sheds.
+        let has_room = load < self.threshold(priority);
+        !has_room
     }
 
     pub(crate) fn retry_after_time(&self) -> Duration {
