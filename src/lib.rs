@@ -64,7 +64,8 @@ mod sync;
 
 #[cfg(feature = "redis")]
 pub use backend::redis::{
-    CircuitBreaker, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError, RedisStats,
+    CircuitBreaker, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError, RedisSlots,
+    RedisStats,
 };
 pub use backend::{
     Acquired, Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend,

@@ -2,6 +2,9 @@
 //! port: concurrency quotas, elastic quotas and load shedding, with handlers
 //! that block on a gate so the number of requests under way is known.
 
+#[cfg(feature = "redis")]
+#[path = "support/redis.rs"]
+mod redis_support;
 mod support;
 
 use std::net::SocketAddr;
@@ -440,4 +443,104 @@ async fn shedding_without_a_load_signal_refuses() {
     let addr = server(&gate, layer).await;
     let r = send(&client(), addr, "/", "a").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+/// Concurrency slots shared through a real Redis.
+#[cfg(feature = "redis")]
+mod redis {
+    use super::*;
+    use crate::redis_support::RedisServer;
+    use tollgate::{Acquired, RedisSlots, Slot, SlotStore};
+
+    async fn take(slots: &RedisSlots, key: &str, limit: u64) -> Acquired {
+        slots.acquire(key, limit).await.unwrap()
+    }
+
+    fn granted(a: Acquired) -> Slot {
+        match a {
+            Acquired::Granted { slot, .. } => slot,
+            Acquired::Full { in_use } => panic!("full at {in_use}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn two_servers_share_one_limit_through_the_layer() {
+        let redis = RedisServer::start();
+        let gate = Gate::default();
+        let mut addrs = Vec::new();
+        for _ in 0..2 {
+            let slots = RedisSlots::from_url(&redis.url(), "t:").unwrap();
+            let quota = ConcurrencyQuota::new(2).unwrap().store(slots);
+            addrs.push(server(&gate, builder().concurrency(quota).build()).await);
+        }
+        let c = client();
+        let a1 = hold(&c, addrs[0], &gate, "/held", "a").await;
+        let a2 = hold(&c, addrs[1], &gate, "/held", "a").await;
+        for &addr in &addrs {
+            assert_concurrency_refusal(&send(&c, addr, "/", "a").await, "concurrent");
+        }
+        assert_eq!(send(&c, addrs[0], "/", "b").await.status, StatusCode::OK);
+        gate.open(2);
+        assert_eq!(finish(vec![a1, a2]).await, [StatusCode::OK; 2]);
+        // Given back by a task after the response: bounded wait.
+        until_ok(&c, addrs[1], "a").await;
+    }
+
+    #[tokio::test]
+    async fn a_dead_servers_slots_come_free_within_their_lifetime() {
+        let redis = RedisServer::start();
+        let lifetime = Duration::from_millis(300);
+        let url = redis.url();
+        // The server that dies: its own runtime, shut down with its slots
+        // still held, so nothing gives them back or refreshes them.
+        let taken = Instant::now();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let slots = RedisSlots::from_url(&url, "t:").unwrap().lifetime(lifetime);
+                for _ in 0..2 {
+                    std::mem::forget(granted(take(&slots, "k", 2).await));
+                }
+            });
+            drop(rt);
+        })
+        .join()
+        .unwrap();
+
+        let survivor = RedisSlots::from_url(&redis.url(), "t:")
+            .unwrap()
+            .lifetime(lifetime);
+        assert!(matches!(
+            take(&survivor, "k", 2).await,
+            Acquired::Full { in_use: 2 }
+        ));
+        // A live holder keeps its slot past the lifetime by refreshing it.
+        let kept = granted(take(&survivor, "live", 1).await);
+        let slot = loop {
+            match take(&survivor, "k", 2).await {
+                Acquired::Granted { slot, .. } => break slot,
+                Acquired::Full { .. } => {
+                    assert!(taken.elapsed() < lifetime * 3, "never freed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        let freed = taken.elapsed();
+        assert!(
+            freed >= lifetime - Duration::from_millis(50),
+            "freed early: {freed:?}"
+        );
+        tokio::time::sleep(lifetime).await;
+        assert!(
+            matches!(
+                take(&survivor, "live", 1).await,
+                Acquired::Full { in_use: 1 }
+            ),
+            "a refreshed slot outlives its lifetime"
+        );
+        drop((kept, slot));
+    }
 }

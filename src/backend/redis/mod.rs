@@ -2,6 +2,7 @@
 
 mod breaker;
 mod cache;
+mod concurrency;
 mod script;
 
 use std::fmt;
@@ -15,6 +16,7 @@ use deadpool_redis::redis::{self, Cmd, ErrorKind, RedisError, ServerErrorKind};
 use deadpool_redis::{PoolError, Runtime};
 
 pub use breaker::CircuitBreaker;
+pub use concurrency::RedisSlots;
 
 use super::{Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend};
 use crate::clock::{Clock, micros};
