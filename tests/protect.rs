@@ -469,9 +469,18 @@ mod redis {
         let gate = Gate::default();
         let mut addrs = Vec::new();
         for _ in 0..2 {
-            let slots = RedisSlots::from_url(&redis.url(), "t:").unwrap();
+            // Generous timeouts: a slow first connection on a busy machine
+            // must not let a request through unlimited.
+            let slots = RedisSlots::from_url(&redis.url(), "t:")
+                .unwrap()
+                .timeout(BOUND);
             let quota = ConcurrencyQuota::new(2).unwrap().store(slots);
-            addrs.push(server(&gate, builder().concurrency(quota).build()).await);
+            let layer = builder()
+                .concurrency(quota)
+                .timeout(BOUND)
+                .on_backend_error(tollgate::OnBackendError::Reject)
+                .build();
+            addrs.push(server(&gate, layer).await);
         }
         let c = client();
         let a1 = hold(&c, addrs[0], &gate, "/held", "a").await;
@@ -500,7 +509,10 @@ mod redis {
                 .build()
                 .unwrap();
             rt.block_on(async {
-                let slots = RedisSlots::from_url(&url, "t:").unwrap().lifetime(lifetime);
+                let slots = RedisSlots::from_url(&url, "t:")
+                    .unwrap()
+                    .lifetime(lifetime)
+                    .timeout(BOUND);
                 for _ in 0..2 {
                     std::mem::forget(granted(take(&slots, "k", 2).await));
                 }
