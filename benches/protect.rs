@@ -2,21 +2,28 @@
 //! concurrency quota beside it, and with the load measured and shedding on;
 //! tower's own (unkeyed) `ConcurrencyLimit` as the peer.
 //!
-//! `cargo bench --bench protect`
+//! `cargo bench --bench protect`, or for instruction counts, a fixed number
+//! of requests per case without criterion:
+//! `PROTECT_LOOP=<requests> valgrind --tool=callgrind target/release/deps/protect-* <case>`
 
+use std::convert::Infallible;
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
+use http::Request;
 use tollgate::key::PeerIp;
 use tollgate::layer::{ConcurrencyQuota, MeasuredLoad, Shedding};
 use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer, RateLimitLayerBuilder};
 use tower::limit::ConcurrencyLimitLayer;
-use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+use tower::util::BoxService;
+use tower::{Layer, Service, ServiceExt, service_fn};
 
 #[path = "support/mod.rs"]
 mod support;
 use support::{hello, request};
+
+type Svc = BoxService<Request<()>, (), Infallible>;
 
 fn builder() -> RateLimitLayerBuilder<MemoryBackend, PeerIp> {
     let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
@@ -26,63 +33,75 @@ fn builder() -> RateLimitLayerBuilder<MemoryBackend, PeerIp> {
     RateLimitLayer::builder(Limiter::new(MemoryBackend::new(), quota), PeerIp::new())
 }
 
-fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mut g = c.benchmark_group("protect");
-    // The response (and with it the slot) is dropped inside each iteration.
-    macro_rules! case {
-        ($name:expr, $svc:expr) => {{
-            let mut svc = $svc;
-            g.bench_function($name, |b| {
-                b.iter(|| {
-                    rt.block_on(async {
-                        black_box(svc.ready().await.expect("ready").call(request()).await)
-                    })
-                })
-            });
-        }};
-    }
-    case!("bare", ServiceBuilder::new().service(service_fn(hello)));
-    case!(
-        "tower-concurrency-limit",
-        ServiceBuilder::new()
-            .layer(ConcurrencyLimitLayer::new(64))
-            .service(service_fn(hello))
-    );
-    case!(
-        "rate",
-        ServiceBuilder::new()
-            .layer(builder().build())
-            .service(service_fn(hello))
-    );
+/// The service behind `layer`, its response (and with it any slot) dropped
+/// as soon as it is ready.
+fn behind<L>(layer: L) -> Svc
+where
+    L: Layer<tower::util::ServiceFn<fn(Request<()>) -> support::Hello>>,
+    L::Service: Service<Request<()>, Error = Infallible> + Send + 'static,
+    <L::Service as Service<Request<()>>>::Future: Send + 'static,
+{
+    BoxService::new(
+        layer
+            .layer(service_fn(hello as fn(_) -> _))
+            .map_response(drop),
+    )
+}
+
+fn cases() -> Vec<(&'static str, Svc)> {
     let concurrency = || ConcurrencyQuota::new(64).expect("quota");
-    case!(
-        "rate+concurrency",
-        ServiceBuilder::new()
-            .layer(builder().concurrency(concurrency()).build())
-            .service(service_fn(hello))
-    );
-    case!(
-        "rate+concurrency+shedding",
-        ServiceBuilder::new()
-            .layer(
+    vec![
+        ("bare", behind(tower::layer::util::Identity::new())),
+        (
+            "tower-concurrency-limit",
+            behind(ConcurrencyLimitLayer::new(64)),
+        ),
+        ("rate", behind(builder().build())),
+        (
+            "rate+concurrency",
+            behind(builder().concurrency(concurrency()).build()),
+        ),
+        (
+            "rate+concurrency+shedding",
+            behind(
                 builder()
                     .concurrency(concurrency())
                     .measure_load(MeasuredLoad::new(1024, Duration::from_secs(1)))
                     .shed(Shedding::new())
-                    .build()
-            )
-            .service(service_fn(hello))
-    );
-    g.finish();
+                    .build(),
+            ),
+        ),
+    ]
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
-    targets = bench
+fn main() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let call = |svc: &mut Svc| {
+        rt.block_on(async { black_box(svc.ready().await.expect("ready").call(request()).await) })
+    };
+    if let Ok(n) = std::env::var("PROTECT_LOOP") {
+        let n: u64 = n.parse().expect("PROTECT_LOOP: a number of requests");
+        let wanted = std::env::args().nth(1).unwrap_or_default();
+        for (name, mut svc) in cases() {
+            if name == wanted {
+                for _ in 0..n {
+                    let _ = call(&mut svc);
+                }
+            }
+        }
+        return;
+    }
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    let mut g = c.benchmark_group("protect");
+    for (name, mut svc) in cases() {
+        g.bench_function(name, |b| b.iter(|| call(&mut svc)));
+    }
+    g.finish();
+    c.final_summary();
 }
-criterion_main!(benches);
