@@ -12,6 +12,10 @@ use crate::quota::QuotaError;
 /// Below this load, an elastic quota admits up to its ceiling.
 pub(crate) const ELASTIC_ROOM: f64 = 0.8;
 
+/// `RateLimit` values made once per quota, for this many free slots at
+/// most: formatting one per request was a tenth of a request's cost.
+const MADE_STATES: u64 = 256;
+
 /// At most `limit` requests of one key under way at once: an admitted
 /// request holds a slot until its response body has been sent or dropped
 /// (a client gone mid-body, a cancelled call and a panic in the handler
@@ -42,6 +46,8 @@ pub struct ConcurrencyQuota {
     ceiling: u64,
     store: Arc<dyn SlotStore>,
     policy_header: HeaderValue,
+    /// `RateLimit` for 0, 1, ... free slots (up to [`MADE_STATES`]).
+    states: Arc<[HeaderValue]>,
 }
 
 impl fmt::Debug for ConcurrencyQuota {
@@ -67,6 +73,7 @@ impl ConcurrencyQuota {
             ceiling: limit,
             store: Arc::new(MemorySlots::new()),
             policy_header: policy_header("concurrent", limit),
+            states: states("concurrent", limit),
         })
     }
 
@@ -78,6 +85,7 @@ impl ConcurrencyQuota {
             return Err(QuotaError::InvalidName(name.to_owned()));
         }
         self.policy_header = policy_header(name, self.limit);
+        self.states = states(name, self.limit);
         self.name = Arc::from(name);
         Ok(self)
     }
@@ -133,17 +141,33 @@ impl ConcurrencyQuota {
 
     /// The IETF headers with `in_use` slots taken.
     pub(crate) fn headers(&self, in_use: u64) -> Headers {
-        let mut state = String::with_capacity(self.name.len() + 16);
-        sf_string(&mut state, &self.name);
-        state.push_str(";r=");
-        state.push_str(&self.limit.saturating_sub(in_use).to_string());
+        let free = self.limit.saturating_sub(in_use);
+        let state = usize::try_from(free)
+            .ok()
+            .and_then(|i| self.states.get(i))
+            .cloned()
+            .unwrap_or_else(|| state(&self.name, free));
         let mut out = Headers::new();
-        if let Ok(state) = HeaderValue::from_str(&state) {
-            out.push((RATELIMIT_POLICY.clone(), self.policy_header.clone()));
-            out.push((RATELIMIT.clone(), state));
-        }
+        out.push((RATELIMIT_POLICY.clone(), self.policy_header.clone()));
+        out.push((RATELIMIT.clone(), state));
         out
     }
+}
+
+/// `RateLimit` with `free` slots.
+fn state(name: &str, free: u64) -> HeaderValue {
+    let mut out = String::with_capacity(name.len() + 16);
+    sf_string(&mut out, name);
+    out.push_str(";r=");
+    out.push_str(&free.to_string());
+    // Printable ASCII only (the name is checked), so this cannot fail.
+    HeaderValue::from_str(&out).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+fn states(name: &str, limit: u64) -> Arc<[HeaderValue]> {
+    (0..=limit.min(MADE_STATES))
+        .map(|free| state(name, free))
+        .collect()
 }
 
 fn policy_header(name: &str, limit: u64) -> HeaderValue {
