@@ -4,31 +4,20 @@
 //!
 //! `cargo bench --bench layer`
 
-use std::convert::Infallible;
 use std::hint::black_box;
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
 use criterion::{Criterion, criterion_group, criterion_main};
-use http::{Request, Response};
 use tollgate::key::PeerIp;
 use tollgate::{HeaderStyle, Limiter, MemoryBackend, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 
+#[path = "support/mod.rs"]
+mod support;
+use support::{hello, request};
+
 #[path = "../tests/support/counting_alloc.rs"]
 mod counting_alloc;
-
-fn request() -> Request<()> {
-    let mut r = Request::new(());
-    r.extensions_mut()
-        .insert(ConnectInfo(SocketAddr::from(([192, 0, 2, 1], 1234))));
-    r
-}
-
-async fn hello(_: Request<()>) -> Result<Response<String>, Infallible> {
-    Ok(Response::new(String::new()))
-}
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()

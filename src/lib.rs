@@ -71,7 +71,8 @@ pub use backend::{Lease, OnFailure, RedisBackend};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use decision::{Decision, QuotaDecision};
 pub use layer::{
-    CountStatus, HeaderStyle, OnBackendError, OnDelay, OnMissingKey, PartitionKey, RateLimitLayer,
+    ConcurrencyQuota, CountStatus, HeaderStyle, OnBackendError, OnDelay, OnMissingKey,
+    PartitionKey, Priority, RateLimitLayer, Shedding,
 };
 pub use limiter::{Error, Limiter};
 pub use quota::{Algorithm, Mode, Quota, QuotaBuilder, QuotaError};

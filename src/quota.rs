@@ -136,6 +136,13 @@ pub enum QuotaError {
     /// A quota name that clients could not be sent: 1 to 64 printable ASCII
     /// characters are allowed.
     InvalidName(String),
+    /// An elastic concurrency quota's ceiling is below its limit.
+    CeilingBelowLimit {
+        /// The limit.
+        limit: u64,
+        /// The ceiling.
+        ceiling: u64,
+    },
 }
 
 impl fmt::Display for QuotaError {
@@ -159,6 +166,12 @@ impl fmt::Display for QuotaError {
             QuotaError::TooLarge => f.write_str(
                 "burst x period is too large to compute exactly; use a smaller burst or period",
             ),
+            QuotaError::CeilingBelowLimit { limit, ceiling } => {
+                write!(
+                    f,
+                    "the ceiling ({ceiling}) must be at least the limit ({limit})"
+                )
+            }
             QuotaError::InvalidName(n) => write!(
                 f,
                 "quota name {n:?} must be 1 to 64 printable ASCII characters"

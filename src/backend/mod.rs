@@ -6,6 +6,7 @@
 mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+mod slots;
 mod table;
 
 use std::fmt;
@@ -15,8 +16,10 @@ pub use memory::{MemoryBackend, MemoryBackendBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{
     CircuitBreaker, Lease, OnFailure, RedisBackend, RedisBackendBuilder, RedisConfigError,
-    RedisStats,
+    RedisSlots, RedisStats,
 };
+
+pub use slots::{Acquired, MemorySlots, Slot, SlotFuture, SlotStore};
 
 use crate::decision::Decision;
 use crate::quota_set::QuotaSet;

@@ -7,6 +7,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::held::Held;
+
 pin_project! {
     /// The body of a response from [`RateLimit`](super::RateLimit): the inner
     /// service's body untouched, or the small body of a response the layer
@@ -21,15 +23,17 @@ pin_project! {
 pin_project! {
     #[project = InnerProj]
     enum Inner<B> {
-        Service { #[pin] body: B },
+        Service { #[pin] body: B, held: Option<Box<Held>> },
         Own { body: Option<Bytes> },
     }
 }
 
 impl<B> ResponseBody<B> {
-    pub(crate) fn service(body: B) -> Self {
+    /// The inner service's body, holding `held` until it has been sent or
+    /// dropped.
+    pub(crate) fn service(body: B, held: Option<Box<Held>>) -> Self {
         ResponseBody {
-            inner: Inner::Service { body },
+            inner: Inner::Service { body, held },
         }
     }
 
@@ -51,21 +55,29 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().inner.project() {
-            InnerProj::Service { body } => body.poll_frame(cx),
+            InnerProj::Service { body, held } => {
+                let frame = body.poll_frame(cx);
+                // The body is over (ended or failed): give back what the
+                // request held now rather than when the connection drops it.
+                if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
+                    held.take();
+                }
+                frame
+            }
             InnerProj::Own { body } => Poll::Ready(body.take().map(|b| Ok(Frame::data(b)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.inner {
-            Inner::Service { body } => body.is_end_stream(),
+            Inner::Service { body, .. } => body.is_end_stream(),
             Inner::Own { body } => body.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
-            Inner::Service { body } => body.size_hint(),
+            Inner::Service { body, .. } => body.size_hint(),
             Inner::Own { body } => {
                 SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
             }

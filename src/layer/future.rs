@@ -11,6 +11,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::headers::{Headers, apply};
+use super::held::Held;
 use super::verdict::{Charge, Charging, Verdict, VerdictKind};
 
 /// A verdict on its way: the policy deciding, then any delay it asks for.
@@ -44,10 +45,10 @@ pin_project! {
     #[project = StateProj]
     enum State<S, ReqBody, F, R> {
         Deciding { verdict: Deciding<ReqBody>, inner: Option<S> },
-        Inner { #[pin] future: F, headers: Headers, charge: Option<Charge> },
+        Inner { #[pin] future: F, headers: Headers, charge: Option<Charge>, held: Option<Box<Held>> },
         // A response-aware limit being charged for the response it holds
         // (boxed: inline, it would make every response future larger).
-        Charging { charging: Charging, response: Option<Box<R>>, headers: Headers },
+        Charging { charging: Charging, response: Option<Box<R>>, headers: Headers, held: Option<Box<Held>> },
         Ready { response: Option<Response<Bytes>> },
     }
 }
@@ -56,12 +57,18 @@ impl<S, ReqBody> ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn inner(future: S::Future, headers: Headers, charge: Option<Charge>) -> Self {
+    pub(crate) fn inner(
+        future: S::Future,
+        headers: Headers,
+        charge: Option<Charge>,
+        held: Option<Box<Held>>,
+    ) -> Self {
         ResponseFuture {
             state: State::Inner {
                 future,
                 headers,
                 charge,
+                held,
             },
         }
     }
@@ -99,10 +106,13 @@ where
             match state.as_mut().project() {
                 StateProj::Deciding { verdict, inner } => {
                     let (verdict, request) = ready!(verdict.as_mut().poll(cx));
-                    let (headers, charge) = match verdict.0 {
+                    let (headers, charge, held) = match verdict.0 {
                         VerdictKind::Pass {
-                            headers, charge, ..
-                        } => (headers, charge),
+                            headers,
+                            charge,
+                            held,
+                            ..
+                        } => (headers, charge, held),
                         VerdictKind::Respond(response) => return Poll::Ready(Ok(own(response))),
                     };
                     let Some(mut service) = inner.take() else {
@@ -113,30 +123,36 @@ where
                         future,
                         headers,
                         charge,
+                        held,
                     });
                 }
                 StateProj::Inner {
                     future,
                     headers,
                     charge,
+                    held,
                 } => {
                     let mut response = ready!(future.poll(cx))?;
                     let headers = std::mem::take(headers);
                     if let Some(charging) = charge.take().and_then(|c| c(response.status())) {
+                        let held = held.take();
                         state.set(State::Charging {
                             charging,
                             response: Some(Box::new(response)),
                             headers,
+                            held,
                         });
                         continue;
                     }
                     apply(headers, response.headers_mut());
-                    return Poll::Ready(Ok(response.map(ResponseBody::service)));
+                    let held = held.take();
+                    return Poll::Ready(Ok(response.map(|body| ResponseBody::service(body, held))));
                 }
                 StateProj::Charging {
                     charging,
                     response,
                     headers,
+                    held,
                 } => {
                     let charged = ready!(charging.as_mut().poll(cx));
                     let Some(mut response) = response.take().map(|r| *r) else {
@@ -144,7 +160,8 @@ where
                     };
                     let headers = charged.unwrap_or_else(|| std::mem::take(headers));
                     apply(headers, response.headers_mut());
-                    return Poll::Ready(Ok(response.map(ResponseBody::service)));
+                    let held = held.take();
+                    return Poll::Ready(Ok(response.map(|body| ResponseBody::service(body, held))));
                 }
                 StateProj::Ready { response } => {
                     return Poll::Ready(Ok(response.take().map_or_else(internal_error, own)));

@@ -44,8 +44,8 @@ pub enum HeaderStyle {
 /// they are moved a few times per request.
 pub(crate) type Headers = SmallVec<[(HeaderName, HeaderValue); 2]>;
 
-static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+pub(crate) static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+pub(crate) static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
 static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
 static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
@@ -83,7 +83,7 @@ fn number(n: u64) -> HeaderValue {
 
 /// Appends `name` as an RFC 9651 string (quota names are printable ASCII,
 /// checked when the quota is built).
-fn sf_string(out: &mut impl Write, name: &str) {
+pub(crate) fn sf_string(out: &mut impl Write, name: &str) {
     let _ = out.write_char('"');
     if name.contains(['"', '\\']) {
         for c in name.chars() {

@@ -9,12 +9,15 @@ use http::Response;
 use http::request::Parts;
 use tower_layer::Layer;
 
+use super::concurrency::ConcurrencyQuota;
 use super::count_status::CountStatus;
 use super::headers::HeaderStyle;
+use super::load::{LoadSignal, MeasuredLoad};
 use super::partition_key::PartitionKey;
 use super::policy::{LimitPolicy, OnMissingKey, Policy};
 use super::respond::{OnBackendError, OnDelay, Rejection};
 use super::service::RateLimit;
+use super::shed::Shedding;
 use crate::backend::Backend;
 use crate::key::KeyExtractor;
 use crate::limiter::Limiter;
@@ -186,6 +189,41 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         respond: impl Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,
     ) -> Self {
         self.policy.respond.rejection = Some(Arc::new(respond));
+        self
+    }
+
+    /// Adds a concurrency quota: at most so many requests of one key under
+    /// way at once, beside the rate quotas (a request must pass both).
+    pub fn concurrency(mut self, quota: ConcurrencyQuota) -> Self {
+        self.policy.protect.concurrency = Some(quota);
+        self
+    }
+
+    /// Measures the wrapped service's load (requests in flight, latency)
+    /// and uses it as the load signal for [`shed`](Self::shed) and elastic
+    /// concurrency quotas. Give clones of one [`MeasuredLoad`] to several
+    /// layers to measure their services together.
+    pub fn measure_load(mut self, load: MeasuredLoad) -> Self {
+        self.policy.protect.measured = Some(load.clone());
+        self.policy.protect.signal = Some(Arc::new(load));
+        self
+    }
+
+    /// The load signal for [`shed`](Self::shed) and elastic concurrency
+    /// quotas, in place of the one [`measure_load`](Self::measure_load)
+    /// sets (which still measures, for other layers to read).
+    pub fn load_signal(mut self, signal: impl LoadSignal) -> Self {
+        self.policy.protect.signal = Some(Arc::new(signal));
+        self
+    }
+
+    /// Sheds load: while the load signal is high, answer 503 before looking
+    /// at keys or quotas, lowest priority first. Needs a load signal
+    /// ([`measure_load`](Self::measure_load) or
+    /// [`load_signal`](Self::load_signal)); without one the load is unknown
+    /// and every request is shed, as a check that cannot decide refuses.
+    pub fn shed(mut self, shedding: Shedding) -> Self {
+        self.policy.protect.shedding = Some(shedding);
         self
     }
 

@@ -12,35 +12,51 @@
 //! or a decision under way; the body is the inner service's or the layer's
 //! own, without constraining the inner body type.
 //!
+//! Beside rate quotas, a layer can protect the server itself: a
+//! [`ConcurrencyQuota`] (requests of one key at once, elastic while there is
+//! room), a [`LoadSignal`] ([`MeasuredLoad`] or the user's own), and
+//! [`Shedding`] (503 under overload, lowest [`Priority`] first).
+//!
 //! Files, each one job, in the order they depend on each other: `headers`,
-//! `partition_key`, `problem` and `grpc` (what clients are told), `verdict`,
-//! `respond` (decision to verdict), `policy` (request to decision), `body`,
-//! `future`, `service`, `layer` (the layer and its builder).
+//! `partition_key`, `problem` and `grpc` (what clients are told), `load`,
+//! `shed` and `concurrency` (protecting the server), `held` (what a request
+//! holds while served), `count_status`, `verdict`, `respond` (decision to
+//! verdict), `protect` (shedding and slots around a decision), `policy`
+//! (request to decision), `body`, `future`, `service`, `layer` (the layer
+//! and its builder).
 
 mod body;
+mod concurrency;
 mod count_status;
 mod future;
 mod grpc;
 mod headers;
+mod held;
 #[allow(clippy::module_inception)]
 mod layer;
+mod load;
 mod partition_key;
 mod policy;
 mod problem;
+mod protect;
 mod respond;
 mod service;
+mod shed;
 mod verdict;
 
 pub use body::ResponseBody;
+pub use concurrency::ConcurrencyQuota;
 pub use count_status::{CountStatus, CountStatusError};
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use load::{LoadSignal, MeasuredLoad};
 pub use partition_key::PartitionKey;
 pub use policy::{LimitPolicy, OnMissingKey, Policy};
 pub use problem::{QUOTA_EXCEEDED, problem_response};
 pub use respond::{OnBackendError, OnDelay, Rejection};
 pub use service::RateLimit;
+pub use shed::{Priority, Shedding, SheddingError, TEMPORARY_REDUCED_CAPACITY};
 pub use verdict::Verdict;
 
 #[cfg(feature = "rules")]

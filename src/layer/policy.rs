@@ -11,6 +11,7 @@ use http::request::Parts;
 use super::count_status::CountStatus;
 use super::headers::{Headers, policy_header};
 use super::problem::problem;
+use super::protect::{Admission, Protection};
 use super::respond::ResponsePolicy;
 use super::verdict::{Charge, Verdict};
 use crate::backend::{Backend, BackendError, BackendErrorKind};
@@ -225,6 +226,7 @@ pub struct LimitPolicy<B, K> {
     pub(crate) cost: Option<Arc<CostFn>>,
     /// Response-aware: charge only responses with these statuses.
     pub(crate) count_status: Option<CountStatus>,
+    pub(crate) protect: Protection,
 }
 
 impl<B, K> LimitPolicy<B, K> {
@@ -238,6 +240,7 @@ impl<B, K> LimitPolicy<B, K> {
             max_key_len: DEFAULT_MAX_KEY_LEN,
             cost: None,
             count_status: None,
+            protect: Protection::default(),
         }
     }
 
@@ -268,35 +271,60 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
         if !self.limit.limiter.backend().decides_now() || self.count_status.is_some() {
             return None;
         }
+        if let Some(shed) = self.protect.shed(parts) {
+            return Some(shed);
+        }
         let key = self.key.extract(parts).into_ready().ok()?;
         let key = match admit_key(key, self.max_key_len, self.on_missing_key) {
             KeyOutcome::Limit(key) => key,
-            KeyOutcome::Settled(verdict) => return Some(verdict),
+            KeyOutcome::Settled(verdict) => {
+                return Some(self.protect.finish(Admission::default(), verdict));
+            }
         };
+        let admission = match self.protect.acquire_now(&key, &self.respond)? {
+            Ok(admission) => admission,
+            Err(refused) => return Some(refused),
+        };
+        // Returning `None` here drops the slot just taken: nothing changed.
         let outcome = self
             .limit
             .limiter
             .check_now(key.as_str(), self.cost(parts))?;
-        Some(self.limit.judge(&self.respond, &key, outcome))
+        let verdict = self.limit.judge(&self.respond, &key, outcome);
+        Some(self.protect.finish(admission, verdict))
     }
 
     async fn decide(&self, parts: &Parts) -> Verdict {
+        if let Some(shed) = self.protect.shed(parts) {
+            return shed;
+        }
         let key = self.key.extract(parts).await;
         let key = match admit_key(key, self.max_key_len, self.on_missing_key) {
             KeyOutcome::Limit(key) => key,
-            KeyOutcome::Settled(verdict) => return verdict,
+            KeyOutcome::Settled(verdict) => {
+                return self.protect.finish(Admission::default(), verdict);
+            }
+        };
+        let admission = match self
+            .protect
+            .acquire(&key, &self.respond, self.timeout)
+            .await
+        {
+            Ok(admission) => admission,
+            Err(refused) => return refused,
         };
         let cost = self.cost(parts);
         let Some(counts) = &self.count_status else {
             let outcome = check_within(&self.limit.limiter, &key, cost, self.timeout).await;
-            return self.limit.judge(&self.respond, &key, outcome);
+            let verdict = self.limit.judge(&self.respond, &key, outcome);
+            return self.protect.finish(admission, verdict);
         };
         // Refused now if the counted limit is already reached; charged after
         // the response only if its status counts.
         let outcome = look_within(&self.limit.limiter, &key, cost, self.timeout).await;
         let verdict = self.limit.judge(&self.respond, &key, outcome);
         let charge = Arc::clone(&self.limit).charge(&self.respond, counts, key, cost, self.timeout);
-        verdict.charging(charge)
+        self.protect.finish(admission, verdict.charging(charge))
     }
 }
 

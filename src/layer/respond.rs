@@ -153,7 +153,7 @@ impl ResponsePolicy {
         )
     }
 
-    fn failed(&self, key: &Key, error: &Error) -> Verdict {
+    pub(crate) fn failed(&self, key: &Key, error: &Error) -> Verdict {
         match error {
             Error::CostTooHigh { .. } => {
                 tracing::error!(key = %key, %error, "rate-limit cost misconfigured")

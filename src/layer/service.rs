@@ -93,7 +93,10 @@ where
                 headers,
                 delay,
                 charge,
-            } if delay.is_zero() => ResponseFuture::inner(inner.call(request), headers, charge),
+                held,
+            } if delay.is_zero() => {
+                ResponseFuture::inner(inner.call(request), headers, charge, held)
+            }
             VerdictKind::Respond(response) => ResponseFuture::respond(response),
             pass_later => {
                 ResponseFuture::deciding(inner, after_delay(Verdict(pass_later), request))

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 
 use super::headers::Headers;
+use super::held::Held;
 
 /// What becomes of a request: pass it on (maybe after a delay, adding
 /// headers), or answer it. Made by a [`Policy`](super::Policy); opaque, as
@@ -21,6 +22,9 @@ pub(crate) enum VerdictKind {
         delay: Duration,
         /// A response-aware limit to charge once the response is known.
         charge: Option<Charge>,
+        /// Given back when the response is over; boxed, as most requests
+        /// hold nothing.
+        held: Option<Box<Held>>,
     },
     Respond(Response<Bytes>),
 }
@@ -54,6 +58,7 @@ impl Verdict {
             headers,
             delay,
             charge: None,
+            held: None,
         })
     }
 
@@ -87,20 +92,32 @@ impl Verdict {
                     headers,
                     delay,
                     charge,
+                    held,
                 },
                 VerdictKind::Pass {
                     headers: more,
                     delay: later,
                     charge: also,
+                    held: more_held,
                 },
             ) => {
                 let mut headers = headers;
                 headers.extend(more);
-                let verdict = Verdict::pass_after(headers, delay.max(later));
-                match charge.into_iter().chain(also).reduce(both) {
-                    Some(charge) => verdict.charging(charge),
-                    None => verdict,
-                }
+                let held = match (held, more_held) {
+                    (Some(mut held), Some(more)) => {
+                        let more = *more;
+                        held.slots.extend(more.slots);
+                        held.in_flight = held.in_flight.or(more.in_flight);
+                        Some(held)
+                    }
+                    (held, more) => held.or(more),
+                };
+                Verdict(VerdictKind::Pass {
+                    headers,
+                    delay: delay.max(later),
+                    charge: charge.into_iter().chain(also).reduce(both),
+                    held,
+                })
             }
         }
     }

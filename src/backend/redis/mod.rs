@@ -2,6 +2,7 @@
 
 mod breaker;
 mod cache;
+mod concurrency;
 mod lease;
 mod script;
 
@@ -16,6 +17,7 @@ use deadpool_redis::redis::{self, Cmd, ErrorKind, RedisError, ServerErrorKind};
 use deadpool_redis::{PoolError, Runtime};
 
 pub use breaker::CircuitBreaker;
+pub use concurrency::RedisSlots;
 pub use lease::Lease;
 
 use super::{Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend};

@@ -1,0 +1,559 @@
+//! Protecting the server (issue 14) through a real axum server on a TCP
+//! port: concurrency quotas, elastic quotas and load shedding, with handlers
+//! that block on a gate so the number of requests under way is known.
+
+#[cfg(feature = "redis")]
+#[path = "support/redis.rs"]
+mod redis_support;
+mod support;
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use bytes::Bytes;
+use http::StatusCode;
+use http_body::Frame;
+use support::{HttpClient, Reply, client, get as fetch};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Semaphore;
+use tollgate::key::HeaderKey;
+use tollgate::layer::RateLimitLayerBuilder;
+use tollgate::layer::{ConcurrencyQuota, MeasuredLoad, Priority, Shedding};
+use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
+
+/// How long anything in these tests may wait.
+const BOUND: Duration = Duration::from_secs(5);
+
+/// Handlers that block until let through, counting who is inside.
+#[derive(Clone)]
+struct Gate {
+    permits: Arc<Semaphore>,
+    inside: Arc<AtomicUsize>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            permits: Arc::new(Semaphore::new(0)),
+            inside: Arc::default(),
+        }
+    }
+}
+
+impl Gate {
+    async fn wait(&self) -> &'static str {
+        self.inside.fetch_add(1, Ordering::SeqCst);
+        // Bounded: a test that forgets to open the gate fails, not hangs.
+        let permit = tokio::time::timeout(BOUND, self.permits.acquire()).await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        if let Ok(Ok(permit)) = permit {
+            permit.forget();
+        }
+        "done"
+    }
+
+    fn open(&self, n: usize) {
+        self.permits.add_permits(n);
+    }
+
+    /// Waits until `n` handlers are inside.
+    async fn until_inside(&self, n: usize) {
+        let start = Instant::now();
+        while self.inside.load(Ordering::SeqCst) != n {
+            assert!(
+                start.elapsed() < BOUND,
+                "{} inside, not {n}",
+                self.inside.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+fn builder() -> RateLimitLayerBuilder<MemoryBackend, HeaderKey> {
+    let quota = Quota::gcra(10_000, Duration::from_secs(1)).build().unwrap();
+    RateLimitLayer::builder(
+        Limiter::new(MemoryBackend::new(), quota),
+        HeaderKey::new(http::HeaderName::from_static("x-key")),
+    )
+}
+
+async fn server(gate: &Gate, layer: RateLimitLayer<impl tollgate::layer::Policy>) -> SocketAddr {
+    let g = gate.clone();
+    let app = Router::new()
+        .route("/", get(|| async { "quick" }))
+        .route(
+            "/held",
+            get(move || {
+                let g = g.clone();
+                async move { g.wait().await }
+            }),
+        )
+        .route(
+            "/{priority}/held",
+            get({
+                let g = gate.clone();
+                move || {
+                    let g = g.clone();
+                    async move { g.wait().await }
+                }
+            }),
+        )
+        .route(
+            "/panic",
+            get(|| async {
+                if true {
+                    panic!("handler panic (expected by the test)");
+                }
+                "unreachable"
+            }),
+        )
+        .route("/stream", get(|| async { Body::new(Drip::default()) }))
+        .layer(layer);
+    support::serve(app).await
+}
+
+/// Starts a request in the background.
+fn start(
+    c: &HttpClient,
+    addr: SocketAddr,
+    path: &str,
+    key: &str,
+) -> tokio::task::JoinHandle<Reply> {
+    let (c, path, key) = (c.clone(), path.to_owned(), key.to_owned());
+    tokio::spawn(async move { fetch(&c, addr, &path, &[("x-key", key.as_bytes())]).await })
+}
+
+async fn send(c: &HttpClient, addr: SocketAddr, path: &str, key: &str) -> Reply {
+    fetch(c, addr, path, &[("x-key", key.as_bytes())]).await
+}
+
+/// Starts a request that the handler holds, and waits until it is inside.
+async fn hold(
+    c: &HttpClient,
+    addr: SocketAddr,
+    gate: &Gate,
+    path: &str,
+    key: &str,
+) -> tokio::task::JoinHandle<Reply> {
+    let inside = gate.inside.load(Ordering::SeqCst);
+    let task = start(c, addr, path, key);
+    gate.until_inside(inside + 1).await;
+    task
+}
+
+async fn finish(tasks: Vec<tokio::task::JoinHandle<Reply>>) -> Vec<StatusCode> {
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(
+            tokio::time::timeout(BOUND, t)
+                .await
+                .unwrap()
+                .unwrap()
+                .status,
+        );
+    }
+    statuses
+}
+
+/// Waits (bounded) until a request of `key` passes again: its slot is back.
+async fn until_ok(c: &HttpClient, addr: SocketAddr, key: &str) {
+    let start = Instant::now();
+    loop {
+        let r = send(c, addr, "/", key).await;
+        if r.status == StatusCode::OK {
+            return;
+        }
+        assert!(
+            start.elapsed() < BOUND,
+            "slot never given back: {}",
+            r.status
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn assert_concurrency_refusal(r: &Reply, name: &str) {
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.body);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let policy = r.list("ratelimit-policy");
+    let p = policy
+        .iter()
+        .find(|m| m.name() == name)
+        .expect("the concurrency policy");
+    let param = |k: &str| {
+        p.params
+            .iter()
+            .find(|(name, _)| name == k)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(
+        param("qu"),
+        Some(support::Value::String("concurrent-requests".into()))
+    );
+    assert_eq!(param("w"), None, "no window for a concurrency quota");
+    assert_eq!(r.json()["type"], tollgate::layer::QUOTA_EXCEEDED);
+    assert_eq!(r.json()["violated-policies"][0], name);
+}
+
+#[tokio::test]
+async fn exactly_n_requests_per_key_are_under_way_and_slots_free_on_completion() {
+    let gate = Gate::default();
+    let layer = builder()
+        .concurrency(ConcurrencyQuota::new(2).unwrap())
+        .build();
+    let addr = server(&gate, layer).await;
+    let c = client();
+
+    let a1 = hold(&c, addr, &gate, "/held", "a").await;
+    let a2 = hold(&c, addr, &gate, "/held", "a").await;
+    for _ in 0..3 {
+        assert_concurrency_refusal(&send(&c, addr, "/held", "a").await, "concurrent");
+    }
+    // Another key has its own slots.
+    let b1 = hold(&c, addr, &gate, "/held", "b").await;
+    assert_eq!(gate.inside.load(Ordering::SeqCst), 3);
+
+    gate.open(3);
+    assert_eq!(finish(vec![a1, a2, b1]).await, [StatusCode::OK; 3]);
+    // Both of a's slots are back: two more pass, showing one left, then none.
+    let r = send(&c, addr, "/", "a").await;
+    assert_eq!(r.status, StatusCode::OK);
+    let state = r.list("ratelimit");
+    let s = state.iter().find(|m| m.name() == "concurrent").unwrap();
+    assert_eq!(s.int("r"), 1, "one slot taken by this request, one free");
+    let a3 = hold(&c, addr, &gate, "/held", "a").await;
+    let a4 = hold(&c, addr, &gate, "/held", "a").await;
+    assert_concurrency_refusal(&send(&c, addr, "/", "a").await, "concurrent");
+    gate.open(2);
+    assert_eq!(finish(vec![a3, a4]).await, [StatusCode::OK; 2]);
+}
+
+#[tokio::test]
+async fn a_request_refused_by_a_rate_quota_gives_its_slot_back() {
+    let gate = Gate::default();
+    let quota = Quota::fixed_window(1, Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::builder(
+        Limiter::new(MemoryBackend::new(), quota),
+        HeaderKey::new(http::HeaderName::from_static("x-key")),
+    )
+    .concurrency(ConcurrencyQuota::new(1).unwrap())
+    .build();
+    let addr = server(&gate, layer).await;
+    let c = client();
+    assert_eq!(send(&c, addr, "/", "a").await.status, StatusCode::OK);
+    for _ in 0..3 {
+        let r = send(&c, addr, "/", "a").await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        // Refused by the rate quota, not the concurrency one: no slot kept.
+        assert_ne!(r.json()["violated-policies"][0], "concurrent", "{}", r.body);
+    }
+}
+
+/// A body sending a chunk every 10 ms (for at most 5 s), noting its drop.
+#[derive(Default)]
+struct Drip {
+    sent: usize,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+static DRIP_DROPPED: AtomicBool = AtomicBool::new(false);
+
+impl Drop for Drip {
+    fn drop(&mut self) {
+        DRIP_DROPPED.store(true, Ordering::SeqCst);
+    }
+}
+
+impl http_body::Body for Drip {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if self.sent >= 500 {
+            return Poll::Ready(None);
+        }
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_millis(10))));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.timer = None;
+        self.sent += 1;
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"chunk\n")))))
+    }
+}
+
+#[tokio::test]
+async fn a_client_leaving_mid_body_gives_its_slot_back() {
+    let gate = Gate::default();
+    let layer = builder()
+        .concurrency(ConcurrencyQuota::new(1).unwrap())
+        .build();
+    let addr = server(&gate, layer).await;
+    let c = client();
+
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"GET /stream HTTP/1.1\r\nhost: test\r\nx-key: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&seen).contains("chunk") {
+        let n = tokio::time::timeout(BOUND, conn.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "the server closed before the body");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // Mid-body, the slot is held.
+    assert_concurrency_refusal(&send(&c, addr, "/", "a").await, "concurrent");
+    drop(conn);
+    until_ok(&c, addr, "a").await;
+    assert!(
+        DRIP_DROPPED.load(Ordering::SeqCst),
+        "the body was dropped, not finished"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_handler_gives_its_slot_back() {
+    let gate = Gate::default();
+    let layer = builder()
+        .concurrency(ConcurrencyQuota::new(1).unwrap())
+        .build();
+    let addr = server(&gate, layer).await;
+    let c = client();
+    for _ in 0..3 {
+        let sent = c
+            .request(
+                http::Request::get(format!("http://{addr}/panic"))
+                    .header("x-key", "a")
+                    .body(http_body_util::Empty::new())
+                    .unwrap(),
+            )
+            .await;
+        assert!(sent.is_err(), "the connection dies with the handler");
+        until_ok(&c, addr, "a").await;
+    }
+}
+
+#[tokio::test]
+async fn an_elastic_quota_admits_over_its_limit_while_idle_and_not_while_saturated() {
+    let gate = Gate::default();
+    let load = MeasuredLoad::new(4, Duration::from_secs(60));
+    let quota = ConcurrencyQuota::new(1).unwrap().elastic(2).unwrap();
+    let layer = builder()
+        .concurrency(quota)
+        .measure_load(load.clone())
+        .build();
+    let addr = server(&gate, layer).await;
+    let c = client();
+
+    // Idle: a second request of one key passes its limit of 1, up to 2.
+    let a1 = hold(&c, addr, &gate, "/held", "a").await;
+    let a2 = hold(&c, addr, &gate, "/held", "a").await;
+    let r = send(&c, addr, "/", "a").await;
+    assert_concurrency_refusal(&r, "concurrent");
+    let policy = r.list("ratelimit-policy");
+    let p = policy.iter().find(|m| m.name() == "concurrent").unwrap();
+    assert_eq!(p.int("q"), 1, "the headers show the limit, not the ceiling");
+    gate.open(2);
+    assert_eq!(finish(vec![a1, a2]).await, [StatusCode::OK; 2]);
+
+    // Saturated (4 of 4 in flight): back to the limit.
+    let mut held = Vec::new();
+    for key in ["b", "c", "d"] {
+        held.push(hold(&c, addr, &gate, "/held", key).await);
+    }
+    held.push(hold(&c, addr, &gate, "/held", "a").await);
+    assert_eq!(load.in_flight(), 4);
+    assert_concurrency_refusal(&send(&c, addr, "/held", "a").await, "concurrent");
+    gate.open(4);
+    assert_eq!(finish(held).await, [StatusCode::OK; 4]);
+    assert_eq!(load.in_flight(), 0);
+}
+
+#[tokio::test]
+async fn under_overload_lower_priorities_are_shed_first_and_critical_is_served() {
+    let gate = Gate::default();
+    let load = MeasuredLoad::new(10, Duration::from_secs(60));
+    let shedding = Shedding::new().priority(|parts| match parts.uri.path() {
+        p if p.starts_with("/critical") => Priority::Critical,
+        p if p.starts_with("/background") => Priority::Background,
+        _ => Priority::Normal,
+    });
+    let layer = builder().measure_load(load.clone()).shed(shedding).build();
+    let addr = server(&gate, layer).await;
+    let c = client();
+    let shed = |r: &Reply| {
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+        assert_eq!(r.header("retry-after"), Some("1"));
+        assert_eq!(
+            r.json()["type"],
+            tollgate::layer::TEMPORARY_REDUCED_CAPACITY
+        );
+    };
+
+    let mut held = Vec::new();
+    for i in 0..6 {
+        held.push(hold(&c, addr, &gate, "/background/held", &format!("k{i}")).await);
+    }
+    // 6 of 10 in flight: background is shed, the rest served.
+    shed(&send(&c, addr, "/background/held", "x").await);
+    for i in 6..8 {
+        held.push(hold(&c, addr, &gate, "/normal/held", &format!("k{i}")).await);
+    }
+    // 8 of 10: normal is shed too; the reserved 20% is for critical.
+    shed(&send(&c, addr, "/normal/held", "x").await);
+    shed(&send(&c, addr, "/background/held", "x").await);
+    for i in 8..10 {
+        held.push(hold(&c, addr, &gate, "/critical/held", &format!("k{i}")).await);
+    }
+    // Full: even critical waits.
+    shed(&send(&c, addr, "/critical/held", "x").await);
+    assert_eq!(load.in_flight(), 10);
+
+    gate.open(10);
+    assert_eq!(finish(held).await, [StatusCode::OK; 10]);
+    // Load gone: every priority is served again.
+    for path in ["/background/held", "/normal/held", "/critical/held"] {
+        gate.open(1);
+        assert_eq!(send(&c, addr, path, "x").await.status, StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn shedding_without_a_load_signal_refuses() {
+    let gate = Gate::default();
+    let layer = builder().shed(Shedding::new()).build();
+    let addr = server(&gate, layer).await;
+    let r = send(&client(), addr, "/", "a").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+/// Concurrency slots shared through a real Redis.
+#[cfg(feature = "redis")]
+mod redis {
+    use super::*;
+    use crate::redis_support::RedisServer;
+    use tollgate::backend::{Acquired, RedisSlots, Slot, SlotStore};
+
+    async fn take(slots: &RedisSlots, key: &str, limit: u64) -> Acquired {
+        slots.acquire(key, limit).await.unwrap()
+    }
+
+    fn granted(a: Acquired) -> Slot {
+        match a {
+            Acquired::Granted { slot, .. } => slot,
+            Acquired::Full { in_use } => panic!("full at {in_use}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn two_servers_share_one_limit_through_the_layer() {
+        let redis = RedisServer::start();
+        let gate = Gate::default();
+        let mut addrs = Vec::new();
+        for _ in 0..2 {
+            // Generous timeouts: a slow first connection on a busy machine
+            // must not let a request through unlimited.
+            let slots = RedisSlots::from_url(&redis.url(), "t:")
+                .unwrap()
+                .timeout(BOUND);
+            let quota = ConcurrencyQuota::new(2).unwrap().store(slots);
+            let layer = builder()
+                .concurrency(quota)
+                .timeout(BOUND)
+                .on_backend_error(tollgate::OnBackendError::Reject)
+                .build();
+            addrs.push(server(&gate, layer).await);
+        }
+        let c = client();
+        let a1 = hold(&c, addrs[0], &gate, "/held", "a").await;
+        let a2 = hold(&c, addrs[1], &gate, "/held", "a").await;
+        for &addr in &addrs {
+            assert_concurrency_refusal(&send(&c, addr, "/", "a").await, "concurrent");
+        }
+        assert_eq!(send(&c, addrs[0], "/", "b").await.status, StatusCode::OK);
+        gate.open(2);
+        assert_eq!(finish(vec![a1, a2]).await, [StatusCode::OK; 2]);
+        // Given back by a task after the response: bounded wait.
+        until_ok(&c, addrs[1], "a").await;
+    }
+
+    #[tokio::test]
+    async fn a_dead_servers_slots_come_free_within_their_lifetime() {
+        let redis = RedisServer::start();
+        let lifetime = Duration::from_millis(300);
+        let url = redis.url();
+        // The server that dies: its own runtime, shut down with its slots
+        // still held, so nothing gives them back or refreshes them.
+        let taken = Instant::now();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let slots = RedisSlots::from_url(&url, "t:")
+                    .unwrap()
+                    .lifetime(lifetime)
+                    .timeout(BOUND);
+                for _ in 0..2 {
+                    std::mem::forget(granted(take(&slots, "k", 2).await));
+                }
+            });
+            drop(rt);
+        })
+        .join()
+        .unwrap();
+
+        let survivor = RedisSlots::from_url(&redis.url(), "t:")
+            .unwrap()
+            .lifetime(lifetime);
+        assert!(matches!(
+            take(&survivor, "k", 2).await,
+            Acquired::Full { in_use: 2 }
+        ));
+        // A live holder keeps its slot past the lifetime by refreshing it.
+        let kept = granted(take(&survivor, "live", 1).await);
+        let slot = loop {
+            match take(&survivor, "k", 2).await {
+                Acquired::Granted { slot, .. } => break slot,
+                Acquired::Full { .. } => {
+                    assert!(taken.elapsed() < lifetime * 3, "never freed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        let freed = taken.elapsed();
+        assert!(
+            freed >= lifetime - Duration::from_millis(50),
+            "freed early: {freed:?}"
+        );
+        tokio::time::sleep(lifetime).await;
+        assert!(
+            matches!(
+                take(&survivor, "live", 1).await,
+                Acquired::Full { in_use: 1 }
+            ),
+            "a refreshed slot outlives its lifetime"
+        );
+        drop((kept, slot));
+    }
+}
