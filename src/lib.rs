@@ -55,6 +55,7 @@ mod decision;
 pub mod key;
 pub mod layer;
 mod limiter;
+mod metrics;
 mod quota;
 mod quota_set;
 #[cfg(feature = "rules")]

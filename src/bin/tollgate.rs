@@ -3,6 +3,7 @@
 //! ```text
 //! tollgate serve --config rules.yaml [--listen 127.0.0.1:8080] [--upstream http://127.0.0.1:9000]
 //!                [--redis redis://127.0.0.1:6379] [--log-level info]
+//!                [--metrics-listen 127.0.0.1:9090]
 //! tollgate check --config rules.yaml
 //! ```
 
@@ -23,11 +24,17 @@ use hyper_util::rt::TokioExecutor;
 use tollgate::RateLimitLayer;
 use tollgate::rules::Rules;
 
+#[path = "tollgate/intermediary.rs"]
+mod intermediary;
+#[path = "tollgate/metrics.rs"]
+mod metrics;
+
 const USAGE: &str = "\
 tollgate: rate-limit any HTTP service with rules kept in a file
 
 usage:
   tollgate serve --config FILE [--listen ADDR] [--upstream URL] [--redis URL] [--log-level LEVEL]
+                 [--metrics-listen ADDR]
   tollgate check --config FILE
 
 serve   runs a rate-limiting reverse proxy in front of --upstream (or, without
@@ -41,6 +48,9 @@ options:
   --upstream URL      the service to forward admitted requests to (http://host:port)
   --redis URL         use Redis at URL as the backend, whatever the file says
   --log-level LEVEL   error, warn, info (default), debug or trace; RUST_LOG overrides
+  --metrics-listen ADDR
+                      serve Prometheus metrics at http://ADDR/metrics (a listener
+                      of its own; off by default)
 ";
 
 struct Args {
@@ -50,6 +60,7 @@ struct Args {
     upstream: Option<Uri>,
     redis: Option<String>,
     log_level: String,
+    metrics_listen: Option<SocketAddr>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -63,6 +74,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut config = None;
     let mut listen: SocketAddr = ([127, 0, 0, 1], 8080).into();
     let (mut upstream, mut redis, mut log_level) = (None, None, "info".to_owned());
+    let mut metrics_listen = None;
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
@@ -85,6 +97,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--redis" => redis = Some(value()?),
             "--log-level" => log_level = value()?,
+            "--metrics-listen" => {
+                let v = value()?;
+                let addr = v.parse().map_err(|_| {
+                    format!("--metrics-listen {v:?} is not an address like 127.0.0.1:9090")
+                })?;
+                metrics_listen = Some(addr);
+            }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown option {other:?}")),
         }
@@ -97,6 +116,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         upstream,
         redis,
         log_level,
+        metrics_listen,
     })
 }
 
@@ -119,6 +139,17 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
+    // Before the rules: their limiters register metrics when built.
+    let metrics = match args.metrics_listen.filter(|_| args.command == "serve") {
+        Some(addr) => match metrics::install() {
+            Ok(handle) => Some((addr, handle)),
+            Err(e) => {
+                eprintln!("tollgate: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let rules = match &args.redis {
         Some(url) => Rules::load_with_redis(&args.config, url),
         None => Rules::load(&args.config),
@@ -142,7 +173,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args, rules)) {
+    match runtime.block_on(serve(args, rules, metrics)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tollgate: {e}");
@@ -157,7 +188,14 @@ struct Upstream {
     client: Client<HttpConnector, Body>,
 }
 
-async fn serve(args: Args, rules: Rules) -> std::io::Result<()> {
+async fn serve(
+    args: Args,
+    rules: Rules,
+    metrics: Option<(SocketAddr, metrics_exporter_prometheus::PrometheusHandle)>,
+) -> std::io::Result<()> {
+    if let Some((addr, handle)) = metrics {
+        metrics::serve(addr, handle).await?;
+    }
     let _watcher = rules.watch(Duration::from_millis(250));
     let layer = RateLimitLayer::from_policy(rules);
     let app = match args.upstream {

@@ -74,4 +74,12 @@ impl Backend for AnyBackend {
             AnyBackend::Redis(r) => r.decides_now(),
         }
     }
+
+    fn name(&self) -> &'static str {
+        match self {
+            AnyBackend::Memory(m) => m.name(),
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.name(),
+        }
+    }
 }

@@ -19,6 +19,7 @@ pub use breaker::CircuitBreaker;
 use super::{Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend};
 use crate::clock::{Clock, micros};
 use crate::decision::Decision;
+use crate::metrics::RedisMetrics;
 use crate::quota_set::{QuotaSet, QuotaVerdict};
 use breaker::{Breaker, Permit, ProbeGuard, Transition};
 use cache::DenialCache;
@@ -105,6 +106,7 @@ struct Inner {
     /// The zero of the local clock the denial cache runs on.
     started: Instant,
     counters: Counters,
+    metrics: RedisMetrics,
 }
 
 /// What to do when Redis cannot decide (timeout, connection failure, open
@@ -324,6 +326,7 @@ impl RedisBackend {
         if let Some(cache) = cache {
             if let Some(decision) = cache.get(set, request.key, request.cost, inner.local_now()) {
                 bump(&inner.counters.cache_hits);
+                inner.metrics.cache_hit();
                 return Ok(decision);
             }
         }
@@ -347,6 +350,7 @@ impl RedisBackend {
             armed: probe,
         };
         bump(&inner.counters.calls);
+        inner.metrics.call();
         let result = match tokio::time::timeout(inner.timeout, self.call(request)).await {
             Ok(result) => result,
             Err(_) => {
@@ -365,6 +369,7 @@ impl RedisBackend {
         match result {
             Ok(verdicts) => {
                 if inner.breaker.success(probe) == Transition::Closed {
+                    inner.metrics.circuit(false);
                     tracing::info!("tollgate: Redis answers again; circuit breaker closed");
                 }
                 let decision = quotas.decision_from(&verdicts);
@@ -378,11 +383,13 @@ impl RedisBackend {
             }
             Err(e) => {
                 let failures = bump(&inner.counters.failures);
+                inner.metrics.failure();
                 let transition = match e.kind() {
                     // Redis answered: it is up, whatever it said.
                     BackendErrorKind::Protocol => inner.breaker.success(probe),
                     _ => inner.breaker.failure(probe),
                 };
+                inner.metrics.circuit(inner.breaker.is_open());
                 let consecutive = inner.breaker.consecutive_failures();
                 tracing::warn!(
                     kind = ?e.kind(),
@@ -554,6 +561,10 @@ impl Backend for RedisBackend {
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
         self.decide(request)
     }
+
+    fn name(&self) -> &'static str {
+        "redis"
+    }
 }
 
 impl fmt::Debug for RedisBackend {
@@ -703,6 +714,7 @@ impl RedisBackendBuilder {
                 clock: self.clock,
                 started: Instant::now(),
                 counters: Counters::default(),
+                metrics: RedisMetrics::new(),
             }),
         })
     }
