@@ -102,6 +102,12 @@ impl<B> Limiter<B> {
     pub fn backend(&self) -> &B {
         &self.backend
     }
+
+    /// Its metrics handles, for a caller that gives up on a check (a
+    /// timeout) to count the failure the check could not.
+    pub(crate) fn metrics(&self) -> &DecisionMetrics {
+        &self.metrics
+    }
 }
 
 impl<B: Backend> Limiter<B> {

@@ -108,13 +108,17 @@ pub(crate) async fn check_within<B: Backend>(
     if let Some(outcome) = limiter.check_now(key.as_str(), cost) {
         return outcome;
     }
+    let started = std::time::Instant::now();
     tokio::time::timeout(timeout, limiter.check(key.as_str(), cost))
         .await
         .unwrap_or_else(|_| {
-            Err(Error::Backend(BackendError::new(
+            let outcome = Err(Error::Backend(BackendError::new(
                 BackendErrorKind::Timeout,
                 format!("no answer within {timeout:?}"),
-            )))
+            )));
+            // The check was dropped before it could count itself.
+            limiter.metrics().decided(&outcome, started);
+            outcome
         })
 }
 
