@@ -283,6 +283,7 @@ const HOP_BY_HOP: [&str; 8] = [
 
 async fn proxy(State(up): State<Upstream>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
+    intermediary::forward_request(&mut parts);
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut target = up.base.clone().into_parts();
     target.path_and_query = match path_and_query.parse() {
@@ -320,6 +321,7 @@ async fn proxy(State(up): State<Upstream>, request: Request) -> Response {
     match up.client.request(upstream_request).await {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
+            intermediary::strip_connection_fields(&mut parts.headers);
             for name in HOP_BY_HOP {
                 parts.headers.remove(name);
             }
