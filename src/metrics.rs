@@ -24,12 +24,16 @@ pub(crate) const DECISION_SECONDS: &str = "tollgate_decision_duration_seconds";
 /// States held by in-memory backends.
 pub(crate) const MEMORY_STATES: &str = "tollgate_memory_states";
 /// Redis round trips attempted.
+#[cfg(feature = "redis")]
 pub(crate) const REDIS_CALLS: &str = "tollgate_redis_calls_total";
 /// Redis calls that failed, timeouts included.
+#[cfg(feature = "redis")]
 pub(crate) const REDIS_FAILURES: &str = "tollgate_redis_failures_total";
 /// Checks answered from the Redis backend's denial cache.
+#[cfg(feature = "redis")]
 pub(crate) const REDIS_CACHE_HITS: &str = "tollgate_redis_cache_hits_total";
 /// 1 while the Redis circuit breaker is open, else 0.
+#[cfg(feature = "redis")]
 pub(crate) const REDIS_CIRCUIT_OPEN: &str = "tollgate_redis_circuit_open";
 
 /// One limiter's handles: its decisions by outcome, and its backend's
