@@ -6,7 +6,7 @@
 # recorder installed.
 #
 #   scripts/callgrind-layer.sh            # N=2000
-#   N=5000 scripts/callgrind-layer.sh
+#   N=10000 scripts/callgrind-layer.sh   # what BENCHMARKS.md reports
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || {
