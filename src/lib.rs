@@ -56,6 +56,7 @@ pub mod key;
 pub mod layer;
 mod limiter;
 mod log_limit;
+mod metrics;
 mod quota;
 mod quota_set;
 #[cfg(feature = "rules")]

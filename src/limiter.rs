@@ -2,9 +2,11 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::backend::{Backend, BackendError, CheckRequest};
 use crate::decision::Decision;
+use crate::metrics::DecisionMetrics;
 use crate::quota_set::QuotaSet;
 
 /// A set of quotas bound to a backend. Cheap to clone (the quotas are shared;
@@ -32,6 +34,7 @@ use crate::quota_set::QuotaSet;
 pub struct Limiter<B> {
     quotas: Arc<QuotaSet>,
     backend: B,
+    metrics: Arc<DecisionMetrics>,
 }
 
 impl<B: Clone> Clone for Limiter<B> {
@@ -39,6 +42,7 @@ impl<B: Clone> Clone for Limiter<B> {
         Limiter {
             quotas: Arc::clone(&self.quotas),
             backend: self.backend.clone(),
+            metrics: Arc::clone(&self.metrics),
         }
     }
 }
@@ -98,21 +102,36 @@ impl<B> Limiter<B> {
     pub fn backend(&self) -> &B {
         &self.backend
     }
+
+    /// Its metrics handles, for a caller that gives up on a check (a
+    /// timeout) to count the failure the check could not.
+    pub(crate) fn metrics(&self) -> &DecisionMetrics {
+        &self.metrics
+    }
 }
 
 impl<B: Backend> Limiter<B> {
     /// A limiter of `quotas` (one [`Quota`](crate::Quota) or a [`QuotaSet`])
     /// on `backend`.
+    ///
+    /// Its metrics (see the README) are registered now, with the recorder
+    /// installed at this moment.
     pub fn new(backend: B, quotas: impl Into<QuotaSet>) -> Self {
+        let quotas = quotas.into();
+        let metrics = DecisionMetrics::new(quotas.name(), backend.name());
         Limiter {
-            quotas: Arc::new(quotas.into()),
+            quotas: Arc::new(quotas),
             backend,
+            metrics: Arc::new(metrics),
         }
     }
 
     /// Spends `cost` from `key`'s quotas if they all admit it.
     pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        self.decide(key, cost, true).await
+        let started = Instant::now();
+        let outcome = self.decide(key, cost, true).await;
+        self.metrics.decided(&outcome, started);
+        outcome
     }
 
     /// Whether `cost` would pass now, spending nothing.
@@ -123,10 +142,13 @@ impl<B: Backend> Limiter<B> {
     /// [`check`](Limiter::check) without waiting, when the backend can
     /// decide synchronously (see [`Backend::check_now`]); `None` otherwise.
     pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision, Error>> {
-        match self.request(key, cost, true) {
-            Ok(request) => Some(self.backend.check_now(request)?.map_err(Error::Backend)),
-            Err(e) => Some(Err(e)),
-        }
+        let started = Instant::now();
+        let outcome = match self.request(key, cost, true) {
+            Ok(request) => self.backend.check_now(request)?.map_err(Error::Backend),
+            Err(e) => Err(e),
+        };
+        self.metrics.decided(&outcome, started);
+        Some(outcome)
     }
 
     async fn decide(&self, key: &str, cost: u64, commit: bool) -> Result<Decision, Error> {

@@ -9,6 +9,7 @@ use super::{Backend, BackendError, CheckRequest};
 use crate::algorithm::{State, Update};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
+use crate::metrics::MemoryMetrics;
 use crate::quota::Params;
 
 /// Rate-limit state in this process's memory.
@@ -47,6 +48,14 @@ pub struct MemoryBackend<C = SystemClock> {
 struct Inner<C> {
     table: Table<Slot>,
     clock: C,
+    metrics: MemoryMetrics,
+}
+
+impl<C> Drop for Inner<C> {
+    /// Takes this backend's states out of the process-wide gauge.
+    fn drop(&mut self) {
+        self.metrics.states_changed(-(self.table.len() as isize));
+    }
 }
 
 /// One quota's state for one key, with the moment it stops mattering.
@@ -73,6 +82,7 @@ impl Slot {
 /// Stores the first state of a key's quota, if the update makes one.
 fn store_new(
     shard: &mut Locked<'_, Slot>,
+    metrics: &MemoryMetrics,
     id: u64,
     key: &str,
     update: Update,
@@ -83,7 +93,7 @@ fn store_new(
     if update.apply(&mut state, p) {
         if let Some(state) = state {
             let expires_at = state.expires_at(p);
-            shard.insert(id, key, Slot { expires_at, state }, now);
+            metrics.states_changed(shard.insert(id, key, Slot { expires_at, state }, now));
         }
     }
 }
@@ -160,6 +170,7 @@ impl<C: Clock> MemoryBackendBuilder<C> {
             inner: Arc::new(Inner {
                 table: Table::new(self.max_keys, shards),
                 clock: self.clock,
+                metrics: MemoryMetrics::new(),
             }),
         }
     }
@@ -199,7 +210,15 @@ impl<C: Clock> MemoryBackend<C> {
                     .evaluate_one(state, request.cost, now.as_micros(), request.commit);
             match slot {
                 Some(slot) => slot.update(update, &quota.params),
-                None => store_new(&mut shard, *id, key, update, &quota.params, now.as_micros()),
+                None => store_new(
+                    &mut shard,
+                    &inner.metrics,
+                    *id,
+                    key,
+                    update,
+                    &quota.params,
+                    now.as_micros(),
+                ),
             }
             return decision;
         }
@@ -212,7 +231,15 @@ impl<C: Clock> MemoryBackend<C> {
         for ((update, &id), quota) in updates.into_iter().zip(ids).zip(quotas) {
             match shard.get_mut(id, key) {
                 Some(slot) => slot.update(update, &quota.params),
-                None => store_new(&mut shard, id, key, update, &quota.params, now.as_micros()),
+                None => store_new(
+                    &mut shard,
+                    &inner.metrics,
+                    id,
+                    key,
+                    update,
+                    &quota.params,
+                    now.as_micros(),
+                ),
             }
         }
         decision
@@ -233,5 +260,9 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 
     fn decides_now(&self) -> bool {
         true
+    }
+
+    fn name(&self) -> &'static str {
+        "memory"
     }
 }

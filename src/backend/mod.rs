@@ -83,6 +83,13 @@ pub trait Backend: Send + Sync + 'static {
     fn decides_now(&self) -> bool {
         false
     }
+
+    /// The backend's name in metrics (the `backend` label of
+    /// `tollgate_decision_duration_seconds`): `"memory"`, `"redis"`, or
+    /// `"custom"` (the default). A constant: labels must stay few.
+    fn name(&self) -> &'static str {
+        "custom"
+    }
 }
 
 /// What kind of failure a backend met.

@@ -170,10 +170,12 @@ impl<V: Expiring> Locked<'_, V> {
 
     /// Stores a new entry (the caller found none for `(id, key)`), first
     /// sweeping expired entries when it is time to and evicting one if the
-    /// shard is still full.
-    pub(crate) fn insert(&mut self, id: u64, key: &str, value: V, now: u64) {
+    /// shard is still full. Returns how many entries the table gained (1
+    /// less those swept or evicted), so a size can be kept without a scan.
+    pub(crate) fn insert(&mut self, id: u64, key: &str, value: V, now: u64) -> isize {
         let shard = &mut *self.shard;
         let hasher = self.hasher;
+        let before = shard.entries.len();
         if now >= shard.next_purge {
             shard.purge(now, hasher);
             shard.next_purge = now.saturating_add(PURGE_EVERY);
@@ -200,6 +202,7 @@ impl<V: Expiring> Locked<'_, V> {
             .index
             .insert_unique(hash, position, |&i| entries[i as usize].hash(hasher));
         *shard.counts.entry(id).or_default() += 1;
+        shard.entries.len() as isize - before as isize
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! tollgate serve --config rules.yaml [--listen 127.0.0.1:8080] [--upstream http://127.0.0.1:9000]
-//!                [--redis redis://127.0.0.1:6379] [--redis-lease auto] [--log-level info] [limits...]
+//!                [--redis redis://127.0.0.1:6379] [--redis-lease auto] [--log-level info]
+//!                [--metrics-listen 127.0.0.1:9090] [limits...]
 //! tollgate check --config rules.yaml
 //! ```
 
@@ -27,6 +28,11 @@ use tollgate::RateLimitLayer;
 use tollgate::layer::problem_response;
 use tollgate::rules::{Rules, normalize_path};
 
+#[path = "tollgate/intermediary.rs"]
+mod intermediary;
+#[path = "tollgate/metrics.rs"]
+mod metrics;
+
 const USAGE: &str = "\
 tollgate: rate-limit any HTTP service with rules kept in a file
 
@@ -34,7 +40,7 @@ usage:
   tollgate serve --config FILE [--listen ADDR] [--upstream URL] [--redis URL] [--redis-lease MODE]
                  [--log-level LEVEL] [--header-timeout T] [--idle-timeout T]
                  [--max-connections N] [--max-header-bytes N] [--connect-timeout T]
-                 [--upstream-timeout T]
+                 [--upstream-timeout T] [--metrics-listen ADDR]
   tollgate check --config FILE
 
 serve   runs a rate-limiting reverse proxy in front of --upstream (or, without
@@ -50,6 +56,9 @@ options:
   --redis-lease MODE  with --redis: lease quota from Redis in batches: off
                       (default), auto, or the most units one lease holds
   --log-level LEVEL   error, warn, info (default), debug or trace; RUST_LOG overrides
+  --metrics-listen ADDR
+                      serve Prometheus metrics at http://ADDR/metrics (a listener
+                      of its own; off by default)
 
 limits (durations as in rules files: 500ms, 10s, 1m):
   --header-timeout T     a request's head must arrive within T; also how long a
@@ -69,6 +78,7 @@ struct Args {
     redis: Option<String>,
     redis_lease: Option<String>,
     log_level: String,
+    metrics_listen: Option<SocketAddr>,
     limits: server::Limits,
     upstream_limits: UpstreamLimits,
 }
@@ -120,6 +130,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut redis_lease = None;
     let mut limits = server::Limits::default();
     let mut upstream_limits = UpstreamLimits::default();
+    let mut metrics_listen = None;
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
@@ -153,6 +164,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--connect-timeout" => upstream_limits.connect = duration(&flag, &value()?)?,
             "--upstream-timeout" => upstream_limits.response = duration(&flag, &value()?)?,
+            "--metrics-listen" => {
+                let v = value()?;
+                let addr = v.parse().map_err(|_| {
+                    format!("--metrics-listen {v:?} is not an address like 127.0.0.1:9090")
+                })?;
+                metrics_listen = Some(addr);
+            }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown option {other:?}")),
         }
@@ -173,6 +191,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         log_level,
         limits,
         upstream_limits,
+        metrics_listen,
     })
 }
 
@@ -195,6 +214,17 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
+    // Before the rules: their limiters register metrics when built.
+    let metrics = match args.metrics_listen.filter(|_| args.command == "serve") {
+        Some(addr) => match metrics::install() {
+            Ok(handle) => Some((addr, handle)),
+            Err(e) => {
+                eprintln!("tollgate: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let rules = match (&args.redis, &args.redis_lease) {
         (Some(url), Some(lease)) => Rules::load_with_redis_lease(&args.config, url, lease),
         (Some(url), None) => Rules::load_with_redis(&args.config, url),
@@ -219,7 +249,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args, rules)) {
+    match runtime.block_on(serve(args, rules, metrics)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tollgate: {e}");
@@ -235,7 +265,14 @@ struct Upstream {
     limits: UpstreamLimits,
 }
 
-async fn serve(args: Args, rules: Rules) -> std::io::Result<()> {
+async fn serve(
+    args: Args,
+    rules: Rules,
+    metrics: Option<(SocketAddr, metrics_exporter_prometheus::PrometheusHandle)>,
+) -> std::io::Result<()> {
+    if let Some((addr, handle)) = metrics {
+        metrics::serve(addr, handle).await?;
+    }
     let _watcher = rules.watch(Duration::from_millis(250));
     let layer = RateLimitLayer::from_policy(rules);
     let app = match args.upstream {
@@ -316,6 +353,7 @@ const HOP_BY_HOP: [&str; 8] = [
 
 async fn proxy(State(up): State<Upstream>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
+    intermediary::forward_request(&mut parts);
     // Forward the path the rules matched, so that the upstream cannot be
     // reached by a spelling the rules did not see.
     let path = match normalize_path(parts.uri.path()) {
@@ -358,6 +396,7 @@ async fn proxy(State(up): State<Upstream>, request: Request) -> Response {
     match answer.await {
         Ok(Ok(response)) => {
             let (mut parts, body) = response.into_parts();
+            intermediary::strip_connection_fields(&mut parts.headers);
             for name in HOP_BY_HOP {
                 parts.headers.remove(name);
             }

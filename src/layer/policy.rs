@@ -110,7 +110,7 @@ pub(crate) async fn check_within<B: Backend>(
     if let Some(outcome) = limiter.check_now(key.as_str(), cost) {
         return outcome;
     }
-    within(timeout, limiter.check(key.as_str(), cost)).await
+    within(limiter, timeout, limiter.check(key.as_str(), cost)).await
 }
 
 /// A response-aware limit's look before the request, within `timeout`:
@@ -124,7 +124,7 @@ pub(crate) async fn look_within<B: Backend>(
     cost: u64,
     timeout: Duration,
 ) -> Result<Decision, Error> {
-    let peek = |cost| within(timeout, limiter.peek(key.as_str(), cost));
+    let peek = |cost| within(limiter, timeout, limiter.peek(key.as_str(), cost));
     match peek(0).await {
         Ok(now) if now.quotas().iter().all(|q| q.remaining >= cost) => Ok(now),
         Ok(_) => peek(cost).await,
@@ -132,17 +132,24 @@ pub(crate) async fn look_within<B: Backend>(
     }
 }
 
-async fn within(
+/// `ask` within `timeout`; a timeout is a backend error, counted as an
+/// errored decision (the dropped ask could not count itself).
+async fn within<B: Backend>(
+    limiter: &Limiter<B>,
     timeout: Duration,
     ask: impl Future<Output = Result<Decision, Error>>,
 ) -> Result<Decision, Error> {
+    let started = std::time::Instant::now();
     tokio::time::timeout(timeout, ask)
         .await
         .unwrap_or_else(|_| {
-            Err(Error::Backend(BackendError::new(
+            let outcome = Err(Error::Backend(BackendError::new(
                 BackendErrorKind::Timeout,
                 format!("no answer within {timeout:?}"),
-            )))
+            )));
+            // The check was dropped before it could count itself.
+            limiter.metrics().decided(&outcome, started);
+            outcome
         })
 }
 

@@ -97,4 +97,12 @@ impl Backend for AnyBackend {
             AnyBackend::Redis(_) => false,
         }
     }
+
+    fn name(&self) -> &'static str {
+        match self {
+            AnyBackend::Memory(m) => m.name(),
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.name(),
+        }
+    }
 }

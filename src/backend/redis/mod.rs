@@ -23,6 +23,7 @@ pub use lease::Lease;
 use super::{Backend, BackendError, BackendErrorKind, CheckRequest, MemoryBackend};
 use crate::clock::{Clock, micros};
 use crate::decision::Decision;
+use crate::metrics::RedisMetrics;
 use crate::quota_set::QuotaSet;
 use breaker::{Breaker, Permit, ProbeGuard, Transition};
 use cache::{DenialCache, Hit};
@@ -112,6 +113,7 @@ struct Inner {
     /// The zero of the local clock the denial cache runs on.
     started: Instant,
     counters: Counters,
+    metrics: RedisMetrics,
 }
 
 /// What to do when Redis cannot decide (timeout, connection failure, open
@@ -368,6 +370,7 @@ impl RedisBackend {
             }
             Hit::Denial(d) => {
                 bump(&self.inner.counters.cache_hits);
+                self.inner.metrics.cache_hit();
                 d
             }
         }
@@ -439,6 +442,7 @@ impl RedisBackend {
             armed: probe,
         };
         bump(&inner.counters.calls);
+        inner.metrics.call();
         let result = match tokio::time::timeout(inner.timeout, self.call(request, &ask)).await {
             Ok(result) => result,
             Err(_) => {
@@ -457,6 +461,7 @@ impl RedisBackend {
         match result {
             Ok(reply) => {
                 if inner.breaker.success(probe) == Transition::Closed {
+                    inner.metrics.circuit(false);
                     tracing::info!("tollgate: Redis answers again; circuit breaker closed");
                 }
                 if reply.spent > request.cost {
@@ -473,11 +478,13 @@ impl RedisBackend {
             }
             Err(e) => {
                 let failures = bump(&inner.counters.failures);
+                inner.metrics.failure();
                 let transition = match e.kind() {
                     // Redis answered: it is up, whatever it said.
                     BackendErrorKind::Protocol => inner.breaker.success(probe),
                     _ => inner.breaker.failure(probe),
                 };
+                inner.metrics.circuit(inner.breaker.is_open());
                 let consecutive = inner.breaker.consecutive_failures();
                 static FAILED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
                 if let Some(more) = FAILED.admit() {
@@ -669,6 +676,10 @@ impl Backend for RedisBackend {
     /// True with leases on: most decisions of a hot key are then made here.
     fn decides_now(&self) -> bool {
         self.inner.lease.is_some()
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
     }
 }
 
@@ -919,6 +930,7 @@ impl RedisBackendBuilder {
                 clock: self.clock,
                 started: Instant::now(),
                 counters: Counters::default(),
+                metrics: RedisMetrics::new(),
             }),
         })
     }

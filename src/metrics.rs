@@ -1,0 +1,169 @@
+//! Metrics through the [`metrics`] facade: the application installs a
+//! recorder (Prometheus, OpenTelemetry, statsd, ...) and tollgate reports to
+//! it. Labels are policy and backend names, never client keys, so the number
+//! of series stays bounded by the configuration.
+//!
+//! Handles are registered when a limiter or backend is built, so the recorder
+//! must be installed before; without one every handle is a no-op, and an
+//! event costs one branch. One function per event, called from the one place
+//! that knows it.
+
+use std::time::Instant;
+
+use metrics::{
+    Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
+};
+
+use crate::decision::Decision;
+
+/// Decisions by outcome, labelled `policy` and `outcome`.
+pub(crate) const DECISIONS: &str = "tollgate_decisions_total";
+/// Decision latency in seconds, labelled `backend`.
+pub(crate) const DECISION_SECONDS: &str = "tollgate_decision_duration_seconds";
+/// States held by in-memory backends.
+pub(crate) const MEMORY_STATES: &str = "tollgate_memory_states";
+/// Redis round trips attempted.
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_CALLS: &str = "tollgate_redis_calls_total";
+/// Redis calls that failed, timeouts included.
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_FAILURES: &str = "tollgate_redis_failures_total";
+/// Checks answered from the Redis backend's denial cache.
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_CACHE_HITS: &str = "tollgate_redis_cache_hits_total";
+/// 1 while the Redis circuit breaker is open, else 0.
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_CIRCUIT_OPEN: &str = "tollgate_redis_circuit_open";
+
+/// One limiter's handles: its decisions by outcome, and its backend's
+/// latency.
+#[derive(Debug, Clone)]
+pub(crate) struct DecisionMetrics {
+    allowed: Counter,
+    refused: Counter,
+    shadow_refused: Counter,
+    errored: Counter,
+    latency: Histogram,
+}
+
+impl DecisionMetrics {
+    /// Handles for the quota set `policy` decided by `backend`.
+    pub(crate) fn new(policy: &str, backend: &'static str) -> Self {
+        describe_counter!(
+            DECISIONS,
+            Unit::Count,
+            "Rate-limit decisions by policy (quota set or rule) and outcome: allowed, refused, shadow_refused (admitted by a shadow quota that would have refused), errored (the limiter could not decide)."
+        );
+        describe_histogram!(
+            DECISION_SECONDS,
+            Unit::Seconds,
+            "Time to reach a rate-limit decision, by backend."
+        );
+        let outcome =
+            |o: &'static str| counter!(DECISIONS, "policy" => policy.to_owned(), "outcome" => o);
+        DecisionMetrics {
+            allowed: outcome("allowed"),
+            refused: outcome("refused"),
+            shadow_refused: outcome("shadow_refused"),
+            errored: outcome("errored"),
+            latency: histogram!(DECISION_SECONDS, "backend" => backend),
+        }
+    }
+
+    /// Counts a decision (or a failure to decide) by its outcome, and records
+    /// how long it took since `started`.
+    pub(crate) fn decided<E>(&self, outcome: &Result<Decision, E>, started: Instant) {
+        let counter = match outcome {
+            Ok(d) if !d.allowed() => &self.refused,
+            Ok(d) if d.exceeded() => &self.shadow_refused,
+            Ok(_) => &self.allowed,
+            Err(_) => &self.errored,
+        };
+        counter.increment(1);
+        self.latency.record(started.elapsed());
+    }
+}
+
+/// The in-memory backends' size: one gauge for all of them, moved by each
+/// insertion and removal rather than by a scan.
+#[derive(Debug, Clone)]
+pub(crate) struct MemoryMetrics {
+    states: Gauge,
+}
+
+impl MemoryMetrics {
+    pub(crate) fn new() -> Self {
+        describe_gauge!(
+            MEMORY_STATES,
+            Unit::Count,
+            "Rate-limit states (one per key and quota) held by in-memory backends, expired ones not yet swept included."
+        );
+        MemoryMetrics {
+            states: gauge!(MEMORY_STATES),
+        }
+    }
+
+    /// The number of states stored changed by `delta`.
+    pub(crate) fn states_changed(&self, delta: isize) {
+        if delta != 0 {
+            self.states.increment(delta as f64);
+        }
+    }
+}
+
+/// The Redis backend's calls, failures, denial-cache hits and breaker state.
+#[cfg(feature = "redis")]
+#[derive(Debug, Clone)]
+pub(crate) struct RedisMetrics {
+    calls: Counter,
+    failures: Counter,
+    cache_hits: Counter,
+    circuit_open: Gauge,
+}
+
+#[cfg(feature = "redis")]
+impl RedisMetrics {
+    pub(crate) fn new() -> Self {
+        describe_counter!(REDIS_CALLS, Unit::Count, "Calls made to Redis.");
+        describe_counter!(
+            REDIS_FAILURES,
+            Unit::Count,
+            "Redis calls that failed, timeouts included."
+        );
+        describe_counter!(
+            REDIS_CACHE_HITS,
+            Unit::Count,
+            "Checks answered from the denial cache without calling Redis."
+        );
+        describe_gauge!(
+            REDIS_CIRCUIT_OPEN,
+            "1 while the Redis circuit breaker is open (Redis not called), else 0."
+        );
+        let circuit_open = gauge!(REDIS_CIRCUIT_OPEN);
+        circuit_open.set(0.0);
+        RedisMetrics {
+            calls: counter!(REDIS_CALLS),
+            failures: counter!(REDIS_FAILURES),
+            cache_hits: counter!(REDIS_CACHE_HITS),
+            circuit_open,
+        }
+    }
+
+    pub(crate) fn call(&self) {
+        self.calls.increment(1);
+    }
+
+    pub(crate) fn failure(&self) {
+        self.failures.increment(1);
+    }
+
+    pub(crate) fn cache_hit(&self) {
+        self.cache_hits.increment(1);
+    }
+
+    /// The breaker opened (`true`) or closed.
+    pub(crate) fn circuit(&self, open: bool) {
+        self.circuit_open.set(f64::from(u8::from(open)));
+    }
+}

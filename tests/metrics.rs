@@ -1,0 +1,119 @@
+//! What the metrics report, read back from a Prometheus recorder that is
+//! local to each test (so tests do not share counters): the memory gauge
+//! follows insertions and drops, and a check the layer gives up on is still
+//! counted as errored.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use tollgate::backend::CheckRequest;
+use tollgate::key::GlobalKey;
+use tollgate::{
+    Backend, BackendError, Decision, Limiter, MemoryBackend, OnBackendError, Quota, QuotaSet,
+    RateLimitLayer,
+};
+use tower::{Layer, ServiceExt, service_fn};
+
+fn samples(recorder: &PrometheusRecorder) -> BTreeMap<String, f64> {
+    recorder
+        .handle()
+        .render()
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap();
+            (series.to_owned(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_memory_gauge_follows_insertions_and_dropped_backends() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let (a, b) = metrics::with_local_recorder(&recorder, || {
+        let quotas = || {
+            QuotaSet::new(
+                "two",
+                [
+                    Quota::fixed_window(3, Duration::from_secs(60))
+                        .build()
+                        .unwrap(),
+                    Quota::gcra(3, Duration::from_secs(60))
+                        .name("rate")
+                        .build()
+                        .unwrap(),
+                ],
+            )
+            .unwrap()
+        };
+        (
+            Limiter::new(MemoryBackend::new(), quotas()),
+            Limiter::new(MemoryBackend::new(), quotas()),
+        )
+    });
+    for key in ["k1", "k2", "k3"] {
+        a.check(key, 1).await.unwrap();
+    }
+    a.check("k1", 1).await.unwrap();
+    b.check("k1", 1).await.unwrap();
+    // Two quotas each: six states in one backend, two in the other.
+    assert_eq!(samples(&recorder)["tollgate_memory_states"], 8.0);
+    assert_eq!(a.backend().len() + b.backend().len(), 8);
+    drop(a);
+    assert_eq!(samples(&recorder)["tollgate_memory_states"], 2.0);
+    let got = samples(&recorder);
+    assert_eq!(
+        got[r#"tollgate_decisions_total{policy="two",outcome="allowed"}"#],
+        5.0
+    );
+    assert_eq!(
+        got[r#"tollgate_decision_duration_seconds_count{backend="memory"}"#],
+        5.0
+    );
+}
+
+/// A backend that never answers.
+struct Silent;
+
+impl Backend for Silent {
+    fn check<'a>(
+        &'a self,
+        _: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        std::future::pending()
+    }
+
+    fn name(&self) -> &'static str {
+        "silent"
+    }
+}
+
+#[tokio::test]
+async fn a_check_the_layer_gives_up_on_counts_as_errored() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let limiter = metrics::with_local_recorder(&recorder, || {
+        let quota = Quota::gcra(3, Duration::from_secs(60)).build().unwrap();
+        Limiter::new(Silent, QuotaSet::new("slow", [quota]).unwrap())
+    });
+    let layer = RateLimitLayer::builder(limiter, GlobalKey)
+        .timeout(Duration::from_millis(20))
+        .on_backend_error(OnBackendError::Reject)
+        .build();
+    let svc = layer.layer(service_fn(|_: Request<()>| async {
+        Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+    }));
+    let response = svc.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let got = samples(&recorder);
+    assert_eq!(
+        got[r#"tollgate_decisions_total{policy="slow",outcome="errored"}"#],
+        1.0
+    );
+    assert_eq!(
+        got[r#"tollgate_decision_duration_seconds_count{backend="silent"}"#],
+        1.0
+    );
+}
