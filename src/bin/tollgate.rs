@@ -271,7 +271,7 @@ async fn serve(
     metrics: Option<(SocketAddr, metrics_exporter_prometheus::PrometheusHandle)>,
 ) -> std::io::Result<()> {
     if let Some((addr, handle)) = metrics {
-        metrics::serve(addr, handle).await?;
+        metrics::serve(addr, handle, args.limits).await?;
     }
     let _watcher = rules.watch(Duration::from_millis(250));
     let layer = RateLimitLayer::from_policy(rules);

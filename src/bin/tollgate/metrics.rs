@@ -32,8 +32,14 @@ pub fn install() -> Result<PrometheusHandle, String> {
         .map_err(|e| format!("cannot start the metrics recorder: {e}"))
 }
 
-/// Serves `/metrics` at `addr` until the process ends.
-pub async fn serve(addr: SocketAddr, handle: PrometheusHandle) -> std::io::Result<()> {
+/// Serves `/metrics` at `addr` until the process ends, with the same header
+/// timeout, connection cap and header size cap as the limited port: a scraper
+/// port is no less exposed to slow clients.
+pub async fn serve(
+    addr: SocketAddr,
+    handle: PrometheusHandle,
+    limits: super::server::Limits,
+) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(listen = %listener.local_addr()?, "metrics at /metrics");
     let upkeep = handle.clone();
@@ -47,11 +53,12 @@ pub async fn serve(addr: SocketAddr, handle: PrometheusHandle) -> std::io::Resul
     let app = Router::new()
         .route("/metrics", get(scrape))
         .with_state(handle);
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).await {
-            tracing::error!(%error, "metrics listener failed");
-        }
-    });
+    tokio::spawn(super::server::serve(
+        listener,
+        app,
+        limits,
+        std::future::pending(),
+    ));
     Ok(())
 }
 
