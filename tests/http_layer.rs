@@ -574,17 +574,23 @@ async fn a_hanging_backend_is_cut_off_at_the_timeout() {
     }
 }
 
+/// A cost no quota admits is refused with 413 under either failure policy
+/// (issue 13, item 7: under `Allow` it used to pass unlimited; under
+/// `Reject` it was a 503, as if the limiter were down).
 #[tokio::test]
-async fn a_cost_no_quota_admits_is_treated_as_a_limiter_failure() {
-    let c = clock();
-    let layer = RateLimitLayer::builder(limiter(&c, quota()), PeerIp::new())
-        .cost(|_| 5)
-        .on_backend_error(OnBackendError::Reject)
-        .build();
-    assert_eq!(
-        send(&app(layer), from("192.0.2.1")).await.status,
-        StatusCode::SERVICE_UNAVAILABLE
-    );
+async fn a_cost_no_quota_admits_is_refused_whatever_the_failure_policy() {
+    for policy in [OnBackendError::Reject, OnBackendError::Allow] {
+        let c = clock();
+        let layer = RateLimitLayer::builder(limiter(&c, quota()), PeerIp::new())
+            .cost(|_| 5)
+            .on_backend_error(policy)
+            .build();
+        assert_eq!(
+            send(&app(layer), from("192.0.2.1")).await.status,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{policy:?}"
+        );
+    }
 }
 
 #[derive(Clone)]

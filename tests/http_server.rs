@@ -179,3 +179,35 @@ async fn a_hanging_backend_costs_at_most_the_timeout_over_tcp() {
         }
     }
 }
+
+/// Issue 13, item 7: a cost read from the request that no quota could ever
+/// admit used to fall to the backend-error policy (Allow): the request went
+/// through unlimited. It is refused with 413 and a problem body, whatever
+/// that policy says, and the handler never sees it.
+#[tokio::test]
+async fn a_cost_no_quota_can_admit_is_refused_not_let_through_over_tcp() {
+    let (limiter, _) = clocked(Quota::gcra(10, 60 * SEC).build().unwrap());
+    let layer = RateLimitLayer::builder(limiter, PeerIp::new())
+        .on_backend_error(OnBackendError::Allow)
+        .cost(|parts| {
+            parts
+                .headers
+                .get("x-cost")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1)
+        })
+        .build();
+    let addr = serve(app(layer)).await;
+    let c = client();
+    let huge = fetch(&c, addr, "/", &[("x-cost", b"1000000")]).await;
+    assert_eq!(huge.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        huge.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_ne!(huge.body, "ok", "the handler answered");
+    // The quota is untouched, and fitting costs still pass.
+    let fits = fetch(&c, addr, "/", &[("x-cost", b"10")]).await;
+    assert_eq!(fits.status, StatusCode::OK);
+}

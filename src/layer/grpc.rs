@@ -42,6 +42,7 @@ fn code(status: StatusCode) -> (u16, &'static str) {
         StatusCode::BAD_REQUEST => (INVALID_ARGUMENT, "no rate-limit key in the request"),
         StatusCode::UNAUTHORIZED => (UNAUTHENTICATED, "unauthenticated"),
         StatusCode::FORBIDDEN => (PERMISSION_DENIED, "permission denied"),
+        StatusCode::PAYLOAD_TOO_LARGE => (RESOURCE_EXHAUSTED, "the call costs more than its quota"),
         s if s.is_server_error() => (INTERNAL, "the rate limiter cannot find keys"),
         _ => (UNKNOWN, "refused by the rate limiter"),
     }

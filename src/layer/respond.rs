@@ -154,16 +154,27 @@ impl ResponsePolicy {
     }
 
     pub(crate) fn failed(&self, key: &Key, error: &Error) -> Verdict {
-        match error {
-            Error::CostTooHigh { .. } => {
-                tracing::error!(key = %key, %error, "rate-limit cost misconfigured")
+        if let Error::CostTooHigh { .. } = error {
+            // A cost no quota can ever admit is refused, never let through:
+            // a cost read from the request (its size, a header) would
+            // otherwise let a client switch its limit off. 413, as it will
+            // never pass whenever it is retried; logged at a limited rate,
+            // as a client can repeat it.
+            static TOO_COSTLY: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
+            if let Some(more) = TOO_COSTLY.admit() {
+                tracing::warn!(key = %key, %error, "request refused: it costs more than a quota can ever admit{more}");
             }
-            _ => {
-                static UNDECIDED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
-                if let Some(more) = UNDECIDED.admit() {
-                    tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide{more}")
-                }
-            }
+            let detail = format!("{error}.");
+            return Verdict::respond(problem(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "about:blank",
+                &detail,
+                &[],
+            ));
+        }
+        static UNDECIDED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
+        if let Some(more) = UNDECIDED.admit() {
+            tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide{more}")
         }
         match self.on_backend_error {
             OnBackendError::Allow => Verdict::pass(Headers::new()),
