@@ -11,32 +11,26 @@
 //! attempts.
 
 use std::hash::BuildHasher;
-use std::sync::{Mutex, MutexGuard};
-
 use std::time::Duration;
-use tokio::sync::Notify;
 
-use hashbrown::{Equivalent, HashMap};
 use smallvec::SmallVec;
+use tokio::sync::Notify;
 
 use super::lease::{Held, Policy};
 use super::script::{Ask, Reply};
+use crate::backend::table::{Expiring, Locked, Table};
 use crate::decision::Decision;
 use crate::quota_set::{QuotaSet, QuotaVerdict};
 
-/// Shards, so that concurrent checks of different keys rarely share a lock.
+/// Shards of the table, and wake-ups for ended lease calls: concurrent
+/// checks of different keys rarely share either.
 const SHARDS: usize = 16;
-/// How many entries a full shard looks at to choose one to evict.
-const EVICTION_SAMPLE: usize = 8;
 
-/// One shard: entries by (quota set, client key).
-type Shard = HashMap<(u64, Box<str>), Entry, foldhash::fast::RandomState>;
-
+/// Entries by (quota set, client key), each a denial and/or a lease.
 pub(crate) struct DenialCache {
-    shards: Box<[Mutex<Shard>]>,
-    /// Per shard: woken when a lease call of one of its keys ends.
+    table: Table<Entry>,
+    /// Woken when a lease call of one of its keys ends.
     lease_done: Box<[Notify]>,
-    per_shard: usize,
     hasher: foldhash::fast::RandomState,
     /// Whether denials are kept (leases may be kept without them).
     denials: bool,
@@ -51,9 +45,9 @@ struct Entry {
     leasing: u64,
 }
 
-impl Entry {
+impl Expiring for Entry {
     /// When the entry stops meaning anything (microseconds, local clock).
-    fn until(&self) -> u64 {
+    fn expires_at(&self) -> u64 {
         let denial = self.denial.as_ref().map_or(0, |d| d.until);
         let lease = self.lease.as_ref().map_or(0, |l| l.expires);
         denial.max(lease).max(self.leasing)
@@ -78,42 +72,30 @@ pub(crate) enum Hit {
     Denial(Decision),
 }
 
-/// Looks an entry up without allocating its key.
-#[derive(Hash)]
-struct Lookup<'a>(u64, &'a str);
-
-impl Equivalent<(u64, Box<str>)> for Lookup<'_> {
-    fn equivalent(&self, key: &(u64, Box<str>)) -> bool {
-        self.0 == key.0 && self.1 == &*key.1
+/// Puts `entry` back as `(set, key)`'s, or drops the key if the entry
+/// means nothing any more.
+fn store(shard: &mut Locked<'_, Entry>, set: u64, key: &str, entry: Entry, now: u64) {
+    if now >= entry.expires_at() {
+        shard.remove(set, key);
+        return;
+    }
+    match shard.get_mut(set, key) {
+        Some(slot) => *slot = entry,
+        None => {
+            shard.insert(set, key, entry, now);
+        }
     }
 }
 
 impl DenialCache {
-    /// A cache of at most `capacity` keys (rounded up to a multiple of the
-    /// shard count), keeping denials if `denials`.
+    /// A cache of at most `capacity` keys, keeping denials if `denials`.
     pub(crate) fn new(capacity: usize, denials: bool) -> Self {
-        let per_shard = capacity.div_ceil(SHARDS).max(1);
-        let hasher = foldhash::fast::RandomState::default();
         DenialCache {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::with_hasher(hasher.clone())))
-                .collect(),
+            table: Table::new(capacity, SHARDS),
             lease_done: (0..SHARDS).map(|_| Notify::new()).collect(),
-            per_shard,
-            hasher,
+            hasher: foldhash::fast::RandomState::default(),
             denials,
         }
-    }
-
-    fn index(&self, set: u64, key: &str) -> usize {
-        (self.hasher.hash_one(Lookup(set, key)) >> 48) as usize % SHARDS
-    }
-
-    fn shard(&self, set: u64, key: &str) -> MutexGuard<'_, Shard> {
-        // A poisoned lock only means a panic elsewhere; the map is intact.
-        self.shards[self.index(set, key)]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Decides `cost` for `key` of set `set` at `now` without Redis, if this
@@ -127,10 +109,10 @@ impl DenialCache {
         commit: bool,
         now: u64,
     ) -> Option<Hit> {
-        let mut shard = self.shard(set, key);
-        let entry = shard.get_mut(&Lookup(set, key))?;
-        if now >= entry.until() {
-            shard.remove(&Lookup(set, key));
+        let mut shard = self.table.lock(key);
+        let entry = shard.get_mut(set, key)?;
+        if now >= entry.expires_at() {
+            shard.remove(set, key);
             return None;
         }
         if commit {
@@ -172,15 +154,15 @@ impl DenialCache {
             want: cost,
             give_back: None,
         };
-        let mut shard = self.shard(set, key);
-        let entry = match shard.get_mut(&Lookup(set, key)) {
+        let mut shard = self.table.lock(key);
+        let entry = match shard.get_mut(set, key) {
             Some(entry) => entry,
             None => {
                 let entry = Entry {
                     leasing: now.saturating_add(call_limit),
                     ..Entry::default()
                 };
-                self.insert_entry(&mut shard, set, key, now, entry);
+                shard.insert(set, key, entry, now);
                 return (ask, true);
             }
         };
@@ -200,13 +182,14 @@ impl DenialCache {
     /// What wakes when a lease call of `key` (or of a key of the same
     /// shard) ends.
     pub(crate) fn lease_done(&self, set: u64, key: &str) -> &Notify {
-        &self.lease_done[self.index(set, key)]
+        let index = self.hasher.hash_one((set, key)) as usize % SHARDS;
+        &self.lease_done[index]
     }
 
     /// Ends `key`'s lease call, whatever came of it, and wakes the requests
     /// waiting for it.
     pub(crate) fn end_lease_call(&self, set: u64, key: &str) {
-        if let Some(entry) = self.shard(set, key).get_mut(&Lookup(set, key)) {
+        if let Some(entry) = self.table.lock(key).get_mut(set, key) {
             entry.leasing = 0;
         }
         self.lease_done(set, key).notify_waiters();
@@ -228,8 +211,11 @@ impl DenialCache {
         reply: &Reply,
         lease: Option<(&Policy, bool)>,
     ) -> Decision {
-        let mut shard = self.shard(set, key);
-        let mut entry = shard.remove(&Lookup(set, key)).unwrap_or_default();
+        let mut shard = self.table.lock(key);
+        let mut entry = shard
+            .get_mut(set, key)
+            .map(std::mem::take)
+            .unwrap_or_default();
         let mut decision = None;
         // The key's lease call keeps what it took, even the request alone:
         // the next lease is sized by how fast this one went.
@@ -262,36 +248,14 @@ impl DenialCache {
                 });
             }
         }
-        if now < entry.until() {
-            self.insert_entry(&mut shard, set, key, now, entry);
-        }
+        store(&mut shard, set, key, entry, now);
         decision
-    }
-
-    fn insert_entry(&self, shard: &mut Shard, set: u64, key: &str, now: u64, entry: Entry) {
-        if shard.len() >= self.per_shard {
-            shard.retain(|_, e| e.until() > now);
-        }
-        if shard.len() >= self.per_shard {
-            let victim = shard
-                .iter()
-                .take(EVICTION_SAMPLE)
-                .min_by_key(|(_, e)| e.until())
-                .map(|(k, _)| k.clone());
-            if let Some(victim) = victim {
-                shard.remove(&victim);
-            }
-        }
-        shard.insert((set, key.into()), entry);
     }
 
     /// How many keys are cached (expired ones not yet dropped included).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().map_or(0, |s| s.len()))
-            .sum()
+        self.table.len()
     }
 }
 
