@@ -20,7 +20,7 @@ use super::lease::{Held, Policy};
 use super::script::{Ask, Reply};
 use crate::backend::table::{Expiring, Locked, Table};
 use crate::decision::Decision;
-use crate::quota_set::{QuotaSet, QuotaVerdict};
+use crate::quota_set::{QuotaSet, RawQuotaDecision};
 
 /// Shards of the table, and wake-ups for ended lease calls: concurrent
 /// checks of different keys rarely share either.
@@ -287,13 +287,13 @@ fn denial(
         return Some((cost, wait, decision.clone()));
     }
     let wait = enforced().map(|(_, &next)| next).max().filter(|&w| w > 0)?;
-    let verdicts: SmallVec<[QuotaVerdict; 2]> = reply
+    let verdicts: SmallVec<[RawQuotaDecision; 2]> = reply
         .verdicts
         .iter()
         .zip(&reply.next_free)
         .map(|(v, &next)| match next {
             0 => *v,
-            next => QuotaVerdict {
+            next => RawQuotaDecision {
                 allowed: false,
                 remaining: 0,
                 retry_after: next,
@@ -338,8 +338,8 @@ mod tests {
         QuotaSet::single(Quota::gcra(5, Duration::from_secs(5)).build().unwrap())
     }
 
-    fn verdict(allowed: bool, remaining: u64, retry: u64) -> QuotaVerdict {
-        QuotaVerdict {
+    fn verdict(allowed: bool, remaining: u64, retry: u64) -> RawQuotaDecision {
+        RawQuotaDecision {
             allowed,
             remaining,
             reset: retry * 2,
@@ -350,7 +350,7 @@ mod tests {
     }
 
     /// Redis's answer: one quota's verdict, units spent, what frees next.
-    fn reply(v: QuotaVerdict, spent: u64, next_free: u64) -> Reply {
+    fn reply(v: RawQuotaDecision, spent: u64, next_free: u64) -> Reply {
         Reply {
             verdicts: smallvec::smallvec![v],
             next_free: smallvec::smallvec![next_free],
