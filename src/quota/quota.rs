@@ -9,7 +9,7 @@ use super::params::Params;
 /// A validated quota: `limit` per `period` (with a `burst` for the bucket
 /// algorithms), its algorithm, name and mode.
 ///
-/// Built with one of the constructors and [`QuotaBuilder::build`], which
+/// Built with one of the constructors and [`QuotaBuilder::build`](super::QuotaBuilder::build), which
 /// refuses invalid quotas, so nothing is checked again at request time.
 ///
 /// ```

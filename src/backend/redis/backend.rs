@@ -29,7 +29,7 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 /// Rate-limit state in Redis, shared by every server that points at the same
 /// Redis (or Redis Cluster) with the same key prefix.
 ///
-/// It decides exactly as [`MemoryBackend`] does (the same algorithms, written
+/// It decides exactly as [`MemoryBackend`](crate::MemoryBackend) does (the same algorithms, written
 /// in Lua and checked against the Rust ones by a shared test suite), so one
 /// can replace the other without changing anything else.
 ///
@@ -50,8 +50,8 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 ///   or void the tag.
 /// - **Failures**: each call has a timeout (50 ms by default). A failure
 ///   returns an error ([`OnFailure::Error`], for the caller's own fail-open or
-///   fail-closed policy) or is decided locally by a [`MemoryBackend`]
-///   ([`OnFailure::Fallback`]). A [`CircuitBreaker`] stops calling Redis
+///   fail-closed policy) or is decided locally by a [`MemoryBackend`](crate::MemoryBackend)
+///   ([`OnFailure::Fallback`]). A [`CircuitBreaker`](super::CircuitBreaker) stops calling Redis
 ///   after repeated failures and probes it again later, so an outage costs
 ///   no waiting once noticed. Failures are logged with `tracing::warn!` and
 ///   counted in [`stats`](RedisBackend::stats).

@@ -208,7 +208,7 @@ impl RedisBackendBuilder {
 
     /// **For tests only**: takes the time from `clock` (sent to the script)
     /// instead of Redis's `TIME`, so a test can drive Redis through the same
-    /// timeline as a [`MemoryBackend`] on a [`ManualClock`](crate::ManualClock).
+    /// timeline as a [`MemoryBackend`](crate::MemoryBackend) on a [`ManualClock`](crate::ManualClock).
     ///
     /// Never set it in production: servers whose clocks disagree would then
     /// disagree about the limits (a clock running ahead refills buckets

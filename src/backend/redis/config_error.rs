@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// Why a [`RedisBackend`] could not be built.
+/// Why a [`RedisBackend`](super::RedisBackend) could not be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RedisConfigError {

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::breaker::Breaker;
 
-/// Counters of what a [`RedisBackend`] did since it was built.
+/// Counters of what a [`RedisBackend`](super::RedisBackend) did since it was built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisStats {
