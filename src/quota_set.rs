@@ -195,7 +195,7 @@ impl QuotaSet {
         }
         let outcomes: SmallVec<[Outcome; 2]> = (0..self.quotas.len()).map(check).collect();
         let allowed = self.admits(outcomes.iter().map(|s| s.allowed));
-        let mut verdicts = SmallVec::<[QuotaVerdict; 2]>::new();
+        let mut verdicts = SmallVec::<[RawQuotaDecision; 2]>::new();
         for outcome in outcomes {
             let (verdict, update) = settle(outcome, allowed, commit);
             verdicts.push(verdict);
@@ -234,7 +234,7 @@ impl QuotaSet {
     /// The decision reported for the quotas' verdicts (one per quota, in
     /// order), however they were computed: in this process or by the Redis
     /// script, which returns the same numbers.
-    pub(crate) fn decision_from(&self, verdicts: &[QuotaVerdict]) -> Decision {
+    pub(crate) fn decision_from(&self, verdicts: &[RawQuotaDecision]) -> Decision {
         let allowed = self.admits(verdicts.iter().map(|v| v.allowed));
         let mut decisions = SmallVec::new();
         for (q, v) in self.quotas.iter().zip(verdicts) {
@@ -246,14 +246,14 @@ impl QuotaSet {
 
 /// What one quota's outcome means once the set has decided (`allowed`):
 /// the verdict to report, and the update to store (none for a peek).
-fn settle(outcome: Outcome, allowed: bool, commit: bool) -> (QuotaVerdict, Update) {
+fn settle(outcome: Outcome, allowed: bool, commit: bool) -> (RawQuotaDecision, Update) {
     let admitted = allowed && outcome.allowed;
     let branch = if admitted {
         outcome.admit
     } else {
         outcome.refuse
     };
-    let verdict = QuotaVerdict {
+    let verdict = RawQuotaDecision {
         allowed: outcome.allowed,
         remaining: branch.remaining,
         reset: branch.reset,
@@ -264,10 +264,11 @@ fn settle(outcome: Outcome, allowed: bool, commit: bool) -> (QuotaVerdict, Updat
     (verdict, if commit { branch.update } else { Update::Keep })
 }
 
-/// One quota's verdict on one request, in the algorithms' integers: the
-/// view (admit or refuse) already chosen by whether the whole set admits it.
+/// One quota's decision on one request in raw numbers (the algorithms'
+/// integers, as the Redis script returns them): admit or refuse already
+/// chosen by whether the whole set admits it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct QuotaVerdict {
+pub(crate) struct RawQuotaDecision {
     /// Whether this quota admits the request.
     pub allowed: bool,
     /// Units left (effective: soft mode's margin not yet taken off).
@@ -282,7 +283,7 @@ pub(crate) struct QuotaVerdict {
     pub delay: u64,
 }
 
-impl QuotaVerdict {
+impl RawQuotaDecision {
     /// The verdict as quota `q` reports it: soft mode's margin taken off,
     /// times as durations.
     fn decision(&self, q: &Quota) -> QuotaDecision {

@@ -161,7 +161,7 @@ impl<V: Expiring> Locked<'_, V> {
         Some(&mut self.shard.entries[i].value)
     }
 
-    #[allow(dead_code)] // the denial cache's, once it moves onto this table
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only the Redis cache removes
     pub(crate) fn remove(&mut self, id: u64, key: &str) {
         if let Some(i) = self.position(id, key) {
             self.shard.remove_at(i, self.hasher);

@@ -11,32 +11,26 @@
 //! attempts.
 
 use std::hash::BuildHasher;
-use std::sync::{Mutex, MutexGuard};
-
 use std::time::Duration;
-use tokio::sync::Notify;
 
-use hashbrown::{Equivalent, HashMap};
 use smallvec::SmallVec;
+use tokio::sync::Notify;
 
 use super::lease::{Held, Policy};
 use super::script::{Ask, Reply};
+use crate::backend::table::{Expiring, Locked, Table};
 use crate::decision::Decision;
-use crate::quota_set::{QuotaSet, QuotaVerdict};
+use crate::quota_set::{QuotaSet, RawQuotaDecision};
 
-/// Shards, so that concurrent checks of different keys rarely share a lock.
+/// Shards of the table, and wake-ups for ended lease calls: concurrent
+/// checks of different keys rarely share either.
 const SHARDS: usize = 16;
-/// How many entries a full shard looks at to choose one to evict.
-const EVICTION_SAMPLE: usize = 8;
 
-/// One shard: entries by (quota set, client key).
-type Shard = HashMap<(u64, Box<str>), Entry, foldhash::fast::RandomState>;
-
+/// Entries by (quota set, client key), each a denial and/or a lease.
 pub(crate) struct DenialCache {
-    shards: Box<[Mutex<Shard>]>,
-    /// Per shard: woken when a lease call of one of its keys ends.
+    table: Table<Entry>,
+    /// Woken when a lease call of one of its keys ends.
     lease_done: Box<[Notify]>,
-    per_shard: usize,
     hasher: foldhash::fast::RandomState,
     /// Whether denials are kept (leases may be kept without them).
     denials: bool,
@@ -51,9 +45,9 @@ struct Entry {
     leasing: u64,
 }
 
-impl Entry {
+impl Expiring for Entry {
     /// When the entry stops meaning anything (microseconds, local clock).
-    fn until(&self) -> u64 {
+    fn expires_at(&self) -> u64 {
         let denial = self.denial.as_ref().map_or(0, |d| d.until);
         let lease = self.lease.as_ref().map_or(0, |l| l.expires);
         denial.max(lease).max(self.leasing)
@@ -78,42 +72,30 @@ pub(crate) enum Hit {
     Denial(Decision),
 }
 
-/// Looks an entry up without allocating its key.
-#[derive(Hash)]
-struct Lookup<'a>(u64, &'a str);
-
-impl Equivalent<(u64, Box<str>)> for Lookup<'_> {
-    fn equivalent(&self, key: &(u64, Box<str>)) -> bool {
-        self.0 == key.0 && self.1 == &*key.1
+/// Puts `entry` back as `(set, key)`'s, or drops the key if the entry
+/// means nothing any more.
+fn store(shard: &mut Locked<'_, Entry>, set: u64, key: &str, entry: Entry, now: u64) {
+    if now >= entry.expires_at() {
+        shard.remove(set, key);
+        return;
+    }
+    match shard.get_mut(set, key) {
+        Some(slot) => *slot = entry,
+        None => {
+            shard.insert(set, key, entry, now);
+        }
     }
 }
 
 impl DenialCache {
-    /// A cache of at most `capacity` keys (rounded up to a multiple of the
-    /// shard count), keeping denials if `denials`.
+    /// A cache of at most `capacity` keys, keeping denials if `denials`.
     pub(crate) fn new(capacity: usize, denials: bool) -> Self {
-        let per_shard = capacity.div_ceil(SHARDS).max(1);
-        let hasher = foldhash::fast::RandomState::default();
         DenialCache {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::with_hasher(hasher.clone())))
-                .collect(),
+            table: Table::new(capacity, SHARDS),
             lease_done: (0..SHARDS).map(|_| Notify::new()).collect(),
-            per_shard,
-            hasher,
+            hasher: foldhash::fast::RandomState::default(),
             denials,
         }
-    }
-
-    fn index(&self, set: u64, key: &str) -> usize {
-        (self.hasher.hash_one(Lookup(set, key)) >> 48) as usize % SHARDS
-    }
-
-    fn shard(&self, set: u64, key: &str) -> MutexGuard<'_, Shard> {
-        // A poisoned lock only means a panic elsewhere; the map is intact.
-        self.shards[self.index(set, key)]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Decides `cost` for `key` of set `set` at `now` without Redis, if this
@@ -127,10 +109,10 @@ impl DenialCache {
         commit: bool,
         now: u64,
     ) -> Option<Hit> {
-        let mut shard = self.shard(set, key);
-        let entry = shard.get_mut(&Lookup(set, key))?;
-        if now >= entry.until() {
-            shard.remove(&Lookup(set, key));
+        let mut shard = self.table.lock(key);
+        let entry = shard.get_mut(set, key)?;
+        if now >= entry.expires_at() {
+            shard.remove(set, key);
             return None;
         }
         if commit {
@@ -172,15 +154,15 @@ impl DenialCache {
             want: cost,
             give_back: None,
         };
-        let mut shard = self.shard(set, key);
-        let entry = match shard.get_mut(&Lookup(set, key)) {
+        let mut shard = self.table.lock(key);
+        let entry = match shard.get_mut(set, key) {
             Some(entry) => entry,
             None => {
                 let entry = Entry {
                     leasing: now.saturating_add(call_limit),
                     ..Entry::default()
                 };
-                self.insert_entry(&mut shard, set, key, now, entry);
+                shard.insert(set, key, entry, now);
                 return (ask, true);
             }
         };
@@ -200,13 +182,14 @@ impl DenialCache {
     /// What wakes when a lease call of `key` (or of a key of the same
     /// shard) ends.
     pub(crate) fn lease_done(&self, set: u64, key: &str) -> &Notify {
-        &self.lease_done[self.index(set, key)]
+        let index = self.hasher.hash_one((set, key)) as usize % SHARDS;
+        &self.lease_done[index]
     }
 
     /// Ends `key`'s lease call, whatever came of it, and wakes the requests
     /// waiting for it.
     pub(crate) fn end_lease_call(&self, set: u64, key: &str) {
-        if let Some(entry) = self.shard(set, key).get_mut(&Lookup(set, key)) {
+        if let Some(entry) = self.table.lock(key).get_mut(set, key) {
             entry.leasing = 0;
         }
         self.lease_done(set, key).notify_waiters();
@@ -228,8 +211,11 @@ impl DenialCache {
         reply: &Reply,
         lease: Option<(&Policy, bool)>,
     ) -> Decision {
-        let mut shard = self.shard(set, key);
-        let mut entry = shard.remove(&Lookup(set, key)).unwrap_or_default();
+        let mut shard = self.table.lock(key);
+        let mut entry = shard
+            .get_mut(set, key)
+            .map(std::mem::take)
+            .unwrap_or_default();
         let mut decision = None;
         // The key's lease call keeps what it took, even the request alone:
         // the next lease is sized by how fast this one went.
@@ -262,36 +248,14 @@ impl DenialCache {
                 });
             }
         }
-        if now < entry.until() {
-            self.insert_entry(&mut shard, set, key, now, entry);
-        }
+        store(&mut shard, set, key, entry, now);
         decision
-    }
-
-    fn insert_entry(&self, shard: &mut Shard, set: u64, key: &str, now: u64, entry: Entry) {
-        if shard.len() >= self.per_shard {
-            shard.retain(|_, e| e.until() > now);
-        }
-        if shard.len() >= self.per_shard {
-            let victim = shard
-                .iter()
-                .take(EVICTION_SAMPLE)
-                .min_by_key(|(_, e)| e.until())
-                .map(|(k, _)| k.clone());
-            if let Some(victim) = victim {
-                shard.remove(&victim);
-            }
-        }
-        shard.insert((set, key.into()), entry);
     }
 
     /// How many keys are cached (expired ones not yet dropped included).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().map_or(0, |s| s.len()))
-            .sum()
+        self.table.len()
     }
 }
 
@@ -323,13 +287,13 @@ fn denial(
         return Some((cost, wait, decision.clone()));
     }
     let wait = enforced().map(|(_, &next)| next).max().filter(|&w| w > 0)?;
-    let verdicts: SmallVec<[QuotaVerdict; 2]> = reply
+    let verdicts: SmallVec<[RawQuotaDecision; 2]> = reply
         .verdicts
         .iter()
         .zip(&reply.next_free)
         .map(|(v, &next)| match next {
             0 => *v,
-            next => QuotaVerdict {
+            next => RawQuotaDecision {
                 allowed: false,
                 remaining: 0,
                 retry_after: next,
@@ -365,195 +329,5 @@ fn aged(decision: &Decision, elapsed: u64) -> Decision {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::Quota;
-    use crate::backend::redis::lease::Lease;
-
-    fn gcra() -> QuotaSet {
-        QuotaSet::single(Quota::gcra(5, Duration::from_secs(5)).build().unwrap())
-    }
-
-    fn verdict(allowed: bool, remaining: u64, retry: u64) -> QuotaVerdict {
-        QuotaVerdict {
-            allowed,
-            remaining,
-            reset: retry * 2,
-            retry_after: if allowed { 0 } else { retry },
-            delay: 0,
-            replenish: retry,
-        }
-    }
-
-    /// Redis's answer: one quota's verdict, units spent, what frees next.
-    fn reply(v: QuotaVerdict, spent: u64, next_free: u64) -> Reply {
-        Reply {
-            verdicts: smallvec::smallvec![v],
-            next_free: smallvec::smallvec![next_free],
-            spent,
-            now: 0,
-            lease_ends: 0,
-        }
-    }
-
-    fn denied(hit: Option<Hit>) -> Decision {
-        match hit {
-            Some(Hit::Denial(d)) => d,
-            _ => panic!("expected a cached denial"),
-        }
-    }
-
-    #[test]
-    fn a_denial_holds_until_its_wait_is_over_for_costs_as_high() {
-        let (cache, set) = (DenialCache::new(100, true), gcra());
-        cache.settle(
-            1,
-            "k",
-            &set,
-            2,
-            1_000,
-            1_000,
-            &reply(verdict(false, 1, 500), 0, 0),
-            None,
-        );
-        let hit = denied(cache.get(1, "k", &set, 2, true, 1_200));
-        assert!(!hit.allowed());
-        assert_eq!(hit.retry_after(), Some(Duration::from_micros(300)));
-        assert_eq!(hit.quotas()[0].reset, Duration::from_micros(800));
-        assert!(cache.get(1, "k", &set, 3, true, 1_200).is_some());
-        assert!(
-            cache.get(1, "k", &set, 1, true, 1_200).is_none(),
-            "a cheaper request may pass"
-        );
-        assert!(
-            cache.get(2, "k", &set, 2, true, 1_200).is_none(),
-            "another set"
-        );
-        assert!(
-            cache.get(1, "j", &set, 2, true, 1_200).is_none(),
-            "another key"
-        );
-        assert!(cache.get(1, "k", &set, 2, true, 1_500).is_none());
-        assert_eq!(cache.len(), 0, "expired entries are dropped when met");
-    }
-
-    #[test]
-    fn an_admission_that_empties_a_quota_refuses_until_its_next_unit() {
-        let (cache, set) = (DenialCache::new(100, true), gcra());
-        let d = cache.settle(
-            1,
-            "k",
-            &set,
-            1,
-            0,
-            0,
-            &reply(verdict(true, 0, 0), 1, 700),
-            None,
-        );
-        assert!(d.allowed(), "the admission itself passes");
-        let hit = denied(cache.get(1, "k", &set, 1, true, 200));
-        assert_eq!(hit.retry_after(), Some(Duration::from_micros(500)));
-        assert_eq!(hit.remaining(), 0);
-        assert!(cache.get(1, "k", &set, 1, true, 700).is_none());
-        // Off, nothing is remembered.
-        let off = DenialCache::new(100, false);
-        off.settle(
-            1,
-            "k",
-            &set,
-            1,
-            0,
-            0,
-            &reply(verdict(true, 0, 0), 1, 700),
-            None,
-        );
-        assert!(off.get(1, "k", &set, 1, true, 200).is_none());
-    }
-
-    #[test]
-    fn a_lease_admits_here_until_spent_or_expired_then_a_denial_applies() {
-        let (cache, set) = (DenialCache::new(100, true), gcra());
-        let policy = super::super::lease::Policy::new(
-            Lease::Max(10),
-            Duration::from_micros(100),
-            Duration::from_micros(1_000),
-        )
-        .unwrap();
-        let (ask, ours) = cache.lease_ask(1, "k", 1, 0, &policy, 50);
-        assert!(ours);
-        assert_eq!((ask.want, ask.give_back), (1, None), "no history: the cost");
-        let (second, ours) = cache.lease_ask(1, "k", 1, 10, &policy, 50);
-        assert!(!ours, "one lease call at a time");
-        assert_eq!(second.want, 1);
-        // Redis granted 4 units (1 for the request) and is now empty.
-        let d = cache.settle(
-            1,
-            "k",
-            &set,
-            1,
-            0,
-            20,
-            &reply(verdict(true, 0, 0), 4, 900),
-            Some((&policy, true)),
-        );
-        assert!(d.allowed());
-        assert_eq!(d.remaining(), 3, "Redis's 0 plus the lease's 3");
-        for left in [2, 1, 0] {
-            match cache.get(1, "k", &set, 1, true, 30) {
-                Some(Hit::Lease(d)) => assert_eq!(d.remaining(), left),
-                _ => panic!("expected a lease hit"),
-            }
-        }
-        assert!(
-            cache
-                .get(1, "k", &set, 1, false, 30)
-                .map(|h| matches!(h, Hit::Denial(_)))
-                .unwrap_or(false),
-            "peeks never spend a lease"
-        );
-        denied(cache.get(1, "k", &set, 1, true, 40));
-        // Once Redis has a unit again, the next lease is sized by the pace
-        // of the last: 4 units in 920 us is less than one a slice.
-        let (ask, ours) = cache.lease_ask(1, "k", 1, 920, &policy, 50);
-        assert!(ours);
-        assert_eq!(ask.want, 1);
-        // A lease spent at 4 units in 40 us asks for 10 (100 us of it).
-        cache.settle(
-            1,
-            "j",
-            &set,
-            1,
-            0,
-            0,
-            &reply(verdict(true, 6, 0), 4, 0),
-            Some((&policy, true)),
-        );
-        for _ in 0..3 {
-            assert!(matches!(
-                cache.get(1, "j", &set, 1, true, 30),
-                Some(Hit::Lease(_))
-            ));
-        }
-        let (ask, _) = cache.lease_ask(1, "j", 1, 40, &policy, 50);
-        assert_eq!((ask.want, ask.give_back), (10, None));
-    }
-
-    #[test]
-    fn unspent_units_go_back_with_the_next_lease_call() {
-        let (cache, set) = (DenialCache::new(100, true), gcra());
-        let policy = super::super::lease::Policy::new(
-            Lease::Max(10),
-            Duration::from_micros(100),
-            Duration::from_micros(1_000),
-        )
-        .unwrap();
-        let mut granted = reply(verdict(true, 6, 0), 4, 0);
-        granted.now = 77;
-        cache.settle(1, "k", &set, 1, 0, 0, &granted, Some((&policy, true)));
-        // A request costing more than the 3 units held.
-        assert!(cache.get(1, "k", &set, 5, true, 10).is_none());
-        let (ask, _) = cache.lease_ask(1, "k", 5, 10, &policy, 50);
-        assert_eq!(ask.give_back, Some((3, 77)));
-        assert!(ask.want >= 5);
-    }
-}
+#[path = "cache_tests.rs"]
+mod tests;

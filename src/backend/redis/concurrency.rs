@@ -11,7 +11,7 @@ use deadpool_redis::redis::{self, Script, aio::MultiplexedConnection};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
-use super::redis_error;
+use super::connection::redis_error;
 use crate::backend::{Acquired, BackendError, BackendErrorKind, Slot, SlotFuture, SlotStore};
 use crate::sync::lock;
 

@@ -16,7 +16,7 @@ use smallvec::SmallVec;
 use crate::clock::micros;
 use crate::decision::Decision;
 use crate::quota::Algorithm;
-use crate::quota_set::{QuotaSet, QuotaVerdict};
+use crate::quota_set::{QuotaSet, RawQuotaDecision};
 
 /// How many units a [`RedisBackend`](super::RedisBackend) takes from Redis
 /// at once for one key: its lease mode (`backend.redis.lease` in a rules
@@ -150,7 +150,7 @@ pub(crate) struct Held {
     /// Redis's time when it was taken: given back units are weighed by it.
     pub redis_at: u64,
     /// Redis's verdicts on the lease, for what local decisions report.
-    pub verdicts: SmallVec<[QuotaVerdict; 2]>,
+    pub verdicts: SmallVec<[RawQuotaDecision; 2]>,
 }
 
 impl Held {
@@ -169,10 +169,10 @@ impl Held {
     /// left, plus what the lease holds; resets shortened by the time passed.
     pub(crate) fn decision(&self, now: u64, quotas: &QuotaSet) -> Decision {
         let elapsed = now.saturating_sub(self.taken);
-        let verdicts: SmallVec<[QuotaVerdict; 2]> = self
+        let verdicts: SmallVec<[RawQuotaDecision; 2]> = self
             .verdicts
             .iter()
-            .map(|v| QuotaVerdict {
+            .map(|v| RawQuotaDecision {
                 remaining: v.remaining.saturating_add(self.units),
                 reset: v.reset.saturating_sub(elapsed),
                 ..*v

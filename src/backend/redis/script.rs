@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use deadpool_redis::redis::{Cmd, Script};
 use smallvec::SmallVec;
 
-use crate::quota_set::{QuotaSet, QuotaVerdict};
+use crate::quota_set::{QuotaSet, RawQuotaDecision};
 
 /// The whole script: the Lua files of this folder, concatenated.
 pub(crate) const SOURCE: &str = concat!(
@@ -127,7 +127,7 @@ pub(crate) fn command(load: bool, keys: &[String], args: &[String]) -> Cmd {
 #[derive(Debug, Clone)]
 pub(crate) struct Reply {
     /// One per quota, in order.
-    pub verdicts: SmallVec<[QuotaVerdict; 2]>,
+    pub verdicts: SmallVec<[RawQuotaDecision; 2]>,
     /// Per quota: when this admission left it empty, microseconds until it
     /// admits one more unit; 0 otherwise.
     pub next_free: SmallVec<[u64; 2]>,
@@ -158,7 +158,7 @@ pub(crate) fn reply(reply: &[i64], quotas: usize) -> Result<Reply, String> {
         lease_ends: get(tail[2])?,
     };
     for n in per_quota.chunks_exact(REPLY_PER_QUOTA) {
-        out.verdicts.push(QuotaVerdict {
+        out.verdicts.push(RawQuotaDecision {
             allowed: get(n[0])? == 1,
             remaining: get(n[1])?,
             reset: get(n[2])?,

@@ -1,0 +1,443 @@
+//! The Redis backend: one script call per decision, with the denial cache,
+//! leases, the circuit breaker and the fallback around it.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::breaker::{Breaker, Permit, ProbeGuard, Transition};
+use super::cache::{DenialCache, Hit};
+use super::config_error::RedisConfigError;
+use super::connection::Connections;
+use super::lease::{self, Lease};
+use super::on_failure::OnFailure;
+use super::script::{self, Ask, Reply};
+use super::stats::{Counters, RedisStats, bump};
+use crate::backend::{Backend, BackendError, BackendErrorKind, CheckRequest};
+use crate::clock::{Clock, micros};
+use crate::decision::Decision;
+use crate::metrics::RedisMetrics;
+use crate::quota_set::QuotaSet;
+
+/// With a test clock, Redis still expires keys on its own clock: keys are
+/// kept this much longer than the test's time says, so a test whose clock
+/// stands still does not see its state vanish.
+const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
+
+/// Rate-limit state in Redis, shared by every server that points at the same
+/// Redis (or Redis Cluster) with the same key prefix.
+///
+/// It decides exactly as [`MemoryBackend`](crate::MemoryBackend) does (the same algorithms, written
+/// in Lua and checked against the Rust ones by a shared test suite), so one
+/// can replace the other without changing anything else.
+///
+/// - **One round trip per decision**, all quotas of a [`QuotaSet`] included:
+///   one Lua script reads, decides and writes every quota's state atomically,
+///   so servers never race between a read and a write. It is called by
+///   `EVALSHA` and sent again with `EVAL` when Redis answers `NOSCRIPT` (after
+///   a restart or `SCRIPT FLUSH`).
+/// - **Redis's clock**: the script reads `TIME`, so the servers' clocks do
+///   not matter.
+/// - **Bounded memory**: every key expires when its state stops mattering
+///   (a token bucket once full again, a window once over, a log once its
+///   newest entry is a period old). A sliding log holds at most `limit`
+///   entries; refused requests write nothing unless the quota counts them.
+/// - **Cluster-ready**: the keys of one decision are
+///   `<prefix>{<client key>}:<state id>`, one hash tag, so one slot. In the
+///   client key, `{`, `}` and `%` are percent-encoded so clients cannot move
+///   or void the tag.
+/// - **Failures**: each call has a timeout (50 ms by default). A failure
+///   returns an error ([`OnFailure::Error`], for the caller's own fail-open or
+///   fail-closed policy) or is decided locally by a [`MemoryBackend`](crate::MemoryBackend)
+///   ([`OnFailure::Fallback`]). A [`CircuitBreaker`](super::CircuitBreaker) stops calling Redis
+///   after repeated failures and probes it again later, so an outage costs
+///   no waiting once noticed. Failures are logged with `tracing::warn!` and
+///   counted in [`stats`](RedisBackend::stats).
+/// - **Denial cache**: a key Redis refused stays refused locally until its
+///   retry-after has passed, without asking Redis (on by default).
+///
+/// Connections: one multiplexed connection carries every check, pipelined.
+/// It is taken out of the pool for good (the pool may make another in its
+/// place) and replaced by another when it fails. Getting a pooled connection
+/// per check would cost deadpool's health-check `PING`: a second round trip.
+///
+/// Needs Redis 5 or later (tested with 7.0) or a Redis Cluster of those.
+///
+/// Clones share the connection, the breaker, the cache and the counters.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate::{Limiter, OnFailure, MemoryBackend, Quota, RedisBackend};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let backend = RedisBackend::from_url("redis://127.0.0.1:6379")
+///     .prefix("myapp:rl:")
+///     .timeout(Duration::from_millis(50))
+///     .on_failure(OnFailure::Fallback(MemoryBackend::new()))
+///     .build()?;
+/// let limiter = Limiter::new(backend, Quota::gcra(100, Duration::from_secs(60)).build()?);
+/// let decision = limiter.check("user:42", 1).await?;
+/// println!("allowed: {}", decision.allowed());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+/// What the clones of one backend share; made by the builder.
+pub(super) struct Inner {
+    pub(super) connections: Connections,
+    pub(super) prefix: Box<str>,
+    pub(super) timeout: Duration,
+    pub(super) on_failure: OnFailure,
+    pub(super) breaker: Breaker,
+    /// Denials and leases; `None` when both are off.
+    pub(super) cache: Option<DenialCache>,
+    pub(super) lease: Option<lease::Policy>,
+    pub(super) clock: Option<Arc<dyn Clock>>,
+    /// The zero of the local clock the denial cache runs on.
+    pub(super) started: Instant,
+    pub(super) counters: Counters,
+    pub(super) metrics: RedisMetrics,
+}
+
+impl RedisBackend {
+    pub(super) fn new(inner: Inner) -> Self {
+        RedisBackend {
+            inner: Arc::new(inner),
+        }
+    }
+}
+
+/// How many lease calls of its key a request waits for before calling
+/// Redis itself.
+const LEASE_WAITS: usize = 4;
+
+impl RedisBackend {
+    /// What the backend did so far.
+    pub fn stats(&self) -> RedisStats {
+        self.inner.counters.stats(&self.inner.breaker)
+    }
+
+    /// The Redis keys that hold `key`'s state for `quotas`, one per quota in
+    /// order: for inspecting Redis by hand.
+    pub fn redis_keys(&self, key: &str, quotas: &QuotaSet) -> Vec<String> {
+        script::redis_keys(&self.inner.prefix, key, quotas)
+    }
+
+    /// Whether leases are on and apply to every quota of `quotas` (none is a
+    /// sliding log or a leaky bucket, which need every arrival). Sets that
+    /// fail it are decided one request at a time, as with leases off; the
+    /// rules and the gateway refuse them when leases are on.
+    pub fn supports_leases(&self, quotas: &QuotaSet) -> Result<(), RedisConfigError> {
+        if self.inner.lease.is_none() {
+            return Ok(());
+        }
+        match quotas
+            .quotas()
+            .iter()
+            .find(|q| !Lease::leases(q.algorithm()))
+        {
+            None => Ok(()),
+            Some(q) => Err(RedisConfigError::LeaseUnsupported {
+                quota: q.name().to_owned(),
+                algorithm: q.algorithm(),
+            }),
+        }
+    }
+
+    /// The local cache, for a set it may serve (not one counting refused
+    /// attempts, which Redis must all see), and the set's id in it.
+    fn cache_for(&self, quotas: &QuotaSet) -> Option<(&DenialCache, u64)> {
+        let cache = self.inner.cache.as_ref()?;
+        if quotas.quotas().iter().any(|q| q.params.count_rejected) {
+            return None;
+        }
+        Some((cache, cache_id(quotas)))
+    }
+
+    /// A decision made here, counted.
+    fn hit(&self, hit: Hit) -> Decision {
+        match hit {
+            Hit::Lease(d) => {
+                bump(&self.inner.counters.lease_hits);
+                d
+            }
+            Hit::Denial(d) => {
+                bump(&self.inner.counters.cache_hits);
+                self.inner.metrics.cache_hit();
+                d
+            }
+        }
+    }
+
+    async fn decide(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
+        let inner = &*self.inner;
+        let quotas = request.quotas;
+        let cache = self.cache_for(quotas);
+        let mut ask = Ask {
+            cost: request.cost,
+            commit: request.commit,
+            want: request.cost,
+            give_back: None,
+        };
+        let mut leasing = None;
+        if let Some((cache, set)) = cache {
+            let (key, cost, commit) = (request.key, request.cost, request.commit);
+            let policy = inner.lease.as_ref();
+            let policy = policy.filter(|_| commit && self.supports_leases(quotas).is_ok());
+            // While the key's lease call is out, wait for it (a few times,
+            // within half the timeout) rather than call Redis too: with
+            // many concurrent requests of a hot key, one call serves them.
+            let deadline = tokio::time::Instant::now() + inner.timeout / 2;
+            for round in 0..=LEASE_WAITS {
+                let now = inner.local_now();
+                if let Some(hit) = cache.get(set, key, quotas, cost, commit, now) {
+                    return Ok(self.hit(hit));
+                }
+                let Some(policy) = policy else { break };
+                let done = cache.lease_done(set, key).notified();
+                let mut done = std::pin::pin!(done);
+                done.as_mut().enable();
+                let (lease_ask, ours) =
+                    cache.lease_ask(set, key, cost, now, policy, micros(inner.timeout));
+                ask = lease_ask;
+                leasing = Some((policy, ours));
+                if ours || round == LEASE_WAITS {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, done).await.is_err() {
+                    break;
+                }
+            }
+        }
+        // The key's lease call, if this is it, ends however this ends.
+        let _lease_call = LeaseCall {
+            cache: cache.filter(|_| matches!(leasing, Some((_, true)))),
+            key: request.key,
+        };
+        let sent = inner.local_now();
+
+        let permit = inner.breaker.permit();
+        if permit == Permit::Refuse {
+            let n = bump(&inner.counters.short_circuits);
+            tracing::debug!(
+                short_circuits = n,
+                "tollgate: circuit open, Redis not called"
+            );
+            let e = BackendError::new(
+                BackendErrorKind::Unavailable,
+                "Redis failed repeatedly; the circuit breaker is open",
+            );
+            return self.fail(request, e).await;
+        }
+        let probe = permit == Permit::Probe;
+        let mut guard = ProbeGuard {
+            breaker: &inner.breaker,
+            armed: probe,
+        };
+        bump(&inner.counters.calls);
+        inner.metrics.call();
+        let result = match tokio::time::timeout(inner.timeout, self.call(request, &ask)).await {
+            Ok(result) => result,
+            Err(_) => {
+                bump(&inner.counters.timeouts);
+                // A connection that stopped answering may be dead (a peer
+                // gone without a reset): take a fresh one next time.
+                inner.connections.forget(None);
+                Err(BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("Redis did not answer within {:?}", inner.timeout),
+                ))
+            }
+        };
+        guard.armed = false;
+
+        match result {
+            Ok(reply) => {
+                if inner.breaker.success(probe) == Transition::Closed {
+                    inner.metrics.circuit(false);
+                    tracing::info!("tollgate: Redis answers again; circuit breaker closed");
+                }
+                if reply.spent > request.cost {
+                    bump(&inner.counters.leases);
+                }
+                Ok(match cache {
+                    Some((cache, set)) => {
+                        let now = inner.local_now();
+                        let (key, cost) = (request.key, request.cost);
+                        cache.settle(set, key, quotas, cost, sent, now, &reply, leasing)
+                    }
+                    None => quotas.decision_from(&reply.verdicts),
+                })
+            }
+            Err(e) => {
+                let failures = bump(&inner.counters.failures);
+                inner.metrics.failure();
+                let transition = match e.kind() {
+                    // Redis answered: it is up, whatever it said.
+                    BackendErrorKind::Protocol => inner.breaker.success(probe),
+                    _ => inner.breaker.failure(probe),
+                };
+                inner.metrics.circuit(inner.breaker.is_open());
+                let consecutive = inner.breaker.consecutive_failures();
+                static FAILED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
+                if let Some(more) = FAILED.admit() {
+                    tracing::warn!(
+                        kind = ?e.kind(),
+                        failures,
+                        consecutive,
+                        error = %e,
+                        "tollgate: Redis rate-limit call failed{more}"
+                    );
+                }
+                match transition {
+                    Transition::Opened => tracing::warn!(
+                        consecutive,
+                        open_for = ?inner.breaker.open_for(),
+                        "tollgate: circuit breaker opened; Redis will not be called until a probe succeeds"
+                    ),
+                    Transition::Reopened => tracing::warn!(
+                        open_for = ?inner.breaker.open_for(),
+                        "tollgate: probe failed; circuit breaker stays open"
+                    ),
+                    Transition::Closed | Transition::None => {}
+                }
+                self.fail(request, e).await
+            }
+        }
+    }
+
+    /// One round trip (two if the script must be sent again).
+    async fn call(&self, request: CheckRequest<'_>, ask: &Ask) -> Result<Reply, BackendError> {
+        let inner = &*self.inner;
+        let quotas = request.quotas;
+        let keys = script::redis_keys(&inner.prefix, request.key, quotas);
+        let now = inner.clock.as_ref().map(|c| c.now().as_micros());
+        let slack = if now.is_some() {
+            TEST_CLOCK_EXPIRY_SLACK_MS
+        } else {
+            0
+        };
+        let args = script::arguments(quotas, now, ask, slack);
+        let connections = &inner.connections;
+        let loads = &inner.counters.script_loads;
+        let (mut conn, fresh) = connections.connection().await?;
+        let reply = match connections.evaluate(&mut conn, &keys, &args, loads).await {
+            Err((_, true)) if !fresh => {
+                // The connection kept from earlier checks died (Redis
+                // restarted, say): try once more on a new one. If the dead
+                // one had run the script before failing, this spends twice,
+                // which errs on the strict side.
+                connections.forget(Some(conn.0));
+                let (mut conn, _) = connections.connection().await?;
+                connections.evaluate(&mut conn, &keys, &args, loads).await
+            }
+            reply => reply,
+        };
+        let reply = reply.map_err(|(e, _)| e)?;
+        script::reply(&reply, quotas.quotas().len())
+            .map_err(|m| BackendError::new(BackendErrorKind::Protocol, m))
+    }
+
+    async fn fail(
+        &self,
+        request: CheckRequest<'_>,
+        error: BackendError,
+    ) -> Result<Decision, BackendError> {
+        match &self.inner.on_failure {
+            OnFailure::Error => Err(error),
+            OnFailure::Fallback(local) => {
+                bump(&self.inner.counters.fallbacks);
+                local.check(request).await
+            }
+        }
+    }
+}
+
+/// Ends a key's lease call when dropped: settled, failed or cancelled, the
+/// requests waiting for it wake and look again.
+struct LeaseCall<'a> {
+    cache: Option<(&'a DenialCache, u64)>,
+    key: &'a str,
+}
+
+impl Drop for LeaseCall<'_> {
+    fn drop(&mut self) {
+        if let Some((cache, set)) = self.cache {
+            cache.end_lease_call(set, self.key);
+        }
+    }
+}
+
+/// What tells one quota set's cached denials from another's: the state ids,
+/// and which quotas are shadows (which the state ids leave out, and which
+/// change what is refused).
+fn cache_id(quotas: &QuotaSet) -> u64 {
+    let mut h = foldhash::fast::FixedState::default().build_hasher();
+    quotas.state_ids().hash(&mut h);
+    for q in quotas.quotas() {
+        q.params.shadow.hash(&mut h);
+    }
+    h.finish()
+}
+
+impl Inner {
+    /// Microseconds on the clock the denial cache runs on: the test clock if
+    /// set, else a monotonic clock.
+    fn local_now(&self) -> u64 {
+        match &self.clock {
+            Some(c) => c.now().as_micros(),
+            None => micros(self.started.elapsed()),
+        }
+    }
+}
+
+impl Backend for RedisBackend {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        self.decide(request)
+    }
+
+    /// With leases on: the decision when this process can make it alone,
+    /// from a lease or a remembered denial; `None` when Redis must be asked.
+    fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
+        self.inner.lease.as_ref()?;
+        let (cache, set) = self.cache_for(request.quotas)?;
+        let now = self.inner.local_now();
+        let (key, quotas, cost) = (request.key, request.quotas, request.cost);
+        let hit = cache.get(set, key, quotas, cost, request.commit, now)?;
+        Some(Ok(self.hit(hit)))
+    }
+
+    /// True with leases on: most decisions of a hot key are then made here.
+    fn decides_now(&self) -> bool {
+        self.inner.lease.is_some()
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &*self.inner;
+        f.debug_struct("RedisBackend")
+            .field("cluster", &inner.connections.is_cluster())
+            .field("prefix", &inner.prefix)
+            .field("timeout", &inner.timeout)
+            .field("on_failure", &inner.on_failure)
+            .field("denial_cache", &inner.cache.is_some())
+            .field("lease", &inner.lease)
+            .field("test_clock", &inner.clock.is_some())
+            .finish_non_exhaustive()
+    }
+}

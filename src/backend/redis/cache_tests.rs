@@ -1,0 +1,190 @@
+use super::*;
+use crate::Quota;
+use crate::backend::redis::lease::Lease;
+
+fn gcra() -> QuotaSet {
+    QuotaSet::single(Quota::gcra(5, Duration::from_secs(5)).build().unwrap())
+}
+
+fn verdict(allowed: bool, remaining: u64, retry: u64) -> RawQuotaDecision {
+    RawQuotaDecision {
+        allowed,
+        remaining,
+        reset: retry * 2,
+        retry_after: if allowed { 0 } else { retry },
+        delay: 0,
+        replenish: retry,
+    }
+}
+
+/// Redis's answer: one quota's verdict, units spent, what frees next.
+fn reply(v: RawQuotaDecision, spent: u64, next_free: u64) -> Reply {
+    Reply {
+        verdicts: smallvec::smallvec![v],
+        next_free: smallvec::smallvec![next_free],
+        spent,
+        now: 0,
+        lease_ends: 0,
+    }
+}
+
+fn denied(hit: Option<Hit>) -> Decision {
+    match hit {
+        Some(Hit::Denial(d)) => d,
+        _ => panic!("expected a cached denial"),
+    }
+}
+
+#[test]
+fn a_denial_holds_until_its_wait_is_over_for_costs_as_high() {
+    let (cache, set) = (DenialCache::new(100, true), gcra());
+    cache.settle(
+        1,
+        "k",
+        &set,
+        2,
+        1_000,
+        1_000,
+        &reply(verdict(false, 1, 500), 0, 0),
+        None,
+    );
+    let hit = denied(cache.get(1, "k", &set, 2, true, 1_200));
+    assert!(!hit.allowed());
+    assert_eq!(hit.retry_after(), Some(Duration::from_micros(300)));
+    assert_eq!(hit.quotas()[0].reset, Duration::from_micros(800));
+    assert!(cache.get(1, "k", &set, 3, true, 1_200).is_some());
+    assert!(
+        cache.get(1, "k", &set, 1, true, 1_200).is_none(),
+        "a cheaper request may pass"
+    );
+    assert!(
+        cache.get(2, "k", &set, 2, true, 1_200).is_none(),
+        "another set"
+    );
+    assert!(
+        cache.get(1, "j", &set, 2, true, 1_200).is_none(),
+        "another key"
+    );
+    assert!(cache.get(1, "k", &set, 2, true, 1_500).is_none());
+    assert_eq!(cache.len(), 0, "expired entries are dropped when met");
+}
+
+#[test]
+fn an_admission_that_empties_a_quota_refuses_until_its_next_unit() {
+    let (cache, set) = (DenialCache::new(100, true), gcra());
+    let d = cache.settle(
+        1,
+        "k",
+        &set,
+        1,
+        0,
+        0,
+        &reply(verdict(true, 0, 0), 1, 700),
+        None,
+    );
+    assert!(d.allowed(), "the admission itself passes");
+    let hit = denied(cache.get(1, "k", &set, 1, true, 200));
+    assert_eq!(hit.retry_after(), Some(Duration::from_micros(500)));
+    assert_eq!(hit.remaining(), 0);
+    assert!(cache.get(1, "k", &set, 1, true, 700).is_none());
+    // Off, nothing is remembered.
+    let off = DenialCache::new(100, false);
+    off.settle(
+        1,
+        "k",
+        &set,
+        1,
+        0,
+        0,
+        &reply(verdict(true, 0, 0), 1, 700),
+        None,
+    );
+    assert!(off.get(1, "k", &set, 1, true, 200).is_none());
+}
+
+#[test]
+fn a_lease_admits_here_until_spent_or_expired_then_a_denial_applies() {
+    let (cache, set) = (DenialCache::new(100, true), gcra());
+    let policy = super::super::lease::Policy::new(
+        Lease::Max(10),
+        Duration::from_micros(100),
+        Duration::from_micros(1_000),
+    )
+    .unwrap();
+    let (ask, ours) = cache.lease_ask(1, "k", 1, 0, &policy, 50);
+    assert!(ours);
+    assert_eq!((ask.want, ask.give_back), (1, None), "no history: the cost");
+    let (second, ours) = cache.lease_ask(1, "k", 1, 10, &policy, 50);
+    assert!(!ours, "one lease call at a time");
+    assert_eq!(second.want, 1);
+    // Redis granted 4 units (1 for the request) and is now empty.
+    let d = cache.settle(
+        1,
+        "k",
+        &set,
+        1,
+        0,
+        20,
+        &reply(verdict(true, 0, 0), 4, 900),
+        Some((&policy, true)),
+    );
+    assert!(d.allowed());
+    assert_eq!(d.remaining(), 3, "Redis's 0 plus the lease's 3");
+    for left in [2, 1, 0] {
+        match cache.get(1, "k", &set, 1, true, 30) {
+            Some(Hit::Lease(d)) => assert_eq!(d.remaining(), left),
+            _ => panic!("expected a lease hit"),
+        }
+    }
+    assert!(
+        cache
+            .get(1, "k", &set, 1, false, 30)
+            .map(|h| matches!(h, Hit::Denial(_)))
+            .unwrap_or(false),
+        "peeks never spend a lease"
+    );
+    denied(cache.get(1, "k", &set, 1, true, 40));
+    // Once Redis has a unit again, the next lease is sized by the pace
+    // of the last: 4 units in 920 us is less than one a slice.
+    let (ask, ours) = cache.lease_ask(1, "k", 1, 920, &policy, 50);
+    assert!(ours);
+    assert_eq!(ask.want, 1);
+    // A lease spent at 4 units in 40 us asks for 10 (100 us of it).
+    cache.settle(
+        1,
+        "j",
+        &set,
+        1,
+        0,
+        0,
+        &reply(verdict(true, 6, 0), 4, 0),
+        Some((&policy, true)),
+    );
+    for _ in 0..3 {
+        assert!(matches!(
+            cache.get(1, "j", &set, 1, true, 30),
+            Some(Hit::Lease(_))
+        ));
+    }
+    let (ask, _) = cache.lease_ask(1, "j", 1, 40, &policy, 50);
+    assert_eq!((ask.want, ask.give_back), (10, None));
+}
+
+#[test]
+fn unspent_units_go_back_with_the_next_lease_call() {
+    let (cache, set) = (DenialCache::new(100, true), gcra());
+    let policy = super::super::lease::Policy::new(
+        Lease::Max(10),
+        Duration::from_micros(100),
+        Duration::from_micros(1_000),
+    )
+    .unwrap();
+    let mut granted = reply(verdict(true, 6, 0), 4, 0);
+    granted.now = 77;
+    cache.settle(1, "k", &set, 1, 0, 0, &granted, Some((&policy, true)));
+    // A request costing more than the 3 units held.
+    assert!(cache.get(1, "k", &set, 5, true, 10).is_none());
+    let (ask, _) = cache.lease_ask(1, "k", 5, 10, &policy, 50);
+    assert_eq!(ask.give_back, Some((3, 77)));
+    assert!(ask.want >= 5);
+}

@@ -1,0 +1,185 @@
+//! The connection a Redis backend calls through: where it comes from, how
+//! it is replaced when it fails, and what a Redis error means for it.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use deadpool_redis::PoolError;
+use deadpool_redis::redis::{self, Cmd, ErrorKind, RedisError, ServerErrorKind};
+
+use super::script;
+use super::stats::bump;
+use crate::backend::{BackendError, BackendErrorKind};
+use crate::sync::lock;
+
+/// Where connections come from.
+pub(super) enum Source {
+    Single(deadpool_redis::Pool),
+    Cluster(deadpool_redis::cluster::Pool),
+}
+
+/// A connection that multiplexes concurrent calls.
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Conn {
+    async fn query(&mut self, cmd: &Cmd) -> redis::RedisResult<Vec<i64>> {
+        match self {
+            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
+}
+
+impl Source {
+    /// A connection of the backend's own: taken out of the pool, so that
+    /// nothing else the pool serves (a `MULTI`, a blocking `BLPOP`) shares
+    /// it, and the pool makes another in its place.
+    async fn connect(&self) -> Result<Conn, BackendError> {
+        match self {
+            Source::Single(pool) => {
+                let c = pool.get().await.map_err(pool_error)?;
+                Ok(Conn::Single(deadpool_redis::Connection::take(c)))
+            }
+            Source::Cluster(pool) => {
+                let c = pool.get().await.map_err(pool_error)?;
+                Ok(Conn::Cluster(deadpool_redis::cluster::Connection::take(c)))
+            }
+        }
+    }
+}
+
+fn pool_error(e: PoolError) -> BackendError {
+    match e {
+        PoolError::Backend(e) => redis_error(e).0,
+        PoolError::Timeout(_) => BackendError::new(
+            BackendErrorKind::Timeout,
+            "timed out waiting for a Redis connection from the pool",
+        ),
+        e => BackendError::new(BackendErrorKind::Unavailable, "no Redis connection").with_source(e),
+    }
+}
+
+/// The kind of a Redis error, and whether the connection it came through
+/// should be replaced.
+pub(super) fn redis_error(e: RedisError) -> (BackendError, bool) {
+    let (kind, broken) = if e.is_timeout() {
+        (BackendErrorKind::Timeout, true)
+    } else if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+        || matches!(
+            e.kind(),
+            ErrorKind::ClusterConnectionNotFound | ErrorKind::AuthenticationFailed
+        )
+    {
+        (BackendErrorKind::Unavailable, true)
+    } else if matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ReadOnly
+        )
+    ) || matches!(e.code(), Some("BUSY" | "OOM"))
+    {
+        // Redis is there but cannot serve writes now.
+        (BackendErrorKind::Unavailable, false)
+    } else {
+        (BackendErrorKind::Protocol, false)
+    };
+    let message = match kind {
+        BackendErrorKind::Protocol => "Redis refused the rate-limit script",
+        _ => "Redis is unavailable",
+    };
+    (BackendError::new(kind, message).with_source(e), broken)
+}
+
+/// The one multiplexed connection every check goes through, made again
+/// from its source when it fails.
+pub(super) struct Connections {
+    source: Source,
+    /// The connection in use, and a number telling it from its successors.
+    conn: Mutex<Option<(u64, Conn)>>,
+    generation: AtomicU64,
+}
+
+impl Connections {
+    pub(super) fn new(source: Source) -> Self {
+        Connections {
+            source,
+            conn: Mutex::new(None),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the source is a Redis Cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self.source, Source::Cluster(_))
+    }
+
+    /// Runs the script on `conn` (its generation and connection), sending
+    /// it again if Redis lost it. On failure, says whether the connection is
+    /// broken, and forgets it if so.
+    pub(super) async fn evaluate(
+        &self,
+        conn: &mut (u64, Conn),
+        keys: &[String],
+        args: &[String],
+        script_loads: &AtomicU64,
+    ) -> Result<Vec<i64>, (BackendError, bool)> {
+        let reply = match conn.1.query(&script::command(false, keys, args)).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                let n = bump(script_loads);
+                tracing::debug!(
+                    script_loads = n,
+                    "tollgate: Redis lost the script; sending it"
+                );
+                conn.1.query(&script::command(true, keys, args)).await
+            }
+            reply => reply,
+        };
+        reply.map_err(|e| {
+            let (e, broken) = redis_error(e);
+            if broken {
+                self.forget(Some(conn.0));
+            }
+            (e, broken)
+        })
+    }
+
+    fn cached_connection(&self) -> Option<(u64, Conn)> {
+        lock(&self.conn).clone()
+    }
+
+    /// The connection in use (its generation and itself), and whether it
+    /// was just made.
+    pub(super) async fn connection(&self) -> Result<((u64, Conn), bool), BackendError> {
+        if let Some(c) = self.cached_connection() {
+            return Ok((c, false));
+        }
+        let conn = self.source.connect().await?;
+        let mut slot = lock(&self.conn);
+        // Another check may have connected meanwhile: share its connection.
+        if let Some(c) = &*slot {
+            return Ok((c.clone(), true));
+        }
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        *slot = Some((generation, conn.clone()));
+        Ok(((generation, conn), true))
+    }
+
+    /// Drops the connection in use (only if it is still `generation`'s).
+    pub(super) fn forget(&self, generation: Option<u64>) {
+        let mut slot = lock(&self.conn);
+        if generation.is_none_or(|g| slot.as_ref().is_some_and(|(current, _)| *current == g)) {
+            *slot = None;
+        }
+    }
+}

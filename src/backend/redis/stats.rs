@@ -1,0 +1,73 @@
+//! What a Redis backend did: counters kept as it works, read as [`RedisStats`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::breaker::Breaker;
+
+/// Counters of what a [`RedisBackend`](super::RedisBackend) did since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisStats {
+    /// Calls made to Redis (each one round trip, or two when the script had
+    /// to be sent again).
+    pub calls: u64,
+    /// Calls that failed, timeouts included.
+    pub failures: u64,
+    /// Calls that failed by timing out.
+    pub timeouts: u64,
+    /// Checks refused at once because the circuit breaker was open.
+    pub short_circuits: u64,
+    /// Checks answered from the denial cache.
+    pub cache_hits: u64,
+    /// Checks admitted from a lease held here, without calling Redis.
+    pub lease_hits: u64,
+    /// Leases taken: calls that took more units than their request's cost.
+    pub leases: u64,
+    /// Checks decided by the fallback backend.
+    pub fallbacks: u64,
+    /// Times Redis did not know the script (`NOSCRIPT`) and was sent it.
+    pub script_loads: u64,
+    /// Failures in a row now (0 while Redis answers).
+    pub consecutive_failures: u32,
+    /// Whether the circuit breaker is open now.
+    pub circuit_open: bool,
+}
+
+#[derive(Default)]
+/// What the backend counts as it works.
+pub(super) struct Counters {
+    pub(super) calls: AtomicU64,
+    pub(super) failures: AtomicU64,
+    pub(super) timeouts: AtomicU64,
+    pub(super) short_circuits: AtomicU64,
+    pub(super) cache_hits: AtomicU64,
+    pub(super) lease_hits: AtomicU64,
+    pub(super) leases: AtomicU64,
+    pub(super) fallbacks: AtomicU64,
+    pub(super) script_loads: AtomicU64,
+}
+
+/// Adds one to `counter`; returns the new count.
+pub(super) fn bump(counter: &AtomicU64) -> u64 {
+    counter.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+impl Counters {
+    /// The counters now, with the state of `breaker`.
+    pub(super) fn stats(&self, breaker: &Breaker) -> RedisStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RedisStats {
+            calls: get(&self.calls),
+            failures: get(&self.failures),
+            timeouts: get(&self.timeouts),
+            short_circuits: get(&self.short_circuits),
+            cache_hits: get(&self.cache_hits),
+            lease_hits: get(&self.lease_hits),
+            leases: get(&self.leases),
+            fallbacks: get(&self.fallbacks),
+            script_loads: get(&self.script_loads),
+            consecutive_failures: breaker.consecutive_failures(),
+            circuit_open: breaker.is_open(),
+        }
+    }
+}
