@@ -534,7 +534,7 @@ fn concurrency_priority_and_shedding_settings_are_checked_where_written() {
         ),
         1,
         47,
-        "shedding: target_latency must be more than 0",
+        "the period \"0s\" is zero",
     );
     error_at(
         &format!(

@@ -221,11 +221,6 @@ fn protection(file: &RulesFile, old: Option<&Compiled>) -> Result<Protection, St
             .max_in_flight
             .error("shedding: max_in_flight must be at least 1"));
     }
-    if c.target_latency.value.0.is_zero() {
-        return Err(c
-            .target_latency
-            .error("shedding: target_latency must be more than 0"));
-    }
     let shedding = Shedding::new()
         .reserved(c.reserved.value)
         .map_err(|e| c.reserved.error(format_args!("shedding: {e}")))?

@@ -59,7 +59,7 @@ pub(crate) struct RulesFile {
 pub(crate) struct SheddingConfig {
     /// Requests in flight at full load.
     pub max_in_flight: At<u64>,
-    /// The latency (a moving average) at full load.
+    /// The latency (a moving average) at full load (a period is never 0).
     pub target_latency: At<Period>,
     /// The share of capacity kept for critical rules (0 to 0.5).
     #[serde(default = "default_reserved")]
