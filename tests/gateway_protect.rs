@@ -23,10 +23,19 @@ const BOUND: Duration = Duration::from_secs(5);
 
 /// Upstream handlers under `/gate/` block until let through, counting who
 /// is inside; every other path answers at once.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Gate {
     permits: Arc<Semaphore>,
     inside: Arc<AtomicUsize>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            permits: Arc::new(Semaphore::new(0)),
+            inside: Arc::default(),
+        }
+    }
 }
 
 impl Gate {
@@ -69,8 +78,8 @@ impl Gate {
 }
 
 async fn fetch(http: &HttpClient, gw: &Gateway, path: &str, user: &str) -> Reply {
-    let user = user.as_bytes();
-    let answer = support::get(http, gw.addr, path, &[("x-user", user)]);
+    let headers = [("x-user", user.as_bytes())];
+    let answer = support::get(http, gw.addr, path, &headers);
     tokio::time::timeout(BOUND, answer)
         .await
         .expect("the gateway did not answer")
@@ -81,8 +90,11 @@ fn hold(http: &HttpClient, gw: &Gateway, path: &str, user: &str) -> JoinHandle<R
     let (http, gw_addr) = (http.clone(), gw.addr);
     let (path, user) = (path.to_owned(), user.to_owned());
     tokio::spawn(async move {
-        let answer = support::get(&http, gw_addr, &path, &[("x-user", user.as_bytes())]);
-        tokio::time::timeout(BOUND, answer).await.expect("no answer")
+        let headers = [("x-user", user.as_bytes())];
+        let answer = support::get(&http, gw_addr, &path, &headers);
+        tokio::time::timeout(BOUND, answer)
+            .await
+            .expect("no answer")
     })
 }
 
@@ -163,7 +175,10 @@ async fn a_background_route_is_shed_under_load_and_a_critical_one_served() {
     let gw = Gateway::start(&file.0, Some(up), &[]);
     let http = client();
 
-    assert_eq!(fetch(&http, &gw, "/batch", "u").await.status, StatusCode::OK);
+    assert_eq!(
+        fetch(&http, &gw, "/batch", "u").await.status,
+        StatusCode::OK
+    );
     // 3 of 4 in flight: a load of 0.75, past background's 0.6, below
     // critical's 1.
     let held: Vec<_> = (0..3)
@@ -188,5 +203,8 @@ async fn a_background_route_is_shed_under_load_and_a_critical_one_served() {
     for h in held {
         assert_eq!(h.await.unwrap().status, StatusCode::OK);
     }
-    assert_eq!(fetch(&http, &gw, "/batch", "u").await.status, StatusCode::OK);
+    assert_eq!(
+        fetch(&http, &gw, "/batch", "u").await.status,
+        StatusCode::OK
+    );
 }

@@ -478,11 +478,15 @@ fn reload_reports_an_invalid_file_and_keeps_the_old_rules() {
 
 #[test]
 fn concurrency_priority_and_shedding_settings_are_checked_where_written() {
-    let rule = |extra: &str| {
-        format!("rules:\n  - name: a\n    key: global\n    quotas: [{ONE}]\n{extra}")
-    };
+    let rule =
+        |extra: &str| format!("rules:\n  - name: a\n    key: global\n    quotas: [{ONE}]\n{extra}");
     let shed = "shedding: { max_in_flight: 8, target_latency: 250ms }\n";
-    assert!(Rules::parse(&rule("    concurrency: { limit: 4 }\n    priority: critical\n")).is_ok());
+    assert!(
+        Rules::parse(&rule(
+            "    concurrency: { limit: 4 }\n    priority: critical\n"
+        ))
+        .is_ok()
+    );
     assert!(
         Rules::parse(&format!(
             "{shed}{}",
@@ -497,7 +501,10 @@ fn concurrency_priority_and_shedding_settings_are_checked_where_written() {
         "rule a: concurrency limit must be at least 1",
     );
     error_at(
-        &format!("{shed}{}", rule("    concurrency: { limit: 4, elastic: 3 }\n")),
+        &format!(
+            "{shed}{}",
+            rule("    concurrency: { limit: 4, elastic: 3 }\n")
+        ),
         6,
         39,
         "rule a: elastic is 3, below the concurrency limit 4",

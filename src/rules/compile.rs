@@ -250,9 +250,9 @@ fn concurrency(
     };
     let name = &rc.name.value.0;
     if c.limit.value == 0 {
-        return Err(c
-            .limit
-            .error(format_args!("rule {name}: concurrency limit must be at least 1")));
+        return Err(c.limit.error(format_args!(
+            "rule {name}: concurrency limit must be at least 1"
+        )));
     }
     let mut quota = ConcurrencyQuota::new(c.limit.value).map_err(|e| c.limit.error(e))?;
     if let Some(elastic) = &c.elastic {

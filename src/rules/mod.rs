@@ -243,7 +243,9 @@ impl Compiled {
     fn finish(&self, admissions: Admissions<'_>, verdict: Verdict) -> Verdict {
         let verdict = admissions
             .into_iter()
-            .fold(verdict, |v, (protect, admission)| protect.finish(admission, v));
+            .fold(verdict, |v, (protect, admission)| {
+                protect.finish(admission, v)
+            });
         self.protect.finish(Admission::default(), verdict)
     }
 }
