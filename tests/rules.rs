@@ -475,3 +475,86 @@ fn reload_reports_an_invalid_file_and_keeps_the_old_rules() {
     assert_eq!(rules.reload(), Ok(true));
     assert!(rules.describe().contains("fixed_window 6 per"));
 }
+
+#[test]
+fn concurrency_priority_and_shedding_settings_are_checked_where_written() {
+    let rule =
+        |extra: &str| format!("rules:\n  - name: a\n    key: global\n    quotas: [{ONE}]\n{extra}");
+    let shed = "shedding: { max_in_flight: 8, target_latency: 250ms }\n";
+    assert!(
+        Rules::parse(&rule(
+            "    concurrency: { limit: 4 }\n    priority: critical\n"
+        ))
+        .is_ok()
+    );
+    assert!(
+        Rules::parse(&format!(
+            "{shed}{}",
+            rule("    concurrency: { limit: 4, elastic: 8 }\n")
+        ))
+        .is_ok()
+    );
+    error_at(
+        &rule("    concurrency: { limit: 0 }\n"),
+        5,
+        27,
+        "rule a: concurrency limit must be at least 1",
+    );
+    error_at(
+        &format!(
+            "{shed}{}",
+            rule("    concurrency: { limit: 4, elastic: 3 }\n")
+        ),
+        6,
+        39,
+        "rule a: elastic is 3, below the concurrency limit 4",
+    );
+    error_at(
+        &rule("    concurrency: { limit: 4, elastic: 8 }\n"),
+        5,
+        39,
+        "elastic needs a top-level shedding section",
+    );
+    error(
+        &rule("    concurrency: { limit: 4, ceiling: 8 }\n"),
+        5,
+        "ceiling",
+    );
+    error(
+        &rule("    priority: urgent\n"),
+        5,
+        "valid values are background, normal, critical",
+    );
+    error_at(
+        &format!(
+            "shedding: {{ max_in_flight: 0, target_latency: 250ms }}\n{}",
+            rule("")
+        ),
+        1,
+        28,
+        "shedding: max_in_flight must be at least 1",
+    );
+    error_at(
+        &format!(
+            "shedding: {{ max_in_flight: 8, target_latency: 0s }}\n{}",
+            rule("")
+        ),
+        1,
+        47,
+        "the period \"0s\" is zero",
+    );
+    error_at(
+        &format!(
+            "shedding:\n  max_in_flight: 8\n  target_latency: 250ms\n  reserved: 0.7\n{}",
+            rule("")
+        ),
+        4,
+        13,
+        "shedding: the reserved share must be between 0 and 0.5, not 0.7",
+    );
+    error(
+        &format!("shedding: {{ max_in_flight: 8 }}\n{}", rule("")),
+        1,
+        "target_latency",
+    );
+}

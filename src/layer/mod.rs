@@ -68,4 +68,6 @@ pub(crate) use policy::{
 #[cfg(feature = "rules")]
 pub(crate) use problem::problem;
 #[cfg(feature = "rules")]
+pub(crate) use protect::{Admission, Protection};
+#[cfg(feature = "rules")]
 pub(crate) use respond::ResponsePolicy;

@@ -18,7 +18,7 @@ use super::headers::{HeaderStyle, Headers, retry_after_secs};
 use super::load::{LoadSignal, MeasuredLoad};
 use super::problem::{QUOTA_EXCEEDED, problem};
 use super::respond::ResponsePolicy;
-use super::shed::{Shedding, TEMPORARY_REDUCED_CAPACITY};
+use super::shed::{Priority, Shedding, TEMPORARY_REDUCED_CAPACITY};
 use super::verdict::{Verdict, VerdictKind};
 use crate::backend::{Acquired, BackendError, BackendErrorKind, Slot};
 use crate::key::Key;
@@ -54,7 +54,13 @@ impl Protection {
     /// unknown, which sheds: a check that cannot decide refuses.
     pub(crate) fn shed(&self, parts: &Parts) -> Option<Verdict> {
         let shedding = self.shedding.as_ref()?;
-        let priority = shedding.priority_of(parts);
+        self.shed_as(shedding.priority_of(parts))
+    }
+
+    /// [`shed`](Protection::shed) for a request whose priority is known
+    /// (a rules file's rule gives it).
+    pub(crate) fn shed_as(&self, priority: Priority) -> Option<Verdict> {
+        let shedding = self.shedding.as_ref()?;
         let load = self.load().unwrap_or(f64::NAN);
         if !shedding.sheds(priority, load) {
             return None;

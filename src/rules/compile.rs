@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::backend::AnyBackend;
@@ -11,7 +12,10 @@ use super::key_part::KeyPart;
 use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RuleConfig, RulesFile};
 use super::names::MatchMode;
 use crate::key::{ClientIp, ExtensionKey, GlobalKey, HeaderKey, KeyExtractor, PeerIp, UserId};
-use crate::layer::{CountStatus, Limit, OnMissingKey, ResponsePolicy};
+use crate::layer::{
+    ConcurrencyQuota, CountStatus, Limit, MeasuredLoad, OnMissingKey, Priority, Protection,
+    ResponsePolicy, Shedding,
+};
 use crate::limiter::Limiter;
 use crate::quota::Quota;
 use crate::quota_set::QuotaSet;
@@ -27,6 +31,8 @@ pub(super) struct Compiled {
     pub matching: MatchMode,
     /// Where client addresses come from: behind proxies when configured.
     pub client_ip: Option<ClientIp>,
+    /// Load shedding and the measured load, from the `shedding:` section.
+    pub protect: Protection,
     pub rules: Vec<Rule>,
 }
 
@@ -40,6 +46,10 @@ pub(super) struct Rule {
     pub count_status: Option<CountStatus>,
     pub limit: Limit<AnyBackend>,
     pub overrides: HashMap<String, Limit<AnyBackend>>,
+    /// The rule's concurrency quota (with the file's load signal, for
+    /// elastic mode).
+    pub concurrency: Option<Protection>,
+    pub priority: Priority,
 }
 
 /// One part of a rule's key.
@@ -66,6 +76,7 @@ impl Compiled {
         };
         let client_ip = client_ip(&file.client_ip).map_err(error)?;
         let peer_ip = PeerIp::new().ipv6_prefix(file.client_ip.ipv6_prefix);
+        let protect = protection(&file, old).map_err(error)?;
         let mut rules = Vec::with_capacity(file.rules.len());
         for (i, rc) in file.rules.iter().enumerate() {
             if file.rules[..i].iter().any(|o| o.name == rc.name) {
@@ -78,7 +89,9 @@ impl Compiled {
                 peer_ip,
                 client_ip: client_ip.as_ref(),
             };
-            rules.push(rule(rc, &backend, &parts).map_err(error)?);
+            let mut rule = rule(rc, &backend, &parts).map_err(error)?;
+            rule.concurrency = concurrency(rc, old, &protect).map_err(error)?;
+            rules.push(rule);
         }
         Ok(Compiled {
             respond: ResponsePolicy {
@@ -93,6 +106,7 @@ impl Compiled {
             backend,
             backend_config,
             client_ip,
+            protect,
             rules,
             file,
         })
@@ -190,7 +204,83 @@ fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<R
         count_status: rc.count_status.as_ref().map(|c| c.0.clone()),
         limit,
         overrides,
+        concurrency: None,
+        priority: rc.priority.0,
     })
+}
+
+/// The file's load shedding and measured load. A reload whose `shedding:`
+/// section did not change keeps measuring on the same gauge.
+fn protection(file: &RulesFile, old: Option<&Compiled>) -> Result<Protection, String> {
+    let Some(sc) = &file.shedding else {
+        return Ok(Protection::default());
+    };
+    let c = &sc.value;
+    if c.max_in_flight.value == 0 {
+        return Err(c
+            .max_in_flight
+            .error("shedding: max_in_flight must be at least 1"));
+    }
+    let shedding = Shedding::new()
+        .reserved(c.reserved.value)
+        .map_err(|e| c.reserved.error(format_args!("shedding: {e}")))?
+        .retry_after(c.retry_after.0);
+    let measured = old
+        .filter(|o| o.file.shedding == file.shedding)
+        .and_then(|o| o.protect.measured.clone())
+        .unwrap_or_else(|| MeasuredLoad::new(c.max_in_flight.value, c.target_latency.value.0));
+    Ok(Protection {
+        concurrency: None,
+        shedding: Some(shedding),
+        signal: Some(Arc::new(measured.clone())),
+        measured: Some(measured),
+    })
+}
+
+/// A rule's concurrency quota, with the file's load signal for elastic
+/// mode. A reload that left the rule's setting alone keeps its slots, so
+/// requests under way still count.
+fn concurrency(
+    rc: &RuleConfig,
+    old: Option<&Compiled>,
+    file: &Protection,
+) -> Result<Option<Protection>, String> {
+    let Some(c) = &rc.concurrency else {
+        return Ok(None);
+    };
+    let name = &rc.name.value.0;
+    if c.limit.value == 0 {
+        return Err(c.limit.error(format_args!(
+            "rule {name}: concurrency limit must be at least 1"
+        )));
+    }
+    let mut quota = ConcurrencyQuota::new(c.limit.value).map_err(|e| c.limit.error(e))?;
+    if let Some(elastic) = &c.elastic {
+        if elastic.value < c.limit.value {
+            return Err(elastic.error(format_args!(
+                "rule {name}: elastic is {}, below the concurrency limit {}; write the ceiling, at least the limit",
+                elastic.value, c.limit.value
+            )));
+        }
+        if file.signal.is_none() {
+            return Err(elastic.error(format_args!(
+                "rule {name}: elastic needs a top-level shedding section, whose measured load says when there is room"
+            )));
+        }
+        quota = quota.elastic(elastic.value).map_err(|e| elastic.error(e))?;
+    }
+    let kept = old
+        .and_then(|o| o.rules.iter().find(|r| r.name == *name))
+        .filter(|r| {
+            let before = r.concurrency.as_ref().and_then(|p| p.concurrency.as_ref());
+            before.is_some_and(|q| (q.limit(), q.ceiling()) == (quota.limit(), quota.ceiling()))
+        })
+        .and_then(|r| r.concurrency.as_ref()?.concurrency.clone());
+    Ok(Some(Protection {
+        concurrency: Some(kept.unwrap_or(quota)),
+        signal: file.signal.clone(),
+        ..Protection::default()
+    }))
 }
 
 /// The quotas of override `j` of a rule: the rule's scaled, or its own.

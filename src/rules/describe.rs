@@ -4,7 +4,7 @@ use std::fmt;
 
 use super::model::{BackendConfig, RulesFile};
 use super::names::{Case, MatchMode, RedisFailure, TrailingSlash};
-use crate::layer::{HeaderStyle, OnBackendError, OnMissingKey};
+use crate::layer::{HeaderStyle, OnBackendError, OnMissingKey, Priority};
 use crate::quota::{Mode, Quota};
 
 impl fmt::Display for RulesFile {
@@ -72,6 +72,14 @@ impl fmt::Display for RulesFile {
                 )?;
             }
         }
+        if let Some(s) = &self.shedding {
+            let s = &s.value;
+            writeln!(
+                f,
+                "load shedding: full at {} requests in flight or {:?} average latency; {} kept for critical rules",
+                s.max_in_flight.value, s.target_latency.value.0, s.reserved.value
+            )?;
+        }
         for rule in &self.rules {
             writeln!(f, "rule {}:", rule.name.value.0)?;
             let m = &rule.matches;
@@ -111,6 +119,19 @@ impl fmt::Display for RulesFile {
             writeln!(f, "  key: {}; cost {}", key.join(" + "), rule.cost.value)?;
             for q in &rule.quotas.0 {
                 writeln!(f, "  quota {}", describe(&q.quota))?;
+            }
+            if let Some(c) = &rule.concurrency {
+                match &c.elastic {
+                    Some(e) => writeln!(
+                        f,
+                        "  at most {} at once per key, {} while there is room",
+                        c.limit.value, e.value
+                    )?,
+                    None => writeln!(f, "  at most {} at once per key", c.limit.value)?,
+                }
+            }
+            if rule.priority.0 != Priority::Normal {
+                writeln!(f, "  priority under load: {}", rule.priority.0.name())?;
             }
             for o in &rule.overrides {
                 let o = &o.value;

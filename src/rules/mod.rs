@@ -63,7 +63,7 @@ pub use error::RulesError;
 pub use path::{PathError, normalize_path};
 
 use crate::backend::Backend;
-use crate::layer::{Headers, Policy, Verdict};
+use crate::layer::{Admission, Headers, Policy, Protection, Verdict};
 use crate::layer::{Sealed, check_within, look_within};
 use compile::Compiled;
 use model::{BackendConfig, RulesFile};
@@ -232,6 +232,24 @@ fn parse(text: &str, path: Option<&Path>) -> Result<RulesFile, RulesError> {
     serde_saphyr::from_str::<RulesFile>(text).map_err(|e| RulesError::new(path, e.to_string()))
 }
 
+/// The concurrency slots a request took, one per rule with a
+/// concurrency quota.
+type Admissions<'a> = smallvec::SmallVec<[(&'a Protection, Admission); 1]>;
+
+impl Compiled {
+    /// The final verdict: a passing one holds every slot taken and is
+    /// counted in flight by the measured load; a refusal gives the slots
+    /// back, so a rule's concurrency and rate quotas are all-or-nothing.
+    fn finish(&self, admissions: Admissions<'_>, verdict: Verdict) -> Verdict {
+        let verdict = admissions
+            .into_iter()
+            .fold(verdict, |v, (protect, admission)| {
+                protect.finish(admission, v)
+            });
+        self.protect.finish(Admission::default(), verdict)
+    }
+}
+
 impl Sealed for Rules {}
 
 impl Policy for Rules {
@@ -247,6 +265,17 @@ impl Policy for Rules {
         if checks.iter().any(|c| c.count_status.is_some()) {
             return None;
         }
+        // Slots taken here are given back if anything below must wait.
+        let mut admissions = Admissions::new();
+        for check in &checks {
+            let Some(protect) = check.concurrency else {
+                continue;
+            };
+            match protect.acquire_now(&check.key, &compiled.respond)? {
+                Ok(admission) => admissions.push((protect, admission)),
+                Err(refused) => return Some(refused),
+            }
+        }
         let mut verdict = Verdict::pass(Headers::new());
         for check in checks {
             let outcome = check
@@ -258,7 +287,7 @@ impl Policy for Rules {
                 break;
             }
         }
-        Some(verdict)
+        Some(compiled.finish(admissions, verdict))
     }
 
     fn decide<'a>(&'a self, parts: &'a Parts) -> impl Future<Output = Verdict> + Send + 'a {
@@ -268,6 +297,20 @@ impl Policy for Rules {
                 Ok(checks) => checks,
                 Err(verdict) => return verdict,
             };
+            let mut admissions = Admissions::new();
+            for check in &checks {
+                let Some(protect) = check.concurrency else {
+                    continue;
+                };
+                match protect
+                    .acquire(&check.key, &compiled.respond, compiled.timeout)
+                    .await
+                {
+                    Ok(admission) => admissions.push((protect, admission)),
+                    // Dropping the admissions gives their slots back.
+                    Err(refused) => return refused,
+                }
+            }
             let mut verdict = Verdict::pass(Headers::new());
             for check in checks {
                 let (limiter, key) = (&check.limit.limiter, &check.key);
@@ -280,7 +323,7 @@ impl Policy for Rules {
                     break;
                 }
             }
-            verdict
+            compiled.finish(admissions, verdict)
         }
     }
 }

@@ -12,7 +12,7 @@ use super::at::At;
 use super::key_part::KeyConfig;
 use super::names::{
     BackendErrorName, CaseName, ForwardedHeaderName, HeaderStyleName, LeaseText, Matching,
-    MissingKeyName, RedisFailureName, TrailingSlashName,
+    MissingKeyName, PriorityName, RedisFailureName, TrailingSlashName,
 };
 use super::pattern::{Compare, PathPattern, PathPrefix};
 use super::period::Period;
@@ -45,7 +45,47 @@ pub(crate) struct RulesFile {
     pub allow: KeyList,
     #[serde(default)]
     pub deny: KeyList,
+    /// Load shedding for the whole file: 503 under overload, lowest
+    /// priority first.
+    #[serde(default)]
+    pub shedding: Option<At<SheddingConfig>>,
     pub rules: Vec<RuleConfig>,
+}
+
+/// The `shedding:` section: how the load is measured, and the share kept
+/// for critical rules. Checked when compiled, so errors keep their place.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SheddingConfig {
+    /// Requests in flight at full load.
+    pub max_in_flight: At<u64>,
+    /// The latency (a moving average) at full load (a period is never 0).
+    pub target_latency: At<Period>,
+    /// The share of capacity kept for critical rules (0 to 0.5).
+    #[serde(default = "default_reserved")]
+    pub reserved: At<f64>,
+    /// The `Retry-After` of a shed request.
+    #[serde(default = "default_retry_after")]
+    pub retry_after: Period,
+}
+
+fn default_reserved() -> At<f64> {
+    At::unplaced(0.2)
+}
+
+fn default_retry_after() -> Period {
+    Period(Duration::from_secs(1))
+}
+
+/// A rule's `concurrency:` setting: requests of one key at once.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConcurrencyConfig {
+    pub limit: At<u64>,
+    /// The ceiling while the server has room (needs `shedding:`, whose
+    /// measured load says when).
+    #[serde(default)]
+    pub elastic: Option<At<u64>>,
 }
 
 fn default_timeout() -> Period {
@@ -179,6 +219,12 @@ pub(crate) struct RuleConfig {
     pub quotas: QuotaList,
     #[serde(default)]
     pub overrides: Vec<At<OverrideConfig>>,
+    /// At most so many requests of one key at once.
+    #[serde(default)]
+    pub concurrency: Option<ConcurrencyConfig>,
+    /// Which requests are shed first under load.
+    #[serde(default)]
+    pub priority: PriorityName,
 }
 
 fn one() -> At<u64> {

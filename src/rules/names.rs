@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
 use crate::key::ForwardedHeader;
-use crate::layer::{HeaderStyle, OnBackendError, OnMissingKey};
+use crate::layer::{HeaderStyle, OnBackendError, OnMissingKey, Priority};
 
 macro_rules! name_enum {
     ($name:ident => $target:ty { $($text:literal => $value:expr),+ $(,)? } default $default:literal) => {
@@ -159,3 +159,9 @@ impl<'de> Deserialize<'de> for LeaseText {
         d.deserialize_str(Text)
     }
 }
+
+name_enum!(PriorityName => Priority {
+    "background" => Priority::Background,
+    "normal" => Priority::Normal,
+    "critical" => Priority::Critical,
+} default "normal");

@@ -15,7 +15,7 @@ use super::path::normalize_path;
 use crate::decision::Decision;
 use crate::key::{Key, KeyError, peer_addr};
 use crate::layer::{CountStatus, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, admit_key, problem};
-use crate::layer::{Headers, Verdict};
+use crate::layer::{Headers, Priority, Protection, Verdict};
 use crate::limiter::Error;
 
 /// One limit a request is checked against: a rule's limiter, the key, the
@@ -26,6 +26,8 @@ pub(super) struct RuleCheck<'a> {
     pub cost: u64,
     /// Response-aware: look now, charge these statuses after the response.
     pub count_status: Option<&'a CountStatus>,
+    /// The rule's concurrency quota: a slot taken before any rate check.
+    pub concurrency: Option<&'a Protection>,
 }
 
 impl Compiled {
@@ -51,6 +53,18 @@ impl Compiled {
                 &format!("The request path cannot be read: {e}."),
             )
         })?;
+        // Shed before any list, key or quota is looked at: an overloaded
+        // server has no room for that work either.
+        if self.protect.shedding.is_some() {
+            let priority = self
+                .rules
+                .iter()
+                .find(|r| r.applies(parts, &path))
+                .map_or(Priority::default(), |r| r.priority);
+            if let Some(shed) = self.protect.shed_as(priority) {
+                return Err(shed);
+            }
+        }
         let lists = (&self.file.allow, &self.file.deny);
         if !lists.0.ips.is_empty() || !lists.1.ips.is_empty() {
             // A list that cannot be checked refuses: skipping it would let a
@@ -91,6 +105,7 @@ impl Compiled {
                     key,
                     cost: rule.cost,
                     count_status: rule.count_status.as_ref(),
+                    concurrency: rule.concurrency.as_ref(),
                 });
             }
             if self.matching == MatchMode::First {

@@ -1,0 +1,210 @@
+//! Concurrency quotas and load shedding from a rules file, through the real
+//! gateway binary in front of an upstream whose handler blocks on a gate, so
+//! the number of requests under way is known.
+#![cfg(feature = "gateway")]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use http::StatusCode;
+use support::gateway::{Gateway, RulesFile};
+use support::{HttpClient, Reply, client};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+/// How long anything in these tests may wait.
+const BOUND: Duration = Duration::from_secs(5);
+
+/// Upstream handlers under `/gate/` block until let through, counting who
+/// is inside; every other path answers at once.
+#[derive(Clone)]
+struct Gate {
+    permits: Arc<Semaphore>,
+    inside: Arc<AtomicUsize>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            permits: Arc::new(Semaphore::new(0)),
+            inside: Arc::default(),
+        }
+    }
+}
+
+impl Gate {
+    async fn wait(&self) -> &'static str {
+        self.inside.fetch_add(1, Ordering::SeqCst);
+        // Bounded: a test that forgets to open the gate fails, not hangs.
+        let permit = tokio::time::timeout(BOUND, self.permits.acquire()).await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        if let Ok(Ok(permit)) = permit {
+            permit.forget();
+        }
+        "done"
+    }
+
+    async fn until_inside(&self, n: usize) {
+        let start = Instant::now();
+        while self.inside.load(Ordering::SeqCst) != n {
+            assert!(
+                start.elapsed() < BOUND,
+                "{} inside, not {n}",
+                self.inside.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    async fn upstream(&self) -> SocketAddr {
+        let g = self.clone();
+        let app = Router::new()
+            .route(
+                "/gate/{name}",
+                get(move || {
+                    let g = g.clone();
+                    async move { g.wait().await }
+                }),
+            )
+            .fallback(|| async { "quick" });
+        support::serve(app).await
+    }
+}
+
+async fn fetch(http: &HttpClient, gw: &Gateway, path: &str, user: &str) -> Reply {
+    let headers = [("x-user", user.as_bytes())];
+    let answer = support::get(http, gw.addr, path, &headers);
+    tokio::time::timeout(BOUND, answer)
+        .await
+        .expect("the gateway did not answer")
+}
+
+/// A request left waiting at the gate.
+fn hold(http: &HttpClient, gw: &Gateway, path: &str, user: &str) -> JoinHandle<Reply> {
+    let (http, gw_addr) = (http.clone(), gw.addr);
+    let (path, user) = (path.to_owned(), user.to_owned());
+    tokio::spawn(async move {
+        let headers = [("x-user", user.as_bytes())];
+        let answer = support::get(&http, gw_addr, &path, &headers);
+        tokio::time::timeout(BOUND, answer)
+            .await
+            .expect("no answer")
+    })
+}
+
+const CONCURRENCY: &str = r#"
+rules:
+  - name: held
+    key: header:x-user
+    quotas: [{ algorithm: gcra, limit: 1000, period: 1s }]
+    concurrency: { limit: 2 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_concurrency_limit_holds_per_key_until_the_response_is_over() {
+    let gate = Gate::default();
+    let up = gate.upstream().await;
+    let file = RulesFile::new("concurrency", CONCURRENCY);
+    let gw = Gateway::start(&file.0, Some(up), &[]);
+    let http = client();
+
+    let held: Vec<_> = (0..2).map(|_| hold(&http, &gw, "/gate/a", "a")).collect();
+    gate.until_inside(2).await;
+    let refused = fetch(&http, &gw, "/", "a").await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    let policy = refused.header("ratelimit-policy").unwrap_or_default();
+    assert!(policy.contains("qu=\"concurrent-requests\""), "{policy}");
+    assert!(policy.contains("q=2"), "{policy}");
+    // Another key has slots of its own.
+    let other = hold(&http, &gw, "/gate/b", "b");
+    gate.until_inside(3).await;
+    assert_eq!(gate.inside.load(Ordering::SeqCst), 3);
+
+    // One response over frees one slot for key a, and only one. The gate
+    // is fair, so the permit goes to one of a's requests, in first.
+    gate.permits.add_permits(1);
+    let start = Instant::now();
+    while !held.iter().any(JoinHandle::is_finished) {
+        assert!(start.elapsed() < BOUND, "no held request finished");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    gate.until_inside(2).await;
+    let again = hold(&http, &gw, "/gate/a", "a");
+    gate.until_inside(3).await;
+    let refused = fetch(&http, &gw, "/", "a").await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+
+    gate.permits.add_permits(8);
+    for h in held.into_iter().chain([other, again]) {
+        assert_eq!(h.await.unwrap().status, StatusCode::OK);
+    }
+    assert_eq!(fetch(&http, &gw, "/", "a").await.status, StatusCode::OK);
+}
+
+const SHEDDING: &str = r#"
+shedding: { max_in_flight: 4, target_latency: 10s, reserved: 0.2 }
+rules:
+  - name: gate
+    match: { prefix: /gate/ }
+    key: header:x-user
+    quotas: [{ algorithm: gcra, limit: 1000, period: 1s }]
+    priority: critical
+  - name: batch
+    match: { prefix: /batch }
+    key: header:x-user
+    quotas: [{ algorithm: gcra, limit: 1000, period: 1s }]
+    priority: background
+  - name: pay
+    match: { prefix: /pay }
+    key: header:x-user
+    quotas: [{ algorithm: gcra, limit: 1000, period: 1s }]
+    priority: critical
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_route_is_shed_under_load_and_a_critical_one_served() {
+    let gate = Gate::default();
+    let up = gate.upstream().await;
+    let file = RulesFile::new("shedding", SHEDDING);
+    let gw = Gateway::start(&file.0, Some(up), &[]);
+    let http = client();
+
+    assert_eq!(
+        fetch(&http, &gw, "/batch", "u").await.status,
+        StatusCode::OK
+    );
+    // 3 of 4 in flight: a load of 0.75, past background's 0.6, below
+    // critical's 1.
+    let held: Vec<_> = (0..3)
+        .map(|i| hold(&http, &gw, &format!("/gate/{i}"), "u"))
+        .collect();
+    gate.until_inside(3).await;
+    let shed = fetch(&http, &gw, "/batch", "u").await;
+    assert_eq!(shed.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(shed.header("retry-after"), Some("1"));
+    assert!(
+        shed.json()["type"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("#temporary-reduced-capacity")),
+        "{:?}",
+        shed.json()
+    );
+    for _ in 0..3 {
+        assert_eq!(fetch(&http, &gw, "/pay", "u").await.status, StatusCode::OK);
+    }
+
+    gate.permits.add_permits(3);
+    for h in held {
+        assert_eq!(h.await.unwrap().status, StatusCode::OK);
+    }
+    assert_eq!(
+        fetch(&http, &gw, "/batch", "u").await.status,
+        StatusCode::OK
+    );
+}
