@@ -169,11 +169,7 @@ impl Rules {
             return Ok(false);
         };
         let text = read(path)?;
-        let mut last = self
-            .inner
-            .last_text
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut last = crate::sync::lock(&self.inner.last_text);
         if *last == text {
             return Ok(false);
         }
