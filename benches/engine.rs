@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{Quota as GovQuota, RateLimiter};
-use tollgate::{Algorithm, Limiter, MemoryBackend, Quota};
+use tollgate::{Algorithm, Limiter, MemoryBackend, Quota, QuotaSet};
 
 const KEYS: usize = 1_000_000;
 
@@ -63,7 +63,9 @@ fn hot_key(c: &mut Criterion) {
 fn many_keys(c: &mut Criterion) {
     let mut g = c.benchmark_group("million_keys");
     g.sample_size(30);
-    let keys: Vec<String> = (0..KEYS).map(|i| format!("client-{i}")).collect();
+    let keys: Vec<String> = (0..KEYS)
+        .map(|i| format!("ip:10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255))
+        .collect();
     for (algorithm, name) in algorithms() {
         if algorithm == Algorithm::SlidingLog {
             continue;
@@ -90,6 +92,45 @@ fn many_keys(c: &mut Criterion) {
             i = (i + 7919) % KEYS;
             black_box(gov.check_key(&keys[i]))
         })
+    });
+    g.finish();
+}
+
+/// The three quotas on one key (10 a minute, 2 per 3 s, a 1 s
+/// minimum interval) beside one GCRA quota and governor, every check after
+/// the first refused, as it would be.
+fn three_quotas(c: &mut Criterion) {
+    let mut g = c.benchmark_group("three_quotas");
+    let set = QuotaSet::new(
+        "three",
+        [
+            Quota::sliding_window(10, Duration::from_secs(60))
+                .name("minute")
+                .build()
+                .expect("valid"),
+            Quota::fixed_window(2, Duration::from_secs(3))
+                .name("burst")
+                .build()
+                .expect("valid"),
+            Quota::min_interval(Duration::from_secs(1))
+                .name("interval")
+                .build()
+                .expect("valid"),
+        ],
+    )
+    .expect("valid set");
+    let key = "ip:203.0.113.7".to_owned();
+    let three = Limiter::new(MemoryBackend::new(), set);
+    g.bench_function("tollgate/three_quotas", |b| {
+        b.iter(|| black_box(three.check_now(black_box(&key), 1)))
+    });
+    let one = tollgate(Algorithm::Gcra);
+    g.bench_function("tollgate/gcra", |b| {
+        b.iter(|| black_box(one.check_now(black_box(&key), 1)))
+    });
+    let gov = governor();
+    g.bench_function("governor/gcra", |b| {
+        b.iter(|| black_box(gov.check_key(black_box(&key))))
     });
     g.finish();
 }
@@ -187,6 +228,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = hot_key, many_keys, threads_on_one_key, new_keys_into_full
+    targets = hot_key, three_quotas, many_keys, threads_on_one_key, new_keys_into_full
 }
 criterion_main!(benches);

@@ -1,6 +1,7 @@
 //! The cost of the layer on one request, through `oneshot`-style calls on a
-//! ready service: bare, behind tollgate (memory, IETF headers), and the
-//! allocations each request makes.
+//! ready service: bare, behind tollgate (memory; IETF, legacy or no
+//! headers) and behind tower_governor (its headers on), and the allocations
+//! each layer adds to a request.
 //!
 //! `cargo bench --bench layer`
 
@@ -11,6 +12,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use tollgate::key::PeerIp;
 use tollgate::{HeaderStyle, Limiter, MemoryBackend, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
 
 #[path = "support/mod.rs"]
 mod support;
@@ -57,30 +60,44 @@ fn bench(c: &mut Criterion) {
                 })
             })
         });
-        // Allocations per request, beyond the request itself and the bare service.
-        let count = |svc: &mut dyn FnMut()| {
-            let before = counting_alloc::allocations();
-            for _ in 0..1000 {
-                svc();
-            }
-            (counting_alloc::allocations() - before) as f64 / 1000.0
-        };
-        let bare_allocs = count(&mut || {
-            rt.block_on(async {
-                let _ = bare.ready().await.expect("ready").call(request()).await;
-            })
-        });
-        let allocs = count(&mut || {
-            rt.block_on(async {
-                let _ = svc.ready().await.expect("ready").call(request()).await;
-            })
-        });
-        println!(
-            "allocations per request, {name} headers: {:.1} (bare: {bare_allocs:.1})",
-            allocs - bare_allocs
-        );
+        let allocs = allocations(&rt, &mut svc) - allocations(&rt, &mut bare);
+        println!("allocations per request added by tollgate, {name} headers: {allocs:.1}");
     }
+    // As examples/bench_server.rs configures it.
+    let config = GovernorConfigBuilder::default()
+        .per_nanosecond(1_000)
+        .burst_size(1_000_000)
+        .use_headers()
+        .finish()
+        .expect("governor config");
+    let mut governed = ServiceBuilder::new()
+        .layer(GovernorLayer::new(config))
+        .service(service_fn(hello));
+    g.bench_function("tower_governor/headers", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(governed.ready().await.expect("ready").call(request()).await)
+            })
+        })
+    });
+    let allocs = allocations(&rt, &mut governed) - allocations(&rt, &mut bare);
+    println!("allocations per request added by tower_governor, headers on: {allocs:.1}");
     g.finish();
+}
+
+/// Heap allocations per request through `svc`, the request's own included.
+fn allocations<S>(rt: &tokio::runtime::Runtime, svc: &mut S) -> f64
+where
+    S: Service<http::Request<()>>,
+    S::Error: std::fmt::Debug,
+{
+    let before = counting_alloc::allocations();
+    for _ in 0..1000 {
+        rt.block_on(async {
+            let _ = svc.ready().await.expect("ready").call(request()).await;
+        });
+    }
+    (counting_alloc::allocations() - before) as f64 / 1000.0
 }
 
 criterion_group! {

@@ -4,6 +4,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use http::{Request, Response};
 
@@ -15,8 +16,16 @@ pub fn request() -> Request<()> {
 }
 
 /// The future of [`hello`], named so services can be boxed.
-pub type Hello = std::future::Ready<Result<Response<String>, Infallible>>;
+pub type Hello = std::future::Ready<Result<Response<Body>, Infallible>>;
 
+/// What axum's `"hello"` handler answers: a text body with its
+/// `content-type`, so the response's header map is allocated already, as in
+/// a real server. (tower_governor needs axum's `Body` for its refusals.)
 pub fn hello(_: Request<()>) -> Hello {
-    std::future::ready(Ok(Response::new(String::new())))
+    let mut response = Response::new(Body::from("hello"));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    std::future::ready(Ok(response))
 }

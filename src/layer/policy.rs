@@ -5,11 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::HeaderValue;
 use http::request::Parts;
 
 use super::count_status::CountStatus;
-use super::headers::{Headers, policy_header};
+use super::headers::{Headers, PolicyHeader, policy_header};
 use super::problem::problem;
 use super::protect::{Admission, Protection};
 use super::respond::ResponsePolicy;
@@ -158,7 +157,7 @@ async fn within<B: Backend>(
 #[derive(Clone)]
 pub(crate) struct Limit<B> {
     pub limiter: Limiter<B>,
-    policy_header: HeaderValue,
+    policy_header: PolicyHeader,
 }
 
 impl<B> Limit<B> {
@@ -193,13 +192,9 @@ impl<B> Limit<B> {
             }
             Some(Box::pin(async move {
                 match check_within(&limit.limiter, &key, cost, timeout).await {
-                    Ok(decision) if decision.allowed() => Some(respond.headers(
-                        limit.limiter.quotas(),
-                        &limit.policy_header,
-                        &key,
-                        &decision,
-                        None,
-                    )),
+                    Ok(decision) if decision.allowed() => {
+                        Some(respond.headers(&limit.policy_header, &key, &decision, None))
+                    }
                     Ok(_) => None,
                     Err(error) => {
                         tracing::warn!(key = %key, %error, "could not charge a counted response");

@@ -4,9 +4,11 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode};
+use http::{Response, StatusCode};
 
-use super::headers::{HeaderStyle, Headers, rate_limit_headers, refusal_wait, retry_after_secs};
+use super::headers::{
+    HeaderStyle, Headers, PolicyHeader, rate_limit_headers, refusal_wait, retry_after_secs,
+};
 use super::partition_key::PartitionKey;
 use super::problem::{QUOTA_EXCEEDED, problem};
 use super::verdict::Verdict;
@@ -80,7 +82,7 @@ impl ResponsePolicy {
     pub(crate) fn judge(
         &self,
         quotas: &QuotaSet,
-        policy_header: &HeaderValue,
+        policy_header: &PolicyHeader,
         key: &Key,
         outcome: Result<Decision, Error>,
     ) -> Verdict {
@@ -94,22 +96,16 @@ impl ResponsePolicy {
             }
             let delay = decision.delay();
             if delay.is_zero() || self.on_delay == OnDelay::Wait {
-                let headers = self.headers(quotas, policy_header, key, &decision, None);
+                let headers = self.headers(policy_header, key, &decision, None);
                 return Verdict::pass_after(headers, delay);
             }
             let wait = retry_after_secs(delay);
-            let headers = self.headers(quotas, policy_header, key, &decision, Some(wait));
+            let headers = self.headers(policy_header, key, &decision, Some(wait));
             let detail = format!("Queued; retry in {wait} seconds.");
             let response = problem(StatusCode::TOO_MANY_REQUESTS, QUOTA_EXCEEDED, &detail, &[]);
             return Verdict::respond(with_headers(response, headers));
         }
-        let headers = self.headers(
-            quotas,
-            policy_header,
-            key,
-            &decision,
-            refusal_wait(&decision),
-        );
+        let headers = self.headers(policy_header, key, &decision, refusal_wait(&decision));
         let rejection = Rejection {
             decision: &decision,
             quotas,
@@ -136,8 +132,7 @@ impl ResponsePolicy {
     /// `Retry-After: wait` if the response is a 429 that waits.
     pub(crate) fn headers(
         &self,
-        quotas: &QuotaSet,
-        policy_header: &HeaderValue,
+        policy_header: &PolicyHeader,
         key: &Key,
         decision: &Decision,
         wait: Option<u64>,
@@ -145,7 +140,6 @@ impl ResponsePolicy {
         let pk = self.partition_key.as_ref().map(|pk| pk.of(key.as_str()));
         rate_limit_headers(
             self.header_style,
-            quotas,
             policy_header,
             decision,
             wait,
