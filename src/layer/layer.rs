@@ -200,8 +200,9 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
     }
 
     /// Measures the wrapped service's load (requests in flight, latency)
-    /// and uses it as the load signal for [`shed`](Self::shed) and elastic
-    /// concurrency quotas. Give clones of one [`MeasuredLoad`] to several
+    /// and uses it as the load signal for [`shed`](Self::shed), elastic
+    /// concurrency quotas and elastic rate quotas
+    /// ([`Mode::Elastic`](crate::Mode::Elastic)). Give clones of one [`MeasuredLoad`] to several
     /// layers to measure their services together.
     pub fn measure_load(mut self, load: MeasuredLoad) -> Self {
         self.policy.protect.measured = Some(load.clone());
@@ -209,8 +210,8 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         self
     }
 
-    /// The load signal for [`shed`](Self::shed) and elastic concurrency
-    /// quotas, in place of the one [`measure_load`](Self::measure_load)
+    /// The load signal for [`shed`](Self::shed) and elastic concurrency and
+    /// rate quotas, in place of the one [`measure_load`](Self::measure_load)
     /// sets (which still measures, for other layers to read).
     pub fn load_signal(mut self, signal: impl LoadSignal) -> Self {
         self.policy.protect.signal = Some(Arc::new(signal));

@@ -100,17 +100,20 @@ pub(crate) fn admit_key(
     }
 }
 
-/// Asks the limiter, within `timeout` when the backend must be awaited.
+/// Asks the limiter, within `timeout` when the backend must be awaited;
+/// `room`: whether elastic quotas may use their extra.
 pub(crate) async fn check_within<B: Backend>(
     limiter: &Limiter<B>,
     key: &Key,
     cost: u64,
     timeout: Duration,
+    room: bool,
 ) -> Result<Decision, Error> {
-    if let Some(outcome) = limiter.check_now(key.as_str(), cost) {
+    if let Some(outcome) = limiter.check_now_with_room(key.as_str(), cost, room) {
         return outcome;
     }
-    within(limiter, timeout, limiter.check(key.as_str(), cost)).await
+    let check = limiter.check_with_room(key.as_str(), cost, room);
+    within(limiter, timeout, check).await
 }
 
 /// A response-aware limit's look before the request, within `timeout`:
@@ -123,8 +126,12 @@ pub(crate) async fn look_within<B: Backend>(
     key: &Key,
     cost: u64,
     timeout: Duration,
+    room: bool,
 ) -> Result<Decision, Error> {
-    let peek = |cost| within(limiter, timeout, limiter.peek(key.as_str(), cost));
+    let peek = |cost| {
+        let ask = limiter.peek_with_room(key.as_str(), cost, room);
+        within(limiter, timeout, ask)
+    };
     match peek(0).await {
         Ok(now) if now.quotas().iter().all(|q| q.remaining >= cost) => Ok(now),
         Ok(_) => peek(cost).await,
@@ -172,7 +179,7 @@ impl<B> Limit<B> {
     /// Charges `cost` to `key` once the response is known, if its status is
     /// one of `counts`; yields the headers of that charge's decision (none
     /// when it failed or was refused: the headers sent stay those of the
-    /// look before the request).
+    /// look before the request). `room` is the look's.
     pub(crate) fn charge(
         self: Arc<Self>,
         respond: &ResponsePolicy,
@@ -180,6 +187,7 @@ impl<B> Limit<B> {
         key: Key,
         cost: u64,
         timeout: Duration,
+        room: bool,
     ) -> Charge
     where
         B: Backend,
@@ -192,7 +200,7 @@ impl<B> Limit<B> {
                 return None;
             }
             Some(Box::pin(async move {
-                match check_within(&limit.limiter, &key, cost, timeout).await {
+                match check_within(&limit.limiter, &key, cost, timeout, room).await {
                     Ok(decision) if decision.allowed() => Some(respond.headers(
                         limit.limiter.quotas(),
                         &limit.policy_header,
@@ -293,10 +301,11 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             Err(refused) => return Some(refused),
         };
         // Returning `None` here drops the slot just taken: nothing changed.
-        let outcome = self
-            .limit
-            .limiter
-            .check_now(key.as_str(), self.cost(parts))?;
+        let room = self.protect.room();
+        let outcome =
+            self.limit
+                .limiter
+                .check_now_with_room(key.as_str(), self.cost(parts), room)?;
         let verdict = self.limit.judge(&self.respond, &key, outcome);
         Some(self.protect.finish(admission, verdict))
     }
@@ -321,16 +330,18 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             Err(refused) => return refused,
         };
         let cost = self.cost(parts);
+        let room = self.protect.room();
         let Some(counts) = &self.count_status else {
-            let outcome = check_within(&self.limit.limiter, &key, cost, self.timeout).await;
+            let outcome = check_within(&self.limit.limiter, &key, cost, self.timeout, room).await;
             let verdict = self.limit.judge(&self.respond, &key, outcome);
             return self.protect.finish(admission, verdict);
         };
         // Refused now if the counted limit is already reached; charged after
         // the response only if its status counts.
-        let outcome = look_within(&self.limit.limiter, &key, cost, self.timeout).await;
+        let outcome = look_within(&self.limit.limiter, &key, cost, self.timeout, room).await;
         let verdict = self.limit.judge(&self.respond, &key, outcome);
-        let charge = Arc::clone(&self.limit).charge(&self.respond, counts, key, cost, self.timeout);
+        let charge =
+            Arc::clone(&self.limit).charge(&self.respond, counts, key, cost, self.timeout, room);
         self.protect.finish(admission, verdict.charging(charge))
     }
 }

@@ -13,7 +13,7 @@ use http::header::RETRY_AFTER;
 use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
-use super::concurrency::ConcurrencyQuota;
+use super::concurrency::{ConcurrencyQuota, ELASTIC_ROOM};
 use super::headers::{HeaderStyle, Headers, retry_after_secs};
 use super::load::{LoadSignal, MeasuredLoad};
 use super::problem::{QUOTA_EXCEEDED, problem};
@@ -48,6 +48,13 @@ impl Protection {
     /// The load now; `None` with no signal.
     fn load(&self) -> Option<f64> {
         self.signal.as_ref().map(|s| s.load())
+    }
+
+    /// Whether elastic rate quotas may use their extra now: only with a
+    /// signal that says the load is under [`ELASTIC_ROOM`]. With no signal
+    /// nothing tells, so there is no room.
+    pub(crate) fn room(&self) -> bool {
+        self.load().is_some_and(|load| load < ELASTIC_ROOM)
     }
 
     /// A 503 if the request is to be shed. With no load signal the load is

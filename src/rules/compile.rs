@@ -91,6 +91,7 @@ impl Compiled {
             };
             let mut rule = rule(rc, &backend, &parts).map_err(error)?;
             rule.concurrency = concurrency(rc, old, &protect).map_err(error)?;
+            check_elastic(rc, &protect).map_err(error)?;
             rules.push(rule);
         }
         Ok(Compiled {
@@ -281,6 +282,23 @@ fn concurrency(
         signal: file.signal.clone(),
         ..Protection::default()
     }))
+}
+
+/// Refuses an elastic rate quota in a file with no load signal: nothing
+/// would say when there is room, so it could never use its extra.
+fn check_elastic(rc: &RuleConfig, file: &Protection) -> Result<(), String> {
+    if file.signal.is_some() {
+        return Ok(());
+    }
+    let own = rc.overrides.iter().filter_map(|o| o.value.quotas.as_ref());
+    let mut written = rc.quotas.0.iter().chain(own.flat_map(|qs| qs.0.iter()));
+    match written.find_map(|q| Some((q.quota.name(), q.elastic_at()?))) {
+        Some((quota, at)) => Err(at.error(format_args!(
+            "rule {}: quota {quota:?} is elastic, which needs a top-level shedding section, whose measured load says when there is room",
+            rc.name.value.0
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The quotas of override `j` of a rule: the rule's scaled, or its own.

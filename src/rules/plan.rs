@@ -115,12 +115,14 @@ impl Compiled {
         Ok(checks)
     }
 
-    /// The verdict so far, with one more limit's decision judged and added.
+    /// The verdict so far, with one more limit's decision judged and added
+    /// (`room`: whether elastic quotas could use their extra).
     pub(super) fn add(
         &self,
         verdict: Verdict,
         check: &RuleCheck<'_>,
         outcome: Result<Decision, Error>,
+        room: bool,
     ) -> Verdict {
         let judged = check.limit.judge(&self.respond, &check.key, outcome);
         let judged = match check.count_status {
@@ -130,6 +132,7 @@ impl Compiled {
                 check.key.clone(),
                 check.cost,
                 self.timeout,
+                room,
             )),
             None => judged,
         };

@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
+use super::at::At;
 use super::period::Period;
 use crate::quota::{Algorithm, Mode, Quota};
 
@@ -17,8 +18,8 @@ impl<'de> Deserialize<'de> for AlgorithmName {
     }
 }
 
-/// The most a soft quota may exceed its limit, in per cent: beyond ten
-/// times over, the limit means nothing and is surely a typo.
+/// The most a soft or elastic quota may exceed its limit, in per cent:
+/// beyond ten times over, the limit means nothing and is surely a typo.
 const MAX_SOFT_PERCENT: u16 = 1000;
 
 /// A quota as written.
@@ -33,9 +34,11 @@ struct WrittenQuota {
     #[serde(default)]
     burst: Option<u64>,
     #[serde(default)]
-    mode: Option<String>,
+    mode: Option<At<String>>,
     #[serde(default)]
     soft_percent: Option<u16>,
+    #[serde(default)]
+    elastic_percent: Option<u16>,
     #[serde(default)]
     count_rejected: bool,
 }
@@ -43,9 +46,25 @@ struct WrittenQuota {
 impl WrittenQuota {
     /// The quota, with limit and burst multiplied by `scale`.
     fn build(&self, scale: u64) -> Result<Quota, String> {
-        let mode = match (self.mode.as_deref(), self.soft_percent) {
+        let mode = self.mode.as_ref().map(|m| m.value.as_str());
+        if let Some(percent) = self.elastic_percent {
+            return match mode {
+                Some("elastic") if percent > MAX_SOFT_PERCENT => Err(format!(
+                    "elastic_percent {percent} lets a client spend over {}x its limit; write at most {MAX_SOFT_PERCENT}",
+                    1 + MAX_SOFT_PERCENT / 100
+                )),
+                Some("elastic") if self.soft_percent.is_none() => {
+                    self.build_as(Mode::Elastic { percent }, scale)
+                }
+                _ => Err("elastic_percent goes with mode: elastic".into()),
+            };
+        }
+        let mode = match (mode, self.soft_percent) {
             (None | Some("enforce"), None) => Mode::Enforce,
             (Some("shadow"), None) => Mode::Shadow,
+            (Some("elastic"), None) => {
+                return Err("mode elastic needs elastic_percent (how far over the limit while the server has room, in per cent)".into());
+            }
             (Some("soft"), Some(percent)) if percent > MAX_SOFT_PERCENT => {
                 return Err(format!(
                     "soft_percent {percent} lets a client spend over {}x its limit; write at most {MAX_SOFT_PERCENT}",
@@ -61,10 +80,15 @@ impl WrittenQuota {
             (_, Some(_)) => return Err("soft_percent goes with mode: soft".into()),
             (Some(m), None) => {
                 return Err(format!(
-                    "unknown mode {m:?}; valid modes are enforce, shadow, soft"
+                    "unknown mode {m:?}; valid modes are enforce, shadow, soft, elastic"
                 ));
             }
         };
+        self.build_as(mode, scale)
+    }
+
+    /// The quota in `mode`, with limit and burst multiplied by `scale`.
+    fn build_as(&self, mode: Mode, scale: u64) -> Result<Quota, String> {
         let mut b = Quota::builder(
             self.algorithm.0,
             self.limit.saturating_mul(scale),
@@ -93,6 +117,12 @@ impl QuotaConfig {
     /// The quota with limit and burst multiplied by `by` (a tier).
     pub(crate) fn scaled(&self, by: u64) -> Result<Quota, String> {
         self.written.build(by)
+    }
+
+    /// Where `mode: elastic` was written, if this quota is elastic.
+    pub(crate) fn elastic_at(&self) -> Option<&At<String>> {
+        let elastic = matches!(self.quota.mode(), Mode::Elastic { .. });
+        self.written.mode.as_ref().filter(|_| elastic)
     }
 }
 

@@ -152,10 +152,18 @@ impl RedisBackend {
     }
 
     /// The local cache, for a set it may serve (not one counting refused
-    /// attempts, which Redis must all see), and the set's id in it.
+    /// attempts, which Redis must all see, nor an elastic one), and the
+    /// set's id in it.
     fn cache_for(&self, quotas: &QuotaSet) -> Option<(&DenialCache, u64)> {
         let cache = self.inner.cache.as_ref()?;
-        if quotas.quotas().iter().any(|q| q.params.count_rejected) {
+        // An elastic quota's answer depends on the load at each request: a
+        // denial or lease of one moment says nothing of the next.
+        let elastic = |q: &crate::Quota| q.params.elastic_margin > 0;
+        if quotas
+            .quotas()
+            .iter()
+            .any(|q| q.params.count_rejected || elastic(q))
+        {
             return None;
         }
         Some((cache, cache_id(quotas)))
@@ -324,7 +332,7 @@ impl RedisBackend {
         } else {
             0
         };
-        let args = script::arguments(quotas, now, ask, slack);
+        let args = script::arguments(quotas, now, ask, slack, request.room);
         let connections = &inner.connections;
         let loads = &inner.counters.script_loads;
         let (mut conn, fresh) = connections.connection().await?;
