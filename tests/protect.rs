@@ -26,7 +26,7 @@ use tokio::sync::Semaphore;
 use tollgate::key::HeaderKey;
 use tollgate::layer::RateLimitLayerBuilder;
 use tollgate::layer::{ConcurrencyQuota, MeasuredLoad, Priority, Shedding};
-use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
+use tollgate::{Limiter, MemoryBackend, Mode, Quota, RateLimitLayer};
 
 /// How long anything in these tests may wait.
 const BOUND: Duration = Duration::from_secs(5);
@@ -388,6 +388,94 @@ async fn an_elastic_quota_admits_over_its_limit_while_idle_and_not_while_saturat
     assert_eq!(load.in_flight(), 0);
 }
 
+/// A layer of one elastic rate quota on `backend`: 2 per minute (GCRA,
+/// one unit back every 30 s, so none returns during a test), up to 4 with
+/// room.
+fn elastic_rate<B: tollgate::Backend>(backend: B) -> RateLimitLayerBuilder<B, HeaderKey> {
+    let quota = Quota::gcra(2, Duration::from_secs(60))
+        .name("per-minute")
+        .mode(Mode::Elastic { percent: 100 })
+        .build()
+        .unwrap();
+    RateLimitLayer::builder(
+        Limiter::new(backend, quota),
+        HeaderKey::new(http::HeaderName::from_static("x-key")),
+    )
+    .timeout(BOUND)
+    .on_backend_error(tollgate::OnBackendError::Reject)
+}
+
+/// The rate quota's `q` and `r` on a response.
+fn rate_numbers(r: &Reply) -> (i64, i64) {
+    let policy = r.list("ratelimit-policy");
+    let state = r.list("ratelimit");
+    let p = policy.iter().find(|m| m.name() == "per-minute").unwrap();
+    let s = state.iter().find(|m| m.name() == "per-minute").unwrap();
+    (p.int("q"), s.int("r"))
+}
+
+/// Idle: a key passes its limit of 2, up to the ceiling of 4, the headers
+/// showing the limit. Saturated (4 of 4 in flight): another key gets its
+/// limit only.
+async fn elastic_rate_trace(gate: &Gate, addr: SocketAddr, load: &MeasuredLoad) {
+    let c = client();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let r = send(&c, addr, "/", "a").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        seen.push(rate_numbers(&r));
+    }
+    assert_eq!(seen, [(2, 1), (2, 0), (2, 0), (2, 0)]);
+    let r = send(&c, addr, "/", "a").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "over the ceiling");
+    assert_eq!(rate_numbers(&r), (2, 0));
+
+    let mut held = Vec::new();
+    for i in 0..4 {
+        held.push(hold(&c, addr, gate, "/held", &format!("h{i}")).await);
+    }
+    assert_eq!(load.in_flight(), 4);
+    for _ in 0..2 {
+        assert_eq!(send(&c, addr, "/", "b").await.status, StatusCode::OK);
+    }
+    let r = send(&c, addr, "/", "b").await;
+    assert_eq!(
+        r.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "saturated: the limit"
+    );
+    assert_eq!(r.json()["violated-policies"][0], "per-minute");
+    gate.open(4);
+    assert_eq!(finish(held).await, [StatusCode::OK; 4]);
+}
+
+#[tokio::test]
+async fn an_elastic_rate_quota_admits_over_its_limit_while_idle_and_not_while_saturated() {
+    let gate = Gate::default();
+    let load = MeasuredLoad::new(4, Duration::from_secs(60));
+    let layer = elastic_rate(MemoryBackend::new())
+        .measure_load(load.clone())
+        .build();
+    let addr = server(&gate, layer).await;
+    elastic_rate_trace(&gate, addr, &load).await;
+}
+
+#[tokio::test]
+async fn an_elastic_rate_quota_without_a_load_signal_keeps_its_limit() {
+    let gate = Gate::default();
+    let addr = server(&gate, elastic_rate(MemoryBackend::new()).build()).await;
+    let c = client();
+    for _ in 0..2 {
+        assert_eq!(send(&c, addr, "/", "a").await.status, StatusCode::OK);
+    }
+    let r = send(&c, addr, "/", "a").await;
+    assert_eq!(
+        r.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "no signal, no room"
+    );
+}
+
 #[tokio::test]
 async fn under_overload_lower_priorities_are_shed_first_and_critical_is_served() {
     let gate = Gate::default();
@@ -494,6 +582,20 @@ mod redis {
         assert_eq!(finish(vec![a1, a2]).await, [StatusCode::OK; 2]);
         // Given back by a task after the response: bounded wait.
         until_ok(&c, addrs[1], "a").await;
+    }
+
+    #[tokio::test]
+    async fn an_elastic_rate_quota_on_redis_admits_over_its_limit_only_while_idle() {
+        let redis = RedisServer::start();
+        let backend = tollgate::RedisBackend::from_url(redis.url())
+            .timeout(BOUND)
+            .build()
+            .unwrap();
+        let gate = Gate::default();
+        let load = MeasuredLoad::new(4, Duration::from_secs(60));
+        let layer = elastic_rate(backend).measure_load(load.clone()).build();
+        let addr = server(&gate, layer).await;
+        elastic_rate_trace(&gate, addr, &load).await;
     }
 
     #[tokio::test]

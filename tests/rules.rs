@@ -558,3 +558,118 @@ fn concurrency_priority_and_shedding_settings_are_checked_where_written() {
         "target_latency",
     );
 }
+
+#[test]
+fn elastic_rate_quotas_are_checked_where_written() {
+    let shed = "shedding: { max_in_flight: 8, target_latency: 250ms }\n";
+    let quota =
+        |q: &str| format!("{HEAD}      - {{ algorithm: gcra, limit: 5, period: 1s, {q} }}\n");
+    let elastic = quota("mode: elastic, elastic_percent: 100");
+    let rules = Rules::parse(&format!("{shed}{elastic}")).unwrap();
+    assert!(rules.describe().contains("elastic (+100% with room)"));
+    error_at(
+        &elastic,
+        5,
+        56,
+        "rule a: quota \"5-per-1s\" is elastic, which needs a top-level shedding section",
+    );
+    error(
+        &format!("{shed}{}", quota("mode: elastic")),
+        6,
+        "mode elastic needs elastic_percent",
+    );
+    error(
+        &format!("{shed}{}", quota("elastic_percent: 50")),
+        6,
+        "elastic_percent goes with mode: elastic",
+    );
+    error(
+        &format!("{shed}{}", quota("mode: elastic, elastic_percent: 1001")),
+        6,
+        "write at most 1000",
+    );
+    // Overrides with their own quotas are checked too.
+    let own = format!(
+        "{HEAD}      - {ONE}\n    overrides:\n      - keys: [gold]\n        quotas: [{{ algorithm: gcra, limit: 9, period: 1s, mode: elastic, elastic_percent: 10 }}]\n"
+    );
+    error(
+        &own,
+        8,
+        "is elastic, which needs a top-level shedding section",
+    );
+}
+
+/// An elastic rate quota in a rules file: over its limit while the file's
+/// measured load says there is room, and only to its limit with 9 of 10
+/// requests in flight (a load of 0.9, where normal traffic is shed, so the
+/// rule is critical; a normal one shows when the load is reached).
+#[tokio::test]
+async fn elastic_rate_quotas_in_rules_follow_the_measured_load() {
+    let text = r#"
+shedding: { max_in_flight: 10, target_latency: 60s }
+rules:
+  - name: held
+    match: { prefix: /held }
+    key: header:x-key
+    priority: critical
+    quotas: [{ algorithm: gcra, limit: 100, period: 1m }]
+  - name: probe
+    match: { prefix: /probe }
+    key: global
+    quotas: [{ algorithm: gcra, limit: 100, period: 1m }]
+  - name: a
+    key: global
+    priority: critical
+    quotas: [{ name: q, algorithm: gcra, limit: 2, period: 1m, mode: elastic, elastic_percent: 100 }]
+"#;
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let g = std::sync::Arc::clone(&gate);
+    let app = Router::new()
+        .route(
+            "/held",
+            any(move || {
+                let g = std::sync::Arc::clone(&g);
+                async move {
+                    // Bounded: a test that forgets to open the gate fails.
+                    let _ = tokio::time::timeout(Duration::from_secs(5), g.acquire()).await;
+                    "held"
+                }
+            }),
+        )
+        .fallback(any(|| async { "ok" }))
+        .layer(RateLimitLayer::from_policy(Rules::parse(text).unwrap()));
+    let make = || req("GET", "/", [192, 0, 2, 1], &[]);
+    assert_eq!(admitted(&app, 3, make).await, 3, "idle: over the limit");
+
+    let mut held = Vec::new();
+    for i in 0..9 {
+        let r = req(
+            "GET",
+            "/held",
+            [192, 0, 2, 1],
+            &[("x-key", &format!("h{i}"))],
+        );
+        held.push(tokio::spawn(app.clone().oneshot(r)));
+    }
+    // The held requests are counted from their decision: wait (bounded)
+    // until normal traffic is shed, at a load of 0.8 or more.
+    let start = std::time::Instant::now();
+    loop {
+        let probe = send(&app, req("GET", "/probe", [192, 0, 2, 1], &[])).await;
+        if probe.status == StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{}", probe.status);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The ceiling of 4 would admit one more; without room the 3 already
+    // admitted are over the limit of 2.
+    let r = send(&app, make()).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.list("ratelimit-policy")[0].int("q"), 2, "the limit shown");
+    gate.add_permits(9);
+    for h in held {
+        let response = tokio::time::timeout(Duration::from_secs(5), h).await;
+        assert_eq!(response.unwrap().unwrap().unwrap().status(), StatusCode::OK);
+    }
+}
