@@ -598,6 +598,38 @@ mod redis {
         elastic_rate_trace(&gate, addr, &load).await;
     }
 
+    /// Two servers built from one rules file on one Redis: the rule's
+    /// concurrency limit is the fleet's, and both decide on the async path
+    /// (a Redis backend without leases cannot decide without waiting).
+    #[cfg(feature = "rules")]
+    #[tokio::test]
+    async fn two_rules_servers_share_one_concurrency_limit_in_redis() {
+        let redis = RedisServer::start();
+        let text = format!(
+            "backend: {{ redis: {{ url: \"{}\", timeout: 5s }} }}\n\
+             on_backend_error: reject\n\
+             timeout: 5s\n\
+             rules:\n  - name: held\n    key: header:x-key\n    quotas: [{{ algorithm: gcra, limit: 1000, period: 1s }}]\n    concurrency: {{ limit: 2 }}\n",
+            redis.url()
+        );
+        let gate = Gate::default();
+        let mut addrs = Vec::new();
+        for _ in 0..2 {
+            let rules = tollgate::rules::Rules::parse(&text).unwrap();
+            addrs.push(server(&gate, RateLimitLayer::from_policy(rules)).await);
+        }
+        let c = client();
+        let a1 = hold(&c, addrs[0], &gate, "/held", "a").await;
+        let a2 = hold(&c, addrs[1], &gate, "/held", "a").await;
+        for &addr in &addrs {
+            assert_concurrency_refusal(&send(&c, addr, "/", "a").await, "concurrent");
+        }
+        assert_eq!(send(&c, addrs[1], "/", "b").await.status, StatusCode::OK);
+        gate.open(2);
+        assert_eq!(finish(vec![a1, a2]).await, [StatusCode::OK; 2]);
+        until_ok(&c, addrs[0], "a").await;
+    }
+
     #[tokio::test]
     async fn a_dead_servers_slots_come_free_within_their_lifetime() {
         let redis = RedisServer::start();

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::backend::AnyBackend;
+use super::backend::{AnyBackend, with_slots};
 use super::error::RulesError;
 use super::key_part::KeyPart;
 use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RuleConfig, RulesFile};
@@ -90,7 +90,7 @@ impl Compiled {
                 client_ip: client_ip.as_ref(),
             };
             let mut rule = rule(rc, &backend, &parts).map_err(error)?;
-            rule.concurrency = concurrency(rc, old, &protect).map_err(error)?;
+            rule.concurrency = concurrency(rc, old, &protect, &backend_config).map_err(error)?;
             check_elastic(rc, &protect).map_err(error)?;
             rules.push(rule);
         }
@@ -239,12 +239,14 @@ fn protection(file: &RulesFile, old: Option<&Compiled>) -> Result<Protection, St
 }
 
 /// A rule's concurrency quota, with the file's load signal for elastic
-/// mode. A reload that left the rule's setting alone keeps its slots, so
-/// requests under way still count.
+/// mode and its slots where the backend keeps state. A reload that left the
+/// rule's setting and the backend alone keeps its slots, so requests under
+/// way still count.
 fn concurrency(
     rc: &RuleConfig,
     old: Option<&Compiled>,
     file: &Protection,
+    backend: &BackendConfig,
 ) -> Result<Option<Protection>, String> {
     let Some(c) = &rc.concurrency else {
         return Ok(None);
@@ -271,14 +273,19 @@ fn concurrency(
         quota = quota.elastic(elastic.value).map_err(|e| elastic.error(e))?;
     }
     let kept = old
+        .filter(|o| o.backend_config == *backend)
         .and_then(|o| o.rules.iter().find(|r| r.name == *name))
         .filter(|r| {
             let before = r.concurrency.as_ref().and_then(|p| p.concurrency.as_ref());
             before.is_some_and(|q| (q.limit(), q.ceiling()) == (quota.limit(), quota.ceiling()))
         })
         .and_then(|r| r.concurrency.as_ref()?.concurrency.clone());
+    let quota = match kept {
+        Some(kept) => kept,
+        None => with_slots(backend, name, quota)?,
+    };
     Ok(Some(Protection {
-        concurrency: Some(kept.unwrap_or(quota)),
+        concurrency: Some(quota),
         signal: file.signal.clone(),
         ..Protection::default()
     }))
