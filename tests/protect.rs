@@ -25,7 +25,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 use tollgate::key::HeaderKey;
 use tollgate::layer::RateLimitLayerBuilder;
-use tollgate::layer::{ConcurrencyQuota, MeasuredLoad, Priority, Shedding};
+use tollgate::layer::{ConcurrencyQuota, MeasuredLoad, Priority, Refused, Shedding};
 use tollgate::{Limiter, MemoryBackend, Mode, Quota, RateLimitLayer};
 
 /// How long anything in these tests may wait.
@@ -473,6 +473,56 @@ async fn an_elastic_rate_quota_without_a_load_signal_keeps_its_limit() {
         r.status,
         StatusCode::TOO_MANY_REQUESTS,
         "no signal, no room"
+    );
+}
+
+#[tokio::test]
+async fn a_custom_rejection_response_answers_concurrency_refusals_too() {
+    let gate = Gate::default();
+    let quota = Quota::gcra(2, Duration::from_secs(60)).build().unwrap();
+    let layer = RateLimitLayer::builder(
+        Limiter::new(MemoryBackend::new(), quota),
+        HeaderKey::new(http::HeaderName::from_static("x-key")),
+    )
+    .concurrency(ConcurrencyQuota::new(1).unwrap())
+    .rejection_response(|r| {
+        let kind = match r.refused {
+            Refused::Rate { .. } => "rate",
+            Refused::Concurrency { in_use, .. } => &format!("concurrency, {in_use} under way"),
+            _ => "other",
+        };
+        let body = format!(
+            "{kind}: {:?} for {}, retry in {:?}",
+            r.violated(),
+            r.key,
+            r.retry_after()
+        );
+        let mut response = http::Response::new(Bytes::from(body));
+        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        response
+    })
+    .build();
+    let addr = server(&gate, layer).await;
+    let c = client();
+    let held = hold(&c, addr, &gate, "/held", "a").await;
+    let r = send(&c, addr, "/", "a").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        r.body,
+        "concurrency, 1 under way: [\"concurrent\"] for key:a, retry in 1s"
+    );
+    assert_eq!(r.header("retry-after"), Some("1"), "added by the layer");
+    assert_eq!(r.list("ratelimit-policy")[0].name(), "concurrent");
+    gate.open(1);
+    assert_eq!(finish(vec![held]).await, [StatusCode::OK]);
+    // The rate quota's refusal goes through the same function.
+    until_ok(&c, addr, "a").await;
+    let r = send(&c, addr, "/", "a").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        r.body.starts_with("rate: [\"2-per-60s\"] for key:a"),
+        "{}",
+        r.body
     );
 }
 

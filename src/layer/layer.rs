@@ -182,8 +182,10 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         self
     }
 
-    /// Replaces the default 429 response (problem details). The layer still
-    /// adds `Retry-After` and the rate-limit headers.
+    /// Replaces the default 429 response (problem details), for rate and
+    /// concurrency refusals alike ([`Rejection::refused`] tells them apart).
+    /// The layer still adds `Retry-After` and the rate-limit headers the
+    /// response does not set.
     pub fn rejection_response(
         mut self,
         respond: impl Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,

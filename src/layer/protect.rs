@@ -17,16 +17,12 @@ use super::concurrency::{ConcurrencyQuota, ELASTIC_ROOM};
 use super::headers::{HeaderStyle, Headers, retry_after_secs};
 use super::load::{LoadSignal, MeasuredLoad};
 use super::problem::{QUOTA_EXCEEDED, problem};
-use super::respond::ResponsePolicy;
+use super::respond::{CONCURRENCY_RETRY_AFTER, Refused, Rejection, ResponsePolicy, with_headers};
 use super::shed::{Priority, Shedding, TEMPORARY_REDUCED_CAPACITY};
 use super::verdict::{Verdict, VerdictKind};
 use crate::backend::{Acquired, BackendError, BackendErrorKind, Slot};
 use crate::key::Key;
 use crate::limiter::Error;
-
-/// `Retry-After` of a request refused by a concurrency quota: slots come
-/// free when requests end, which is not known ahead.
-const CONCURRENCY_RETRY_AFTER: u64 = 1;
 
 /// What a policy does besides its rate quotas; nothing by default.
 #[derive(Clone, Default)]
@@ -179,20 +175,26 @@ fn admit(
         }),
         Ok(Acquired::Full { in_use }) => {
             tracing::debug!(key = %key, quota = quota.quota_name(), in_use, "too many requests at once");
-            let detail =
-                format!("Too many requests at once; retry in {CONCURRENCY_RETRY_AFTER} seconds.");
-            let mut response = problem(
-                StatusCode::TOO_MANY_REQUESTS,
-                QUOTA_EXCEEDED,
-                &detail,
-                &[quota.quota_name()],
-            );
-            let h = response.headers_mut();
-            h.insert(RETRY_AFTER, HeaderValue::from(CONCURRENCY_RETRY_AFTER));
-            for (name, value) in headers(in_use) {
-                h.insert(name, value);
-            }
-            Err(Verdict::respond(response))
+            let response = match &respond.rejection {
+                Some(custom) => custom(&Rejection {
+                    key,
+                    refused: Refused::Concurrency { quota, in_use },
+                }),
+                None => {
+                    let detail = format!(
+                        "Too many requests at once; retry in {CONCURRENCY_RETRY_AFTER} seconds."
+                    );
+                    problem(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        QUOTA_EXCEEDED,
+                        &detail,
+                        &[quota.quota_name()],
+                    )
+                }
+            };
+            let mut headers = headers(in_use);
+            headers.push((RETRY_AFTER, HeaderValue::from(CONCURRENCY_RETRY_AFTER)));
+            Err(Verdict::respond(with_headers(response, headers)))
         }
         Err(error) => {
             let verdict = respond.failed(key, &Error::Backend(error));
