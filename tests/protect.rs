@@ -527,6 +527,80 @@ async fn a_custom_rejection_response_answers_concurrency_refusals_too() {
 }
 
 #[tokio::test]
+async fn draft6_and_legacy_headers_show_a_concurrency_quota_when_it_binds() {
+    use tollgate::layer::HeaderStyle;
+    for (style, limit, remaining, reset, retry) in [
+        (
+            HeaderStyle::Draft6,
+            "ratelimit-limit",
+            "ratelimit-remaining",
+            "ratelimit-reset",
+            None,
+        ),
+        (
+            HeaderStyle::Legacy,
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            Some("x-ratelimit-retry-after"),
+        ),
+    ] {
+        let gate = Gate::default();
+        // A rate quota of 100 a minute for key a, 1 for key b.
+        let quotas = tollgate::QuotaSet::new(
+            "s",
+            [Quota::gcra(100, Duration::from_secs(60)).build().unwrap()],
+        )
+        .unwrap();
+        let layer = RateLimitLayer::builder(
+            Limiter::new(MemoryBackend::new(), quotas),
+            HeaderKey::new(http::HeaderName::from_static("x-key")),
+        )
+        .cost(|parts| {
+            if parts.headers["x-key"] == "b" {
+                100
+            } else {
+                1
+            }
+        })
+        .header_style(style)
+        .concurrency(ConcurrencyQuota::new(2).unwrap())
+        .build();
+        let addr = server(&gate, layer).await;
+        let c = client();
+        let numbers = |r: &Reply| {
+            (
+                r.header(limit).map(str::to_owned),
+                r.header(remaining).map(str::to_owned),
+                r.header(reset).map(str::to_owned),
+            )
+        };
+        let s = |v: &str| Some(v.to_owned());
+        // One held: the next request takes the last free slot, fewer than
+        // the rate quota's 98 left, so the concurrency numbers show (no
+        // reset: when a slot frees is not known).
+        let held = hold(&c, addr, &gate, "/held", "a").await;
+        let r = send(&c, addr, "/", "a").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(numbers(&r), (s("2"), s("0"), None), "{style:?}");
+        // Two held: refused by the concurrency quota.
+        let held2 = hold(&c, addr, &gate, "/held", "a").await;
+        let r = send(&c, addr, "/", "a").await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(numbers(&r), (s("2"), s("0"), None), "{style:?}");
+        assert_eq!(r.header("retry-after"), Some("1"));
+        assert_eq!(retry.and_then(|h| r.header(h)), retry.map(|_| "1"));
+        // Key b's request spends its whole rate quota: 0 left, fewer than the
+        // concurrency quota's free slot, so the rate numbers show.
+        let r = send(&c, addr, "/", "b").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(numbers(&r), (s("100"), s("0"), s("60")), "{style:?}");
+        gate.open(2);
+        assert_eq!(finish(vec![held, held2]).await, [StatusCode::OK; 2]);
+    }
+}
+
+#[tokio::test]
 async fn under_overload_lower_priorities_are_shed_first_and_critical_is_served() {
     let gate = Gate::default();
     let load = MeasuredLoad::new(10, Duration::from_secs(60));

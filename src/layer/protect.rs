@@ -14,7 +14,7 @@ use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
 use super::concurrency::{ConcurrencyQuota, ELASTIC_ROOM};
-use super::headers::{HeaderStyle, Headers, retry_after_secs};
+use super::headers::{HeaderStyle, Headers, X_RETRY_AFTER, add_headers, retry_after_secs};
 use super::load::{LoadSignal, MeasuredLoad};
 use super::problem::{QUOTA_EXCEEDED, problem};
 use super::respond::{CONCURRENCY_RETRY_AFTER, Refused, Rejection, ResponsePolicy, with_headers};
@@ -134,7 +134,7 @@ impl Protection {
         else {
             return verdict;
         };
-        headers.extend(admission.headers);
+        add_headers(&mut headers, admission.headers);
         let in_flight = self.measured.as_ref().map(MeasuredLoad::start);
         let held = match (held, admission.slot, in_flight) {
             (held, None, None) => held,
@@ -160,14 +160,8 @@ fn admit(
     respond: &ResponsePolicy,
     acquired: Result<Acquired, BackendError>,
 ) -> Result<Admission, Verdict> {
-    let ietf = respond.header_style == HeaderStyle::Ietf;
-    let headers = |in_use| {
-        if ietf {
-            quota.headers(in_use)
-        } else {
-            Headers::new()
-        }
-    };
+    let style = respond.header_style;
+    let headers = |in_use| quota.headers(in_use, style);
     match acquired {
         Ok(Acquired::Granted { slot, in_use }) => Ok(Admission {
             slot: Some(slot),
@@ -193,7 +187,11 @@ fn admit(
                 }
             };
             let mut headers = headers(in_use);
-            headers.push((RETRY_AFTER, HeaderValue::from(CONCURRENCY_RETRY_AFTER)));
+            let wait = HeaderValue::from(CONCURRENCY_RETRY_AFTER);
+            if style == HeaderStyle::Legacy {
+                headers.push((X_RETRY_AFTER.clone(), wait.clone()));
+            }
+            headers.push((RETRY_AFTER, wait));
             Err(Verdict::respond(with_headers(response, headers)))
         }
         Err(error) => {
