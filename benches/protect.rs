@@ -1,6 +1,7 @@
 //! What protecting the server costs per request: a rate quota alone, with a
 //! concurrency quota beside it, and with the load measured and shedding on;
-//! tower's own (unkeyed) `ConcurrencyLimit` as the peer.
+//! an elastic rate quota with room and without; tower's own (unkeyed)
+//! `ConcurrencyLimit` as the peer.
 //!
 //! `cargo bench --bench protect`, or for instruction counts, a fixed number
 //! of requests per case without criterion:
@@ -15,7 +16,7 @@ use http::Request;
 use tollgate::key::PeerIp;
 use tollgate::layer::RateLimitLayerBuilder;
 use tollgate::layer::{ConcurrencyQuota, MeasuredLoad, Shedding};
-use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
+use tollgate::{Limiter, MemoryBackend, Mode, Quota, RateLimitLayer};
 use tower::limit::ConcurrencyLimitLayer;
 use tower::util::BoxService;
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -27,8 +28,13 @@ use support::{hello, request};
 type Svc = BoxService<Request<()>, (), Infallible>;
 
 fn builder() -> RateLimitLayerBuilder<MemoryBackend, PeerIp> {
+    builder_in(Mode::Enforce)
+}
+
+fn builder_in(mode: Mode) -> RateLimitLayerBuilder<MemoryBackend, PeerIp> {
     let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
         .burst(1_000_000)
+        .mode(mode)
         .build()
         .expect("quota");
     RateLimitLayer::builder(Limiter::new(MemoryBackend::new(), quota), PeerIp::new())
@@ -51,6 +57,8 @@ where
 
 fn cases() -> Vec<(&'static str, Svc)> {
     let concurrency = || ConcurrencyQuota::new(64).expect("quota");
+    let load = || MeasuredLoad::new(1024, Duration::from_secs(1));
+    let elastic = || builder_in(Mode::Elastic { percent: 100 });
     vec![
         ("bare", behind(tower::layer::util::Identity::new())),
         (
@@ -58,6 +66,17 @@ fn cases() -> Vec<(&'static str, Svc)> {
             behind(ConcurrencyLimitLayer::new(64)),
         ),
         ("rate", behind(builder().build())),
+        // Elastic rate quotas (the load measured, as they need): with room
+        // (idle), and without (a signal stuck at 1), which checks twice.
+        ("rate+load", behind(builder().measure_load(load()).build())),
+        (
+            "rate-elastic+load",
+            behind(elastic().measure_load(load()).build()),
+        ),
+        (
+            "rate-elastic+load-no-room",
+            behind(elastic().measure_load(load()).load_signal(|| 1.0).build()),
+        ),
         (
             "rate+concurrency",
             behind(builder().concurrency(concurrency()).build()),

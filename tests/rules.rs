@@ -673,3 +673,103 @@ rules:
         assert_eq!(response.unwrap().unwrap().unwrap().status(), StatusCode::OK);
     }
 }
+
+#[test]
+fn a_rule_may_have_only_a_concurrency_limit() {
+    let only = "rules:\n  - name: a\n    key: global\n    concurrency: { limit: 2 }\n";
+    let rules = Rules::parse(only).unwrap();
+    assert!(rules.describe().contains("at most 2 at once per key"));
+    error_at(
+        "rules:\n  - name: a\n    key: global\n",
+        2,
+        11,
+        "rule a limits nothing: give it quotas, a concurrency limit, or both",
+    );
+    error(
+        &format!("{only}    overrides:\n      - {{ keys: [gold], multiply: 2 }}\n"),
+        6,
+        "overrides change rate quotas, and this rule has none",
+    );
+    error(
+        &format!("{only}    count_status: [200]\n"),
+        2,
+        "count_status counts responses against rate quotas, and this rule has none",
+    );
+    error(
+        "rules:\n  - name: a\n    key: global\n    quotas: [{ algorithm: concurrency, limit: 2 }]\n",
+        4,
+        "write `concurrency: { limit: N }` on the rule",
+    );
+    error(
+        "rules:\n  - name: a\n    key: global\n    quotas: []\n",
+        4,
+        "a rule needs at least one quota",
+    );
+}
+
+/// A rule with only a concurrency limit: requests of one key under way are
+/// limited, and nothing else; other rules' quotas still apply beside it.
+#[tokio::test]
+async fn a_concurrency_only_rule_limits_requests_under_way_and_nothing_else() {
+    let text = r#"
+matching: all
+rules:
+  - name: at-once
+    key: global
+    concurrency: { limit: 2 }
+  - name: slow
+    match: { prefix: /slow }
+    key: global
+    quotas: [{ name: slow, algorithm: gcra, limit: 1, period: 1m }]
+"#;
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let g = std::sync::Arc::clone(&gate);
+    let app = Router::new()
+        .route(
+            "/held",
+            any(move || {
+                let g = std::sync::Arc::clone(&g);
+                async move {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), g.acquire()).await;
+                    "held"
+                }
+            }),
+        )
+        .fallback(any(|| async { "ok" }))
+        .layer(RateLimitLayer::from_policy(Rules::parse(text).unwrap()));
+    let make = || req("GET", "/", [192, 0, 2, 1], &[]);
+    // No rate quota: any number one after another.
+    assert_eq!(admitted(&app, 20, make).await, 20);
+    let r = send(&app, make()).await;
+    let policy = r.list("ratelimit-policy");
+    assert_eq!(policy.len(), 1, "only the concurrency quota's policy");
+    assert_eq!(policy[0].name(), "concurrent");
+    // Two under way: the third is refused.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(tokio::spawn(app.clone().oneshot(req(
+            "GET",
+            "/held",
+            [192, 0, 2, 1],
+            &[],
+        ))));
+    }
+    let start = std::time::Instant::now();
+    let refused = loop {
+        let r = send(&app, make()).await;
+        if r.status == StatusCode::TOO_MANY_REQUESTS {
+            break r;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "never refused");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(refused.json()["violated-policies"][0], "concurrent");
+    gate.add_permits(2);
+    for h in held {
+        let response = tokio::time::timeout(Duration::from_secs(5), h).await;
+        assert_eq!(response.unwrap().unwrap().unwrap().status(), StatusCode::OK);
+    }
+    // The other rule's rate quota still applies beside it.
+    let slow = || req("GET", "/slow", [192, 0, 2, 1], &[]);
+    assert_eq!(admitted(&app, 3, slow).await, 1);
+}

@@ -44,7 +44,9 @@ pub(super) struct Rule {
     pub cost: u64,
     /// Response-aware: count only responses with these statuses.
     pub count_status: Option<CountStatus>,
-    pub limit: Limit<AnyBackend>,
+    /// The rate quotas' limiter; `None` for a rule with only a concurrency
+    /// limit.
+    pub limit: Option<Limit<AnyBackend>>,
     pub overrides: HashMap<String, Limit<AnyBackend>>,
     /// The rule's concurrency quota (with the file's load signal, for
     /// elastic mode).
@@ -89,6 +91,7 @@ impl Compiled {
                 peer_ip,
                 client_ip: client_ip.as_ref(),
             };
+            check_limited(rc).map_err(error)?;
             let mut rule = rule(rc, &backend, &parts).map_err(error)?;
             rule.concurrency = concurrency(rc, old, &protect, &backend_config).map_err(error)?;
             check_elastic(rc, &protect).map_err(error)?;
@@ -174,8 +177,12 @@ fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<R
         }
     };
     let quotas: Vec<Quota> = rc.quotas.0.iter().map(|q| q.quota.clone()).collect();
-    check_cost(rc, &quotas, "")?;
-    let limit = set("", quotas)?;
+    let limit = if quotas.is_empty() {
+        None
+    } else {
+        check_cost(rc, &quotas, "")?;
+        Some(set("", quotas)?)
+    };
     let mut overrides = HashMap::new();
     for (j, o) in rc.overrides.iter().enumerate() {
         let quotas = override_quotas(rc, j).map_err(|e| o.error(e))?;
@@ -289,6 +296,31 @@ fn concurrency(
         signal: file.signal.clone(),
         ..Protection::default()
     }))
+}
+
+/// Refuses a rule that limits nothing, and what needs rate quotas on a
+/// rule without any (overrides scale them, `count_status` counts them).
+fn check_limited(rc: &RuleConfig) -> Result<(), String> {
+    let name = &rc.name.value.0;
+    if !rc.quotas.0.is_empty() {
+        return Ok(());
+    }
+    if rc.concurrency.is_none() {
+        return Err(rc.name.error(format_args!(
+            "rule {name} limits nothing: give it quotas, a concurrency limit, or both"
+        )));
+    }
+    if let Some(o) = rc.overrides.first() {
+        return Err(o.error(format_args!(
+            "rule {name}: overrides change rate quotas, and this rule has none"
+        )));
+    }
+    if rc.count_status.is_some() {
+        return Err(rc.name.error(format_args!(
+            "rule {name}: count_status counts responses against rate quotas, and this rule has none"
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses an elastic rate quota in a file with no load signal: nothing

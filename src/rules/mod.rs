@@ -275,12 +275,12 @@ impl Policy for Rules {
         let mut verdict = Verdict::pass(Headers::new());
         let room = compiled.protect.room();
         for check in checks {
+            let Some(limit) = check.limit else { continue };
             let outcome =
-                check
-                    .limit
+                limit
                     .limiter
                     .check_now_with_room(check.key.as_str(), check.cost, room)?;
-            verdict = compiled.add(verdict, &check, outcome, room);
+            verdict = compiled.add(verdict, &check, limit, outcome, room);
             if verdict.is_response() {
                 break;
             }
@@ -312,12 +312,13 @@ impl Policy for Rules {
             let mut verdict = Verdict::pass(Headers::new());
             let room = compiled.protect.room();
             for check in checks {
-                let (limiter, key, cost) = (&check.limit.limiter, &check.key, check.cost);
+                let Some(limit) = check.limit else { continue };
+                let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
                 let outcome = match check.count_status {
                     Some(_) => look_within(limiter, key, cost, compiled.timeout, room).await,
                     None => check_within(limiter, key, cost, compiled.timeout, room).await,
                 };
-                verdict = compiled.add(verdict, &check, outcome, room);
+                verdict = compiled.add(verdict, &check, limit, outcome, room);
                 if verdict.is_response() {
                     break;
                 }

@@ -14,6 +14,11 @@ struct AlgorithmName(Algorithm);
 impl<'de> Deserialize<'de> for AlgorithmName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
+        if s == "concurrency" {
+            return Err(de::Error::custom(
+                "a concurrency limit is the rule's own setting, not a quota: write `concurrency: { limit: N }` on the rule (with no quotas, it is the rule's only limit)",
+            ));
+        }
         s.parse().map(AlgorithmName).map_err(de::Error::custom)
     }
 }
@@ -134,8 +139,9 @@ impl<'de> Deserialize<'de> for QuotaConfig {
     }
 }
 
-/// A rule's quotas: at least one, distinct names.
-#[derive(Debug, Clone, PartialEq)]
+/// A rule's quotas: at least one when written, distinct names; none when
+/// left out (a rule with only a concurrency limit, checked when compiled).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct QuotaList(pub Vec<QuotaConfig>);
 
 impl<'de> Deserialize<'de> for QuotaList {
