@@ -601,6 +601,35 @@ async fn draft6_and_legacy_headers_show_a_concurrency_quota_when_it_binds() {
 }
 
 #[tokio::test]
+async fn a_layer_with_only_a_concurrency_quota_limits_requests_under_way_only() {
+    let gate = Gate::default();
+    let layer = RateLimitLayer::concurrency_builder(
+        ConcurrencyQuota::new(1).unwrap(),
+        HeaderKey::new(http::HeaderName::from_static("x-key")),
+    )
+    .build();
+    assert!(layer.policy().limiter().is_none());
+    let addr = server(&gate, layer).await;
+    let c = client();
+    // No rate quota: one after another, any number pass.
+    for _ in 0..30 {
+        let r = send(&c, addr, "/", "a").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(
+            r.list("ratelimit-policy").len(),
+            1,
+            "the concurrency quota's only"
+        );
+    }
+    let held = hold(&c, addr, &gate, "/held", "a").await;
+    assert_concurrency_refusal(&send(&c, addr, "/", "a").await, "concurrent");
+    assert_eq!(send(&c, addr, "/", "b").await.status, StatusCode::OK);
+    gate.open(1);
+    assert_eq!(finish(vec![held]).await, [StatusCode::OK]);
+    until_ok(&c, addr, "a").await;
+}
+
+#[tokio::test]
 async fn under_overload_lower_priorities_are_shed_first_and_critical_is_served() {
     let gate = Gate::default();
     let load = MeasuredLoad::new(10, Duration::from_secs(60));

@@ -18,7 +18,7 @@ use super::policy::{LimitPolicy, OnMissingKey, Policy};
 use super::respond::{OnBackendError, OnDelay, Rejection};
 use super::service::RateLimit;
 use super::shed::Shedding;
-use crate::backend::Backend;
+use crate::backend::{Backend, MemoryBackend};
 use crate::key::KeyExtractor;
 use crate::limiter::Limiter;
 
@@ -88,8 +88,34 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayer<LimitPolicy<B, K>> {
     /// A builder for everything beyond the defaults.
     pub fn builder(limiter: Limiter<B>, key: K) -> RateLimitLayerBuilder<B, K> {
         RateLimitLayerBuilder {
-            policy: LimitPolicy::new(limiter, key),
+            policy: LimitPolicy::new(Some(limiter), key),
         }
+    }
+}
+
+impl<K: KeyExtractor> RateLimitLayer<LimitPolicy<MemoryBackend, K>> {
+    /// A builder for a layer with a concurrency quota and no rate quota: at
+    /// most so many requests of one key under way, however many come one
+    /// after another. (The backend type is only a placeholder: there are no
+    /// rate quotas to keep, so `cost` and `count_status` change nothing.)
+    ///
+    /// ```
+    /// use tollgate::RateLimitLayer;
+    /// use tollgate::key::PeerIp;
+    /// use tollgate::layer::ConcurrencyQuota;
+    ///
+    /// let layer = RateLimitLayer::concurrency_builder(ConcurrencyQuota::new(4)?, PeerIp::new())
+    ///     .build();
+    /// assert!(layer.policy().limiter().is_none());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn concurrency_builder(
+        quota: ConcurrencyQuota,
+        key: K,
+    ) -> RateLimitLayerBuilder<MemoryBackend, K> {
+        let mut policy = LimitPolicy::new(None, key);
+        policy.protect.concurrency = Some(quota);
+        RateLimitLayerBuilder { policy }
     }
 }
 

@@ -230,9 +230,11 @@ impl<B> Limit<B> {
 }
 
 /// One limiter, one key extractor: what [`RateLimitLayer::new`](super::RateLimitLayer::new)
-/// and its builder make.
+/// and its builder make (or no limiter: a concurrency quota alone, from
+/// [`RateLimitLayer::concurrency_builder`](super::RateLimitLayer::concurrency_builder)).
 pub struct LimitPolicy<B, K> {
-    pub(crate) limit: Arc<Limit<B>>,
+    /// The rate quotas; `None` with only a concurrency quota.
+    pub(crate) limit: Option<Arc<Limit<B>>>,
     pub(crate) key: K,
     pub(crate) respond: ResponsePolicy,
     pub(crate) on_missing_key: OnMissingKey,
@@ -245,9 +247,9 @@ pub struct LimitPolicy<B, K> {
 }
 
 impl<B, K> LimitPolicy<B, K> {
-    pub(crate) fn new(limiter: Limiter<B>, key: K) -> Self {
+    pub(crate) fn new(limiter: Option<Limiter<B>>, key: K) -> Self {
         LimitPolicy {
-            limit: Arc::new(Limit::new(limiter)),
+            limit: limiter.map(|l| Arc::new(Limit::new(l))),
             key,
             respond: ResponsePolicy::default(),
             on_missing_key: OnMissingKey::default(),
@@ -259,9 +261,9 @@ impl<B, K> LimitPolicy<B, K> {
         }
     }
 
-    /// The limiter.
-    pub fn limiter(&self) -> &Limiter<B> {
-        &self.limit.limiter
+    /// The limiter; `None` for a layer with only a concurrency quota.
+    pub fn limiter(&self) -> Option<&Limiter<B>> {
+        self.limit.as_ref().map(|l| &l.limiter)
     }
 
     fn cost(&self, parts: &Parts) -> u64 {
@@ -272,7 +274,7 @@ impl<B, K> LimitPolicy<B, K> {
 impl<B, K> fmt::Debug for LimitPolicy<B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimitPolicy")
-            .field("quotas", &self.limit.limiter.quotas().name())
+            .field("quotas", &self.limiter().map(|l| l.quotas().name()))
             .field("header_style", &self.respond.header_style)
             .finish_non_exhaustive()
     }
@@ -283,7 +285,9 @@ impl<B, K> sealed::Sealed for LimitPolicy<B, K> {}
 impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
     fn decide_now(&self, parts: &Parts) -> Option<Verdict> {
         // A response-aware limit looks first and charges later, both awaited.
-        if !self.limit.limiter.backend().decides_now() || self.count_status.is_some() {
+        let limit = self.limit.as_ref();
+        let decides_now = limit.is_none_or(|l| l.limiter.backend().decides_now());
+        if !decides_now || self.count_status.is_some() {
             return None;
         }
         if let Some(shed) = self.protect.shed(parts) {
@@ -300,13 +304,18 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             Ok(admission) => admission,
             Err(refused) => return Some(refused),
         };
+        let Some(limit) = limit else {
+            return Some(
+                self.protect
+                    .finish(admission, Verdict::pass(Headers::new())),
+            );
+        };
         // Returning `None` here drops the slot just taken: nothing changed.
         let room = self.protect.room();
-        let outcome =
-            self.limit
-                .limiter
-                .check_now_with_room(key.as_str(), self.cost(parts), room)?;
-        let verdict = self.limit.judge(&self.respond, &key, outcome);
+        let outcome = limit
+            .limiter
+            .check_now_with_room(key.as_str(), self.cost(parts), room)?;
+        let verdict = limit.judge(&self.respond, &key, outcome);
         Some(self.protect.finish(admission, verdict))
     }
 
@@ -329,19 +338,23 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             Ok(admission) => admission,
             Err(refused) => return refused,
         };
+        let Some(limit) = &self.limit else {
+            return self
+                .protect
+                .finish(admission, Verdict::pass(Headers::new()));
+        };
         let cost = self.cost(parts);
         let room = self.protect.room();
         let Some(counts) = &self.count_status else {
-            let outcome = check_within(&self.limit.limiter, &key, cost, self.timeout, room).await;
-            let verdict = self.limit.judge(&self.respond, &key, outcome);
+            let outcome = check_within(&limit.limiter, &key, cost, self.timeout, room).await;
+            let verdict = limit.judge(&self.respond, &key, outcome);
             return self.protect.finish(admission, verdict);
         };
         // Refused now if the counted limit is already reached; charged after
         // the response only if its status counts.
-        let outcome = look_within(&self.limit.limiter, &key, cost, self.timeout, room).await;
-        let verdict = self.limit.judge(&self.respond, &key, outcome);
-        let charge =
-            Arc::clone(&self.limit).charge(&self.respond, counts, key, cost, self.timeout, room);
+        let outcome = look_within(&limit.limiter, &key, cost, self.timeout, room).await;
+        let verdict = limit.judge(&self.respond, &key, outcome);
+        let charge = Arc::clone(limit).charge(&self.respond, counts, key, cost, self.timeout, room);
         self.protect.finish(admission, verdict.charging(charge))
     }
 }
