@@ -6,6 +6,8 @@
 //! `cargo bench --bench protect`, or for instruction counts, a fixed number
 //! of requests per case without criterion:
 //! `PROTECT_LOOP=<requests> valgrind --tool=callgrind target/release/deps/protect-* <case>`
+//! (also `limiter-rate`, `limiter-elastic-room`, `limiter-elastic-no-room`:
+//! the limiter alone on a stopped clock).
 
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -16,7 +18,7 @@ use http::Request;
 use tollgate::key::PeerIp;
 use tollgate::layer::RateLimitLayerBuilder;
 use tollgate::layer::{ConcurrencyQuota, MeasuredLoad, Shedding};
-use tollgate::{Limiter, MemoryBackend, Mode, Quota, RateLimitLayer};
+use tollgate::{Limiter, ManualClock, MemoryBackend, Mode, Quota, RateLimitLayer, Timestamp};
 use tower::limit::ConcurrencyLimitLayer;
 use tower::util::BoxService;
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -66,8 +68,10 @@ fn cases() -> Vec<(&'static str, Svc)> {
             behind(ConcurrencyLimitLayer::new(64)),
         ),
         ("rate", behind(builder().build())),
-        // Elastic rate quotas (the load measured, as they need): with room
-        // (idle), and without (a signal stuck at 1), which checks twice.
+        // Elastic rate quotas with the load measured: with room (idle), and
+        // without (a signal stuck at 1).
+        // No signal: never room, so every admission is checked twice.
+        ("rate-elastic", behind(elastic().build())),
         ("rate+load", behind(builder().measure_load(load()).build())),
         (
             "rate-elastic+load",
@@ -94,6 +98,39 @@ fn cases() -> Vec<(&'static str, Svc)> {
     ]
 }
 
+/// The limiter cases, without the layer (whose clock reads and runtime
+/// make a few hundred instructions of noise per request): a plain quota
+/// (`None`), an elastic one with room and without.
+fn limiter_case(name: &str) -> Option<Option<bool>> {
+    match name {
+        "limiter-rate" => Some(None),
+        "limiter-elastic-room" => Some(Some(true)),
+        "limiter-elastic-no-room" => Some(Some(false)),
+        _ => None,
+    }
+}
+
+/// `n` checks of one key on a stopped clock, each admitted.
+fn limiter_loop(n: u64, elastic: Option<bool>) {
+    let mode = match elastic {
+        Some(_) => Mode::Elastic { percent: 100 },
+        None => Mode::Enforce,
+    };
+    let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
+        .burst(1_000_000)
+        .mode(mode)
+        .build()
+        .expect("quota");
+    let clock = ManualClock::new(Timestamp::from_secs(1_800_000_000));
+    let backend = MemoryBackend::builder().clock(clock).build();
+    let limiter = Limiter::new(backend, quota);
+    let room = elastic.unwrap_or(false);
+    for _ in 0..n {
+        let decision = limiter.check_now_with_room("k", 1, room);
+        assert!(black_box(decision).is_some_and(|d| d.is_ok_and(|d| d.allowed())));
+    }
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -105,6 +142,10 @@ fn main() {
     if let Ok(n) = std::env::var("PROTECT_LOOP") {
         let n: u64 = n.parse().expect("PROTECT_LOOP: a number of requests");
         let wanted = std::env::args().nth(1).unwrap_or_default();
+        if let Some(room) = limiter_case(&wanted) {
+            limiter_loop(n, room);
+            return;
+        }
         for (name, mut svc) in cases() {
             if name == wanted {
                 for _ in 0..n {
