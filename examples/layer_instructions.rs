@@ -3,9 +3,11 @@
 //! divided by the difference in requests, free of start-up costs and of
 //! machine noise. See `scripts/callgrind-layer.sh`.
 //!
-//! `layer_instructions N [prometheus]`: N requests (memory backend, IETF
-//! headers, one hot key, no runtime); with `prometheus`, a Prometheus
-//! recorder is installed first, to price the metrics when someone listens.
+//! `layer_instructions N [tollgate|governor|bare] [prometheus]`: N requests
+//! through tollgate's layer (memory backend, IETF headers), tower_governor's
+//! (its headers on) or none, one hot key, no runtime; with `prometheus`, a
+//! Prometheus recorder is installed first, to price the metrics when
+//! someone listens. What a layer adds is its count less bare's.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -15,29 +17,60 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use http::{Request, Response};
 use tollgate::key::PeerIp;
 use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
 use tower::{Layer, Service, service_fn};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
-    if args.next().as_deref() == Some("prometheus") {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .install_recorder()
-            .expect("recorder");
+    let mut mode = "tollgate".to_owned();
+    for arg in args {
+        if arg == "prometheus" {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .expect("recorder");
+        } else {
+            mode = arg;
+        }
     }
-    let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
-        .burst(1_000_000)
-        .build()
-        .expect("quota");
-    let limiter = Limiter::new(MemoryBackend::new(), quota);
-    let layer = RateLimitLayer::new(limiter, PeerIp::new());
-    let mut svc = layer.layer(service_fn(|_: Request<()>| async {
-        Ok::<_, Infallible>(Response::new(String::new()))
-    }));
+    let hello =
+        service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(Body::empty())) });
+    match mode.as_str() {
+        "bare" => drive(hello, n),
+        "tollgate" => {
+            let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
+                .burst(1_000_000)
+                .build()
+                .expect("quota");
+            let limiter = Limiter::new(MemoryBackend::new(), quota);
+            drive(RateLimitLayer::new(limiter, PeerIp::new()).layer(hello), n);
+        }
+        "governor" => {
+            // As examples/bench_server.rs configures it.
+            let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1_000)
+                .burst_size(1_000_000)
+                .use_headers()
+                .finish()
+                .expect("governor config");
+            drive(GovernorLayer::new(config).layer(hello), n);
+        }
+        other => panic!("unknown mode {other:?}"),
+    }
+}
+
+/// Sends `n` requests from one peer through `svc`, each polled once.
+fn drive<S, B>(mut svc: S, n: u64)
+where
+    S: Service<Request<()>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+{
     let mut cx = Context::from_waker(Waker::noop());
     for _ in 0..n {
         let mut request = Request::new(());
@@ -48,7 +81,9 @@ fn main() {
         let future = pin!(svc.call(request));
         match future.poll(&mut cx) {
             Poll::Ready(response) => {
-                black_box(response.expect("response"));
+                let response = response.expect("response");
+                assert!(response.status().is_success(), "the limit is never reached");
+                black_box(response);
             }
             Poll::Pending => panic!("a memory decision never waits"),
         }

@@ -3,7 +3,10 @@
 # (memory), behind tower_governor, and (with REDIS=1) behind tollgate on
 # Redis, loaded by wrk on loopback. Runs are interleaved round by round, the
 # server pinned to one core and wrk to the other, and the report gives each
-# configuration as a ratio to bare from the same run.
+# configuration as a ratio to bare from the same run, and the server's CPU
+# time per request (user + system, from /proc/PID/stat over the measured
+# run): on a shared machine, time the server spends per request moves less
+# than requests per second, since waiting for the CPU is not counted.
 #
 #   scripts/bench-http.sh                 # 5 rounds of 10 s per configuration
 #   ROUNDS=3 DURATION=5s scripts/bench-http.sh
@@ -34,7 +37,7 @@ cargo build --release --example bench_server $features
 server=target/release/examples/bench_server
 out=target/bench-http
 mkdir -p "$out" docs
-printf 'mode\tround\trps\tp99_ms\n' > "$out/raw.tsv"
+printf 'mode\tround\trps\tp99_ms\tcpu_us\n' > "$out/raw.tsv"
 
 redis_pid=""
 if [ "${REDIS:-0}" = 1 ]; then
@@ -45,6 +48,13 @@ if [ "${REDIS:-0}" = 1 ]; then
 fi
 cleanup() { [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true; }
 trap cleanup EXIT
+
+# The server's user + system CPU time so far, all threads, in clock ticks.
+cpu_ticks() {
+  # Fields 14 and 15 of /proc/PID/stat, counted after the ")" that ends the
+  # command name (which may hold spaces).
+  sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
+}
 
 wait_port() {
   for _ in $(seq 200); do
@@ -63,7 +73,10 @@ for round in $(seq "$ROUNDS"); do
     wait_port "$port"
     # Warm up, then measure.
     taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/" >/dev/null
+    cpu_before=$(cpu_ticks "$pid")
     taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$out/$mode-$round.txt"
+    cpu_after=$(cpu_ticks "$pid")
+    echo "cpu_ticks $((cpu_after - cpu_before)) $(getconf CLK_TCK)" >> "$out/$mode-$round.txt"
     kill "$pid"
     wait "$pid" 2>/dev/null || true
     python3 - "$out/$mode-$round.txt" "$mode" "$round" >> "$out/raw.tsv" <<'PY'
@@ -72,12 +85,15 @@ text = open(sys.argv[1]).read()
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
 v, unit = re.search(r"99%\s+([\d.]+)(us|ms|s)", text).groups()
 p99 = float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+requests = int(re.search(r"(\d+) requests in", text).group(1))
+ticks, hz = map(int, re.search(r"cpu_ticks (\d+) (\d+)", text).groups())
+cpu_us = ticks / hz * 1e6 / requests
 non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
 if non2xx:
     sys.exit(f"{sys.argv[2]}: {non2xx.group(1)} responses were not 200; the limit must never be reached")
-print(f"{sys.argv[2]}\t{sys.argv[3]}\t{rps:.0f}\t{p99:.3f}")
+print(f"{sys.argv[2]}\t{sys.argv[3]}\t{rps:.0f}\t{p99:.3f}\t{cpu_us:.3f}")
 PY
-    echo "round $round $mode: $(tail -n1 "$out/raw.tsv" | cut -f3) req/s, p99 $(tail -n1 "$out/raw.tsv" | cut -f4) ms"
+    echo "round $round $mode: $(tail -n1 "$out/raw.tsv" | cut -f3) req/s, p99 $(tail -n1 "$out/raw.tsv" | cut -f4) ms, $(tail -n1 "$out/raw.tsv" | cut -f5) us CPU per request"
   done
 done
 

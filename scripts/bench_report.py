@@ -15,16 +15,17 @@ LABELS = {
 
 
 def main(raw, svg_path):
-    rows = defaultdict(lambda: {"rps": [], "p99": []})
+    rows = defaultdict(lambda: {"rps": [], "p99": [], "cpu": []})
     order = []
     with open(raw) as f:
         next(f)
         for line in f:
-            mode, _, rps, p99 = line.split("\t")
+            mode, _, rps, p99, cpu = line.split("\t")
             if mode not in order:
                 order.append(mode)
             rows[mode]["rps"].append(float(rps))
             rows[mode]["p99"].append(float(p99))
+            rows[mode]["cpu"].append(float(cpu))
     med = {m: (statistics.median(r["rps"]), statistics.median(r["p99"])) for m, r in rows.items()}
     base_rps, base_p99 = med["bare"]
     rounds = len(rows["bare"]["rps"])
@@ -34,7 +35,29 @@ def main(raw, svg_path):
     for m in order:
         rps, p99 = med[m]
         print(f"| {LABELS.get(m, m)} | {rps:,.0f} | {rps / base_rps:.1%} | {p99:.2f} ms | {p99 / base_p99:.2f}x |")
+    print_cpu(rows, order)
     write_svg(svg_path, order, med, base_rps, base_p99, rounds)
+
+
+def print_cpu(rows, order):
+    """Server CPU per request: the median, and what each configuration adds
+    to bare, per round (rounds are interleaved, so a round's configurations
+    ran under the same conditions) and as the median of those."""
+    bare = rows["bare"]["cpu"]
+    print("\nServer CPU time per request (user + system, all threads), median of the rounds;")
+    print("added = this configuration minus bare in the same round, median over rounds.\n")
+    print("| server | CPU per request | added to bare | added, per round |")
+    print("|---|---:|---:|---|")
+    for m in order:
+        cpu = rows[m]["cpu"]
+        added = [c - b for c, b in zip(cpu, bare)]
+        per_round = ", ".join(f"{a:+.2f}" for a in added)
+        print(f"| {LABELS.get(m, m)} | {statistics.median(cpu):.2f} us | {statistics.median(added):+.2f} us | {per_round} |")
+    if "tollgate" in rows and "governor" in rows:
+        tg = statistics.median(c - b for c, b in zip(rows["tollgate"]["cpu"], bare))
+        gov = statistics.median(c - b for c, b in zip(rows["governor"]["cpu"], bare))
+        if gov > 0:
+            print(f"\ntollgate adds {tg / gov:.2f}x what tower_governor adds.")
 
 
 def write_svg(path, order, med, base_rps, base_p99, rounds):

@@ -2,8 +2,9 @@
 # Instructions per request through the layer (memory backend, IETF headers),
 # counted by callgrind as the difference between a run of 2N and a run of N
 # requests, divided by N: start-up costs cancel and machine noise does not
-# enter. Prints the count without a metrics recorder, and with a Prometheus
-# recorder installed.
+# enter. Prints the count for a bare service, tollgate's layer and
+# tower_governor's (headers on) without a metrics recorder, what each layer
+# adds to bare, and tollgate's count with a Prometheus recorder installed.
 #
 #   scripts/callgrind-layer.sh            # N=2000
 #   N=10000 scripts/callgrind-layer.sh   # what BENCHMARKS.md reports
@@ -23,10 +24,20 @@ count() { # requests, extra args -> instructions
   fi
   echo "$out" | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
-for mode in none prometheus; do
-  extra=()
-  [ "$mode" = prometheus ] && extra=(prometheus)
-  a=$(count "$N" "${extra[@]}")
-  b=$(count $((2 * N)) "${extra[@]}")
-  echo "recorder=$mode: $(( (b - a) / N )) instructions per request ($a for $N, $b for $((2 * N)))"
-done
+per_request() { # args -> instructions per request
+  local a b
+  a=$(count "$N" "$@")
+  b=$(count $((2 * N)) "$@")
+  echo $(( (b - a) / N ))
+}
+bare=$(per_request bare)
+tollgate=$(per_request tollgate)
+governor=$(per_request governor)
+prometheus=$(per_request tollgate prometheus)
+echo "| service | instructions per request | added by the layer |"
+echo "|---|---:|---:|"
+echo "| bare | $bare | |"
+echo "| tollgate (memory, IETF headers) | $tollgate | $((tollgate - bare)) |"
+echo "| tower_governor (headers on) | $governor | $((governor - bare)) |"
+echo "| tollgate, Prometheus recorder installed | $prometheus | $((prometheus - bare)) |"
+python3 -c "print(f'tollgate adds {($tollgate - $bare) / ($governor - $bare):.2f}x what tower_governor adds')"

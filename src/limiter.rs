@@ -2,9 +2,9 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::backend::{Backend, BackendError, CheckRequest};
+use crate::clock::Stopwatch;
 use crate::decision::Decision;
 use crate::metrics::DecisionMetrics;
 use crate::quota_set::QuotaSet;
@@ -141,7 +141,7 @@ impl<B: Backend> Limiter<B> {
         cost: u64,
         room: bool,
     ) -> Result<Decision, Error> {
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let outcome = self.decide(key, cost, true, room).await;
         self.metrics.decided(&outcome, started);
         outcome
@@ -177,7 +177,7 @@ impl<B: Backend> Limiter<B> {
         cost: u64,
         room: bool,
     ) -> Option<Result<Decision, Error>> {
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let outcome = match self.request(key, cost, true, room) {
             Ok(request) => self.backend.check_now(request)?.map_err(Error::Backend),
             Err(e) => Err(e),

@@ -217,3 +217,20 @@ fn x_real_ip_takes_one_address_from_a_trusted_peer() {
     let p = parts("198.51.100.1:1", &[("x-real-ip", "203.0.113.5")]);
     assert_eq!(key(&k, &p).unwrap().as_str(), "ip:198.51.100.1");
 }
+
+#[test]
+fn ipv4_keys_are_written_like_display_for_every_octet_width() {
+    use std::net::Ipv4Addr;
+    for ip in [
+        Ipv4Addr::new(0, 0, 0, 0),
+        Ipv4Addr::new(255, 255, 255, 255),
+        Ipv4Addr::new(9, 10, 99, 100),
+        Ipv4Addr::new(203, 0, 113, 7),
+    ] {
+        assert_eq!(super::ipv4_key(ip).as_str(), format!("ip:{ip}"));
+    }
+    for n in 0..=255u8 {
+        let ip = Ipv4Addr::new(n, 255 - n, n / 3, n % 7);
+        assert_eq!(super::ipv4_key(ip).as_str(), format!("ip:{ip}"));
+    }
+}

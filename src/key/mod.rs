@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use compact_str::CompactString;
 use http::request::Parts;
 use http::{HeaderName, StatusCode};
 
@@ -29,8 +30,11 @@ pub(crate) use ip::peer_addr;
 pub use ip::{ClientIp, PeerIp};
 
 /// A client key: the name state is kept under.
+///
+/// Keys up to 24 bytes (any IPv4 key, `user:` and a 19-digit id) are kept
+/// inline, so making one allocates nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key(String);
+pub struct Key(CompactString);
 
 impl Key {
     /// The key as text.
@@ -41,7 +45,7 @@ impl Key {
     /// Joins parts so that no two different lists give the same key: `|`
     /// separates, and `\` escapes a `|` or `\` inside a part.
     pub fn join<'a>(parts: impl IntoIterator<Item = &'a Key>) -> Key {
-        let mut out = String::new();
+        let mut out = CompactString::default();
         for (i, part) in parts.into_iter().enumerate() {
             if i > 0 {
                 out.push('|');
@@ -65,13 +69,13 @@ impl fmt::Display for Key {
 
 impl From<String> for Key {
     fn from(s: String) -> Self {
-        Key(s)
+        Key(CompactString::from(s))
     }
 }
 
 impl From<&str> for Key {
     fn from(s: &str) -> Self {
-        Key(s.to_owned())
+        Key(CompactString::from(s))
     }
 }
 
@@ -317,7 +321,9 @@ impl KeyExtractor for HeaderKey {
         let result = match parts.headers.get(&self.name) {
             None => Err(KeyError::Missing("rate-limit key header")),
             Some(v) => match v.to_str() {
-                Ok(s) if !s.trim().is_empty() => Ok(Key(format!("key:{}", s.trim()))),
+                Ok(s) if !s.trim().is_empty() => {
+                    Ok(Key(compact_str::format_compact!("key:{}", s.trim())))
+                }
                 Ok(_) => Err(KeyError::Missing("rate-limit key header value")),
                 Err(_) => Err(KeyError::Malformed(format!(
                     "the {} header (not visible ASCII)",
@@ -381,7 +387,7 @@ impl<T: fmt::Display + Send + Sync + 'static> KeyExtractor for ExtensionKey<T> {
             parts
                 .extensions
                 .get::<T>()
-                .map(|v| Key(format!("user:{v}")))
+                .map(|v| Key(compact_str::format_compact!("user:{v}")))
                 .ok_or(KeyError::Missing("user id in the request extensions")),
         )
     }
@@ -399,7 +405,10 @@ impl KeyExtractor for RouteKey {
             .extensions
             .get::<axum::extract::MatchedPath>()
             .map_or(parts.uri.path(), |m| m.as_str());
-        KeyFuture::ready(Ok(Key(format!("route:{} {path}", parts.method))))
+        KeyFuture::ready(Ok(Key(compact_str::format_compact!(
+            "route:{} {path}",
+            parts.method
+        ))))
     }
 }
 

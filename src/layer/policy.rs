@@ -133,7 +133,7 @@ pub(crate) async fn look_within<B: Backend>(
         within(limiter, timeout, ask)
     };
     match peek(0).await {
-        Ok(now) if now.quotas().iter().all(|q| q.remaining >= cost) => Ok(now),
+        Ok(now) if now.quotas().iter().all(|q| q.remaining() >= cost) => Ok(now),
         Ok(_) => peek(cost).await,
         Err(error) => Err(error),
     }
@@ -146,7 +146,7 @@ async fn within<B: Backend>(
     timeout: Duration,
     ask: impl Future<Output = Result<Decision, Error>>,
 ) -> Result<Decision, Error> {
-    let started = std::time::Instant::now();
+    let started = crate::clock::Stopwatch::start();
     tokio::time::timeout(timeout, ask)
         .await
         .unwrap_or_else(|_| {
