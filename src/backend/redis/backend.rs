@@ -131,22 +131,28 @@ impl RedisBackend {
     }
 
     /// Whether leases are on and apply to every quota of `quotas` (none is a
-    /// sliding log or a leaky bucket, which need every arrival). Sets that
+    /// sliding log or a leaky bucket, which need every arrival, nor elastic,
+    /// whose answer depends on the load at each request). Sets that
     /// fail it are decided one request at a time, as with leases off; the
     /// rules and the gateway refuse them when leases are on.
     pub fn supports_leases(&self, quotas: &QuotaSet) -> Result<(), RedisConfigError> {
         if self.inner.lease.is_none() {
             return Ok(());
         }
-        match quotas
+        if let Some(q) = quotas
             .quotas()
             .iter()
             .find(|q| !Lease::leases(q.algorithm()))
         {
-            None => Ok(()),
-            Some(q) => Err(RedisConfigError::LeaseUnsupported {
+            return Err(RedisConfigError::LeaseUnsupported {
                 quota: q.name().to_owned(),
                 algorithm: q.algorithm(),
+            });
+        }
+        match quotas.quotas().iter().find(|q| q.params.elastic_margin > 0) {
+            None => Ok(()),
+            Some(q) => Err(RedisConfigError::LeaseElastic {
+                quota: q.name().to_owned(),
             }),
         }
     }
