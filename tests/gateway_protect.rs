@@ -244,3 +244,32 @@ async fn a_rule_with_only_a_concurrency_limit_limits_requests_under_way_only() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+const ELASTIC: &str = r#"
+shedding: { max_in_flight: 100, target_latency: 10s }
+rules:
+  - name: api
+    key: header:x-user
+    priority: critical
+    quotas: [{ name: api, algorithm: gcra, limit: 2, period: 1m, mode: elastic, elastic_percent: 100 }]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elastic_rate_quota_in_the_gateway_admits_over_its_limit_while_idle() {
+    let gate = Gate::default();
+    let up = gate.upstream().await;
+    let file = RulesFile::new("elastic", ELASTIC);
+    let gw = Gateway::start(&file.0, Some(up), &[]);
+    let http = client();
+    for _ in 0..4 {
+        assert_eq!(fetch(&http, &gw, "/", "a").await.status, StatusCode::OK);
+    }
+    let refused = fetch(&http, &gw, "/", "a").await;
+    assert_eq!(
+        refused.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "past the ceiling"
+    );
+    let policy = refused.header("ratelimit-policy").unwrap_or_default();
+    assert_eq!(policy, "\"api\";q=2;w=60", "the limit, not the ceiling");
+}
