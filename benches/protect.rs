@@ -1,10 +1,13 @@
 //! What protecting the server costs per request: a rate quota alone, with a
 //! concurrency quota beside it, and with the load measured and shedding on;
-//! tower's own (unkeyed) `ConcurrencyLimit` as the peer.
+//! an elastic rate quota with room and without; tower's own (unkeyed)
+//! `ConcurrencyLimit` as the peer.
 //!
 //! `cargo bench --bench protect`, or for instruction counts, a fixed number
 //! of requests per case without criterion:
 //! `PROTECT_LOOP=<requests> valgrind --tool=callgrind target/release/deps/protect-* <case>`
+//! (also `limiter-rate`, `limiter-elastic-room`, `limiter-elastic-no-room`:
+//! the limiter alone on a stopped clock).
 
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -15,7 +18,7 @@ use http::Request;
 use tollgate::key::PeerIp;
 use tollgate::layer::RateLimitLayerBuilder;
 use tollgate::layer::{ConcurrencyQuota, MeasuredLoad, Shedding};
-use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
+use tollgate::{Limiter, ManualClock, MemoryBackend, Mode, Quota, RateLimitLayer, Timestamp};
 use tower::limit::ConcurrencyLimitLayer;
 use tower::util::BoxService;
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -27,8 +30,13 @@ use support::{hello, request};
 type Svc = BoxService<Request<()>, (), Infallible>;
 
 fn builder() -> RateLimitLayerBuilder<MemoryBackend, PeerIp> {
+    builder_in(Mode::Enforce)
+}
+
+fn builder_in(mode: Mode) -> RateLimitLayerBuilder<MemoryBackend, PeerIp> {
     let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
         .burst(1_000_000)
+        .mode(mode)
         .build()
         .expect("quota");
     RateLimitLayer::builder(Limiter::new(MemoryBackend::new(), quota), PeerIp::new())
@@ -51,6 +59,8 @@ where
 
 fn cases() -> Vec<(&'static str, Svc)> {
     let concurrency = || ConcurrencyQuota::new(64).expect("quota");
+    let load = || MeasuredLoad::new(1024, Duration::from_secs(1));
+    let elastic = || builder_in(Mode::Elastic { percent: 100 });
     vec![
         ("bare", behind(tower::layer::util::Identity::new())),
         (
@@ -58,6 +68,19 @@ fn cases() -> Vec<(&'static str, Svc)> {
             behind(ConcurrencyLimitLayer::new(64)),
         ),
         ("rate", behind(builder().build())),
+        // Elastic rate quotas with the load measured: with room (idle), and
+        // without (a signal stuck at 1).
+        // No signal: never room, so every admission is checked twice.
+        ("rate-elastic", behind(elastic().build())),
+        ("rate+load", behind(builder().measure_load(load()).build())),
+        (
+            "rate-elastic+load",
+            behind(elastic().measure_load(load()).build()),
+        ),
+        (
+            "rate-elastic+load-no-room",
+            behind(elastic().measure_load(load()).load_signal(|| 1.0).build()),
+        ),
         (
             "rate+concurrency",
             behind(builder().concurrency(concurrency()).build()),
@@ -75,6 +98,39 @@ fn cases() -> Vec<(&'static str, Svc)> {
     ]
 }
 
+/// The limiter cases, without the layer (whose clock reads and runtime
+/// make a few hundred instructions of noise per request): a plain quota
+/// (`None`), an elastic one with room and without.
+fn limiter_case(name: &str) -> Option<Option<bool>> {
+    match name {
+        "limiter-rate" => Some(None),
+        "limiter-elastic-room" => Some(Some(true)),
+        "limiter-elastic-no-room" => Some(Some(false)),
+        _ => None,
+    }
+}
+
+/// `n` checks of one key on a stopped clock, each admitted.
+fn limiter_loop(n: u64, elastic: Option<bool>) {
+    let mode = match elastic {
+        Some(_) => Mode::Elastic { percent: 100 },
+        None => Mode::Enforce,
+    };
+    let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
+        .burst(1_000_000)
+        .mode(mode)
+        .build()
+        .expect("quota");
+    let clock = ManualClock::new(Timestamp::from_secs(1_800_000_000));
+    let backend = MemoryBackend::builder().clock(clock).build();
+    let limiter = Limiter::new(backend, quota);
+    let room = elastic.unwrap_or(false);
+    for _ in 0..n {
+        let decision = limiter.check_now_with_room("k", 1, room);
+        assert!(black_box(decision).is_some_and(|d| d.is_ok_and(|d| d.allowed())));
+    }
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -86,6 +142,10 @@ fn main() {
     if let Ok(n) = std::env::var("PROTECT_LOOP") {
         let n: u64 = n.parse().expect("PROTECT_LOOP: a number of requests");
         let wanted = std::env::args().nth(1).unwrap_or_default();
+        if let Some(room) = limiter_case(&wanted) {
+            limiter_loop(n, room);
+            return;
+        }
         for (name, mut svc) in cases() {
             if name == wanted {
                 for _ in 0..n {

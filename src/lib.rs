@@ -43,8 +43,9 @@
 //! | [`SlidingWindow`](Algorithm::SlidingWindow) | two counters + window | no | approximately | rolling limits at fixed cost (Cloudflare measured 0.003% error) |
 //! | [`SlidingLog`](Algorithm::SlidingLog) | up to `limit` timestamps | no | yes | small limits that must never be exceeded (notifications, logins) |
 //!
-//! A [`Mode`] makes a quota shadow (report, never refuse) or soft (admit a
-//! percentage over the limit); [`Quota::min_interval`] spaces actions apart.
+//! A [`Mode`] makes a quota shadow (report, never refuse), soft (admit a
+//! percentage over the limit) or elastic (admit a percentage over it while
+//! the server has room); [`Quota::min_interval`] spaces actions apart.
 
 #![warn(missing_docs)]
 

@@ -126,24 +126,59 @@ impl<B: Backend> Limiter<B> {
         }
     }
 
-    /// Spends `cost` from `key`'s quotas if they all admit it.
+    /// Spends `cost` from `key`'s quotas if they all admit it. Elastic
+    /// quotas enforce their limit (see [`check_with_room`](Limiter::check_with_room)).
     pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.check_with_room(key, cost, false).await
+    }
+
+    /// [`check`](Limiter::check), saying whether the server has room:
+    /// with room, [elastic](crate::Mode::Elastic) quotas admit up to their
+    /// ceiling. The layer asks its load signal; without one, no room.
+    pub async fn check_with_room(
+        &self,
+        key: &str,
+        cost: u64,
+        room: bool,
+    ) -> Result<Decision, Error> {
         let started = Stopwatch::start();
-        let outcome = self.decide(key, cost, true).await;
+        let outcome = self.decide(key, cost, true, room).await;
         self.metrics.decided(&outcome, started);
         outcome
     }
 
     /// Whether `cost` would pass now, spending nothing.
     pub async fn peek(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        self.decide(key, cost, false).await
+        self.peek_with_room(key, cost, false).await
+    }
+
+    /// [`peek`](Limiter::peek), saying whether the server has room (see
+    /// [`check_with_room`](Limiter::check_with_room)).
+    pub async fn peek_with_room(
+        &self,
+        key: &str,
+        cost: u64,
+        room: bool,
+    ) -> Result<Decision, Error> {
+        self.decide(key, cost, false, room).await
     }
 
     /// [`check`](Limiter::check) without waiting, when the backend can
     /// decide synchronously (see [`Backend::check_now`]); `None` otherwise.
     pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision, Error>> {
+        self.check_now_with_room(key, cost, false)
+    }
+
+    /// [`check_now`](Limiter::check_now), saying whether the server has room
+    /// (see [`check_with_room`](Limiter::check_with_room)).
+    pub fn check_now_with_room(
+        &self,
+        key: &str,
+        cost: u64,
+        room: bool,
+    ) -> Option<Result<Decision, Error>> {
         let started = Stopwatch::start();
-        let outcome = match self.request(key, cost, true) {
+        let outcome = match self.request(key, cost, true, room) {
             Ok(request) => self.backend.check_now(request)?.map_err(Error::Backend),
             Err(e) => Err(e),
         };
@@ -151,8 +186,14 @@ impl<B: Backend> Limiter<B> {
         Some(outcome)
     }
 
-    async fn decide(&self, key: &str, cost: u64, commit: bool) -> Result<Decision, Error> {
-        let request = self.request(key, cost, commit)?;
+    async fn decide(
+        &self,
+        key: &str,
+        cost: u64,
+        commit: bool,
+        room: bool,
+    ) -> Result<Decision, Error> {
+        let request = self.request(key, cost, commit, room)?;
         Ok(self.backend.check(request).await?)
     }
 
@@ -161,6 +202,7 @@ impl<B: Backend> Limiter<B> {
         key: &'a str,
         cost: u64,
         commit: bool,
+        room: bool,
     ) -> Result<CheckRequest<'a>, Error> {
         if let Some(q) = self.quotas.too_costly(cost) {
             return Err(Error::CostTooHigh {
@@ -174,6 +216,7 @@ impl<B: Backend> Limiter<B> {
             quotas: &self.quotas,
             cost,
             commit,
+            room,
         })
     }
 }

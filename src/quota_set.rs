@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{self, Outcome, State, Update};
+use crate::algorithm::{Outcome, State, Update};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
 use crate::quota::Quota;
@@ -146,11 +146,26 @@ impl QuotaSet {
         now: Timestamp,
         commit: bool,
     ) -> Decision {
+        self.decide_with_room(states, cost, now, commit, false)
+    }
+
+    /// [`decide`](QuotaSet::decide), saying whether the server has room for
+    /// [elastic](crate::Mode::Elastic) quotas' extra: a store passes
+    /// [`CheckRequest::room`](crate::backend::CheckRequest::room).
+    pub fn decide_with_room(
+        &self,
+        states: &mut [Option<QuotaState>],
+        cost: u64,
+        now: Timestamp,
+        commit: bool,
+        room: bool,
+    ) -> Decision {
         let (decision, updates) = self.evaluate(
             |i| states.get(i).and_then(Option::as_ref).map(|s| &s.0),
             cost,
             now,
             commit,
+            room,
         );
         for ((update, slot), quota) in updates
             .into_iter()
@@ -173,22 +188,21 @@ impl QuotaSet {
     }
 
     /// Decides one request against the stored states (`state(i)` is quota
-    /// `i`'s) and says how each state changes. `commit: false` is a peek.
+    /// `i`'s) and says how each state changes. `commit: false` is a peek;
+    /// `room`: whether elastic quotas may use their extra.
     pub(crate) fn evaluate<'s>(
         &self,
         state: impl Fn(usize) -> Option<&'s State>,
         cost: u64,
         now: Timestamp,
         commit: bool,
+        room: bool,
     ) -> (Decision, SmallVec<[Update; 2]>) {
         let now = now.as_micros();
-        let check = |i: usize| {
-            let q = &self.quotas[i];
-            algorithm::check(q.algorithm(), state(i), &q.params, cost, now)
-        };
+        let check = |i: usize| self.quotas[i].check(state(i), cost, now, room);
         let mut updates = SmallVec::new();
         if let [_] = &*self.quotas {
-            let (decision, update) = self.evaluate_one(state(0), cost, now, commit);
+            let (decision, update) = self.evaluate_one(state(0), cost, now, commit, room);
             updates.push(update);
             return (decision, updates);
         }
@@ -211,9 +225,10 @@ impl QuotaSet {
         cost: u64,
         now: u64,
         commit: bool,
+        room: bool,
     ) -> (Decision, Update) {
         let quota = &self.quotas[0];
-        let outcome = algorithm::check(quota.algorithm(), state, &quota.params, cost, now);
+        let outcome = quota.check(state, cost, now, room);
         let allowed = outcome.allowed || quota.params.shadow;
         let (verdict, update) = settle(outcome, allowed, commit);
         let mut quotas = SmallVec::new();
@@ -284,7 +299,8 @@ pub(crate) struct RawQuotaDecision {
 }
 
 impl RawQuotaDecision {
-    /// The verdict as quota `q` reports it: soft mode's margin taken off.
+    /// The verdict as quota `q` reports it: soft or elastic mode's margin taken off,
+    /// times as durations.
     fn decision(&self, q: &Quota) -> QuotaDecision {
         let soft_margin = q.params.capacity - q.params.reported_capacity;
         QuotaDecision::new(

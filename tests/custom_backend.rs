@@ -43,11 +43,12 @@ impl MapStore {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| BackendError::new(BackendErrorKind::Protocol, "bad row").with_source(e))?;
-        let decision = quotas.decide(
+        let decision = quotas.decide_with_room(
             &mut states,
             request.cost(),
             self.clock.now(),
             request.commit(),
+            request.room(),
         );
         for (&id, state) in ids.iter().zip(states) {
             let row = (request.key().to_owned(), id);
@@ -98,6 +99,7 @@ traces!(
     costs_peeks_and_too_costly_requests_match,
     a_billion_a_second_is_counted_exactly,
     random_traces_match,
+    elastic_quotas_match_with_room_and_without,
 );
 
 #[tokio::test]

@@ -208,3 +208,68 @@ async fn a_background_route_is_shed_under_load_and_a_critical_one_served() {
         StatusCode::OK
     );
 }
+
+const CONCURRENCY_ONLY: &str = r#"
+rules:
+  - name: held
+    key: header:x-user
+    concurrency: { limit: 1 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_with_only_a_concurrency_limit_limits_requests_under_way_only() {
+    let gate = Gate::default();
+    let up = gate.upstream().await;
+    let file = RulesFile::new("concurrency-only", CONCURRENCY_ONLY);
+    let gw = Gateway::start(&file.0, Some(up), &[]);
+    let http = client();
+
+    // No rate quota: requests one after another all pass.
+    for _ in 0..30 {
+        assert_eq!(fetch(&http, &gw, "/", "b").await.status, StatusCode::OK);
+    }
+    let held = hold(&http, &gw, "/gate/a", "a");
+    gate.until_inside(1).await;
+    let refused = fetch(&http, &gw, "/", "a").await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    let policy = refused.header("ratelimit-policy").unwrap_or_default();
+    assert_eq!(policy, "\"concurrent\";q=1;qu=\"concurrent-requests\"");
+    assert_eq!(fetch(&http, &gw, "/", "b").await.status, StatusCode::OK);
+    gate.permits.add_permits(1);
+    assert_eq!(held.await.unwrap().status, StatusCode::OK);
+    // The slot is given back once the response is over: bounded wait.
+    let start = Instant::now();
+    while fetch(&http, &gw, "/", "a").await.status != StatusCode::OK {
+        assert!(start.elapsed() < BOUND, "slot never given back");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+const ELASTIC: &str = r#"
+shedding: { max_in_flight: 100, target_latency: 10s }
+rules:
+  - name: api
+    key: header:x-user
+    priority: critical
+    quotas: [{ name: api, algorithm: gcra, limit: 2, period: 1m, mode: elastic, elastic_percent: 100 }]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elastic_rate_quota_in_the_gateway_admits_over_its_limit_while_idle() {
+    let gate = Gate::default();
+    let up = gate.upstream().await;
+    let file = RulesFile::new("elastic", ELASTIC);
+    let gw = Gateway::start(&file.0, Some(up), &[]);
+    let http = client();
+    for _ in 0..4 {
+        assert_eq!(fetch(&http, &gw, "/", "a").await.status, StatusCode::OK);
+    }
+    let refused = fetch(&http, &gw, "/", "a").await;
+    assert_eq!(
+        refused.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "past the ceiling"
+    );
+    let policy = refused.header("ratelimit-policy").unwrap_or_default();
+    assert_eq!(policy, "\"api\";q=2;w=60", "the limit, not the ceiling");
+}

@@ -115,6 +115,12 @@ fn a_rules_file_sets_the_lease_mode_and_refuses_what_cannot_be_leased() {
     let err = Rules::parse(&format!("{}{RULES}", backend("auto"))).unwrap_err();
     assert!(err.to_string().contains("cannot be leased"), "{err}");
     assert!(Rules::parse(&format!("{}{RULES}", backend("off"))).is_ok());
+    // So does an elastic quota, whose answer depends on the load.
+    let elastic = "shedding: { max_in_flight: 8, target_latency: 1s }\nrules:\n  - name: api\n    key: header:x-api-key\n    quotas: [{ algorithm: gcra, limit: 5, period: 1s, mode: elastic, elastic_percent: 50 }]\n";
+    let err = Rules::parse(&format!("{}{elastic}", backend("auto"))).unwrap_err();
+    assert!(err.to_string().contains("is elastic"), "{err}");
+    assert!(err.to_string().contains("cannot be leased"), "{err}");
+    assert!(Rules::parse(&format!("{}{elastic}", backend("off"))).is_ok());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,8 +25,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 use tollgate::key::HeaderKey;
 use tollgate::layer::RateLimitLayerBuilder;
-use tollgate::layer::{ConcurrencyQuota, MeasuredLoad, Priority, Shedding};
-use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
+use tollgate::layer::{ConcurrencyQuota, MeasuredLoad, Priority, Refused, Shedding};
+use tollgate::{Limiter, MemoryBackend, Mode, Quota, RateLimitLayer};
 
 /// How long anything in these tests may wait.
 const BOUND: Duration = Duration::from_secs(5);
@@ -388,6 +388,247 @@ async fn an_elastic_quota_admits_over_its_limit_while_idle_and_not_while_saturat
     assert_eq!(load.in_flight(), 0);
 }
 
+/// A layer of one elastic rate quota on `backend`: 2 per minute (GCRA,
+/// one unit back every 30 s, so none returns during a test), up to 4 with
+/// room.
+fn elastic_rate<B: tollgate::Backend>(backend: B) -> RateLimitLayerBuilder<B, HeaderKey> {
+    let quota = Quota::gcra(2, Duration::from_secs(60))
+        .name("per-minute")
+        .mode(Mode::Elastic { percent: 100 })
+        .build()
+        .unwrap();
+    RateLimitLayer::builder(
+        Limiter::new(backend, quota),
+        HeaderKey::new(http::HeaderName::from_static("x-key")),
+    )
+    .timeout(BOUND)
+    .on_backend_error(tollgate::OnBackendError::Reject)
+}
+
+/// The rate quota's `q` and `r` on a response.
+fn rate_numbers(r: &Reply) -> (i64, i64) {
+    let policy = r.list("ratelimit-policy");
+    let state = r.list("ratelimit");
+    let p = policy.iter().find(|m| m.name() == "per-minute").unwrap();
+    let s = state.iter().find(|m| m.name() == "per-minute").unwrap();
+    (p.int("q"), s.int("r"))
+}
+
+/// Idle: a key passes its limit of 2, up to the ceiling of 4, the headers
+/// showing the limit. Saturated (4 of 4 in flight): another key gets its
+/// limit only.
+async fn elastic_rate_trace(gate: &Gate, addr: SocketAddr, load: &MeasuredLoad) {
+    let c = client();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let r = send(&c, addr, "/", "a").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        seen.push(rate_numbers(&r));
+    }
+    assert_eq!(seen, [(2, 1), (2, 0), (2, 0), (2, 0)]);
+    let r = send(&c, addr, "/", "a").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "over the ceiling");
+    assert_eq!(rate_numbers(&r), (2, 0));
+
+    let mut held = Vec::new();
+    for i in 0..4 {
+        held.push(hold(&c, addr, gate, "/held", &format!("h{i}")).await);
+    }
+    assert_eq!(load.in_flight(), 4);
+    for _ in 0..2 {
+        assert_eq!(send(&c, addr, "/", "b").await.status, StatusCode::OK);
+    }
+    let r = send(&c, addr, "/", "b").await;
+    assert_eq!(
+        r.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "saturated: the limit"
+    );
+    assert_eq!(r.json()["violated-policies"][0], "per-minute");
+    gate.open(4);
+    assert_eq!(finish(held).await, [StatusCode::OK; 4]);
+}
+
+#[tokio::test]
+async fn an_elastic_rate_quota_admits_over_its_limit_while_idle_and_not_while_saturated() {
+    let gate = Gate::default();
+    let load = MeasuredLoad::new(4, Duration::from_secs(60));
+    let layer = elastic_rate(MemoryBackend::new())
+        .measure_load(load.clone())
+        .build();
+    let addr = server(&gate, layer).await;
+    elastic_rate_trace(&gate, addr, &load).await;
+}
+
+#[tokio::test]
+async fn an_elastic_rate_quota_without_a_load_signal_keeps_its_limit() {
+    let gate = Gate::default();
+    let addr = server(&gate, elastic_rate(MemoryBackend::new()).build()).await;
+    let c = client();
+    for _ in 0..2 {
+        assert_eq!(send(&c, addr, "/", "a").await.status, StatusCode::OK);
+    }
+    let r = send(&c, addr, "/", "a").await;
+    assert_eq!(
+        r.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "no signal, no room"
+    );
+}
+
+#[tokio::test]
+async fn a_custom_rejection_response_answers_concurrency_refusals_too() {
+    let gate = Gate::default();
+    let quota = Quota::gcra(2, Duration::from_secs(60)).build().unwrap();
+    let layer = RateLimitLayer::builder(
+        Limiter::new(MemoryBackend::new(), quota),
+        HeaderKey::new(http::HeaderName::from_static("x-key")),
+    )
+    .concurrency(ConcurrencyQuota::new(1).unwrap())
+    .rejection_response(|r| {
+        let kind = match r.refused {
+            Refused::Rate { .. } => "rate",
+            Refused::Concurrency { in_use, .. } => &format!("concurrency, {in_use} under way"),
+            _ => "other",
+        };
+        let body = format!(
+            "{kind}: {:?} for {}, retry in {:?}",
+            r.violated(),
+            r.key,
+            r.retry_after()
+        );
+        let mut response = http::Response::new(Bytes::from(body));
+        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        response
+    })
+    .build();
+    let addr = server(&gate, layer).await;
+    let c = client();
+    let held = hold(&c, addr, &gate, "/held", "a").await;
+    let r = send(&c, addr, "/", "a").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        r.body,
+        "concurrency, 1 under way: [\"concurrent\"] for key:a, retry in 1s"
+    );
+    assert_eq!(r.header("retry-after"), Some("1"), "added by the layer");
+    assert_eq!(r.list("ratelimit-policy")[0].name(), "concurrent");
+    gate.open(1);
+    assert_eq!(finish(vec![held]).await, [StatusCode::OK]);
+    // The rate quota's refusal goes through the same function.
+    until_ok(&c, addr, "a").await;
+    let r = send(&c, addr, "/", "a").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        r.body.starts_with("rate: [\"2-per-60s\"] for key:a"),
+        "{}",
+        r.body
+    );
+}
+
+#[tokio::test]
+async fn draft6_and_legacy_headers_show_a_concurrency_quota_when_it_binds() {
+    use tollgate::layer::HeaderStyle;
+    for (style, limit, remaining, reset, retry) in [
+        (
+            HeaderStyle::Draft6,
+            "ratelimit-limit",
+            "ratelimit-remaining",
+            "ratelimit-reset",
+            None,
+        ),
+        (
+            HeaderStyle::Legacy,
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            Some("x-ratelimit-retry-after"),
+        ),
+    ] {
+        let gate = Gate::default();
+        // A rate quota of 100 a minute for key a, 1 for key b.
+        let quotas = tollgate::QuotaSet::new(
+            "s",
+            [Quota::gcra(100, Duration::from_secs(60)).build().unwrap()],
+        )
+        .unwrap();
+        let layer = RateLimitLayer::builder(
+            Limiter::new(MemoryBackend::new(), quotas),
+            HeaderKey::new(http::HeaderName::from_static("x-key")),
+        )
+        .cost(|parts| {
+            if parts.headers["x-key"] == "b" {
+                100
+            } else {
+                1
+            }
+        })
+        .header_style(style)
+        .concurrency(ConcurrencyQuota::new(2).unwrap())
+        .build();
+        let addr = server(&gate, layer).await;
+        let c = client();
+        let numbers = |r: &Reply| {
+            (
+                r.header(limit).map(str::to_owned),
+                r.header(remaining).map(str::to_owned),
+                r.header(reset).map(str::to_owned),
+            )
+        };
+        let s = |v: &str| Some(v.to_owned());
+        // One held: the next request takes the last free slot, fewer than
+        // the rate quota's 98 left, so the concurrency numbers show (no
+        // reset: when a slot frees is not known).
+        let held = hold(&c, addr, &gate, "/held", "a").await;
+        let r = send(&c, addr, "/", "a").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(numbers(&r), (s("2"), s("0"), None), "{style:?}");
+        // Two held: refused by the concurrency quota.
+        let held2 = hold(&c, addr, &gate, "/held", "a").await;
+        let r = send(&c, addr, "/", "a").await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(numbers(&r), (s("2"), s("0"), None), "{style:?}");
+        assert_eq!(r.header("retry-after"), Some("1"));
+        assert_eq!(retry.and_then(|h| r.header(h)), retry.map(|_| "1"));
+        // Key b's request spends its whole rate quota: 0 left, fewer than the
+        // concurrency quota's free slot, so the rate numbers show.
+        let r = send(&c, addr, "/", "b").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(numbers(&r), (s("100"), s("0"), s("60")), "{style:?}");
+        gate.open(2);
+        assert_eq!(finish(vec![held, held2]).await, [StatusCode::OK; 2]);
+    }
+}
+
+#[tokio::test]
+async fn a_layer_with_only_a_concurrency_quota_limits_requests_under_way_only() {
+    let gate = Gate::default();
+    let layer = RateLimitLayer::concurrency_builder(
+        ConcurrencyQuota::new(1).unwrap(),
+        HeaderKey::new(http::HeaderName::from_static("x-key")),
+    )
+    .build();
+    assert!(layer.policy().limiter().is_none());
+    let addr = server(&gate, layer).await;
+    let c = client();
+    // No rate quota: one after another, any number pass.
+    for _ in 0..30 {
+        let r = send(&c, addr, "/", "a").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(
+            r.list("ratelimit-policy").len(),
+            1,
+            "the concurrency quota's only"
+        );
+    }
+    let held = hold(&c, addr, &gate, "/held", "a").await;
+    assert_concurrency_refusal(&send(&c, addr, "/", "a").await, "concurrent");
+    assert_eq!(send(&c, addr, "/", "b").await.status, StatusCode::OK);
+    gate.open(1);
+    assert_eq!(finish(vec![held]).await, [StatusCode::OK]);
+    until_ok(&c, addr, "a").await;
+}
+
 #[tokio::test]
 async fn under_overload_lower_priorities_are_shed_first_and_critical_is_served() {
     let gate = Gate::default();
@@ -494,6 +735,52 @@ mod redis {
         assert_eq!(finish(vec![a1, a2]).await, [StatusCode::OK; 2]);
         // Given back by a task after the response: bounded wait.
         until_ok(&c, addrs[1], "a").await;
+    }
+
+    #[tokio::test]
+    async fn an_elastic_rate_quota_on_redis_admits_over_its_limit_only_while_idle() {
+        let redis = RedisServer::start();
+        let backend = tollgate::RedisBackend::from_url(redis.url())
+            .timeout(BOUND)
+            .build()
+            .unwrap();
+        let gate = Gate::default();
+        let load = MeasuredLoad::new(4, Duration::from_secs(60));
+        let layer = elastic_rate(backend).measure_load(load.clone()).build();
+        let addr = server(&gate, layer).await;
+        elastic_rate_trace(&gate, addr, &load).await;
+    }
+
+    /// Two servers built from one rules file on one Redis: the rule's
+    /// concurrency limit is the fleet's, and both decide on the async path
+    /// (a Redis backend without leases cannot decide without waiting).
+    #[cfg(feature = "rules")]
+    #[tokio::test]
+    async fn two_rules_servers_share_one_concurrency_limit_in_redis() {
+        let redis = RedisServer::start();
+        let text = format!(
+            "backend: {{ redis: {{ url: \"{}\", timeout: 5s }} }}\n\
+             on_backend_error: reject\n\
+             timeout: 5s\n\
+             rules:\n  - name: held\n    key: header:x-key\n    quotas: [{{ algorithm: gcra, limit: 1000, period: 1s }}]\n    concurrency: {{ limit: 2 }}\n",
+            redis.url()
+        );
+        let gate = Gate::default();
+        let mut addrs = Vec::new();
+        for _ in 0..2 {
+            let rules = tollgate::rules::Rules::parse(&text).unwrap();
+            addrs.push(server(&gate, RateLimitLayer::from_policy(rules)).await);
+        }
+        let c = client();
+        let a1 = hold(&c, addrs[0], &gate, "/held", "a").await;
+        let a2 = hold(&c, addrs[1], &gate, "/held", "a").await;
+        for &addr in &addrs {
+            assert_concurrency_refusal(&send(&c, addr, "/", "a").await, "concurrent");
+        }
+        assert_eq!(send(&c, addrs[1], "/", "b").await.status, StatusCode::OK);
+        gate.open(2);
+        assert_eq!(finish(vec![a1, a2]).await, [StatusCode::OK; 2]);
+        until_ok(&c, addrs[0], "a").await;
     }
 
     #[tokio::test]

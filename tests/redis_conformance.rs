@@ -101,6 +101,12 @@ async fn costs_peeks_and_too_costly_requests_match() {
 }
 
 #[tokio::test]
+async fn elastic_quotas_match_with_room_and_without() {
+    let f = fixture();
+    conformance::elastic_quotas_match_with_room_and_without(&f.redis, &f.clock).await;
+}
+
+#[tokio::test]
 async fn random_traces_match() {
     let f = fixture();
     conformance::random_traces_match(&f.redis, &f.clock).await;

@@ -558,3 +558,218 @@ fn concurrency_priority_and_shedding_settings_are_checked_where_written() {
         "target_latency",
     );
 }
+
+#[test]
+fn elastic_rate_quotas_are_checked_where_written() {
+    let shed = "shedding: { max_in_flight: 8, target_latency: 250ms }\n";
+    let quota =
+        |q: &str| format!("{HEAD}      - {{ algorithm: gcra, limit: 5, period: 1s, {q} }}\n");
+    let elastic = quota("mode: elastic, elastic_percent: 100");
+    let rules = Rules::parse(&format!("{shed}{elastic}")).unwrap();
+    assert!(rules.describe().contains("elastic (+100% with room)"));
+    error_at(
+        &elastic,
+        5,
+        56,
+        "rule a: quota \"5-per-1s\" is elastic, which needs a top-level shedding section",
+    );
+    error(
+        &format!("{shed}{}", quota("mode: elastic")),
+        6,
+        "mode elastic needs elastic_percent",
+    );
+    error(
+        &format!("{shed}{}", quota("elastic_percent: 50")),
+        6,
+        "elastic_percent goes with mode: elastic",
+    );
+    error(
+        &format!("{shed}{}", quota("mode: elastic, elastic_percent: 1001")),
+        6,
+        "write at most 1000",
+    );
+    // Overrides with their own quotas are checked too.
+    let own = format!(
+        "{HEAD}      - {ONE}\n    overrides:\n      - keys: [gold]\n        quotas: [{{ algorithm: gcra, limit: 9, period: 1s, mode: elastic, elastic_percent: 10 }}]\n"
+    );
+    error(
+        &own,
+        8,
+        "is elastic, which needs a top-level shedding section",
+    );
+}
+
+/// An elastic rate quota in a rules file: over its limit while the file's
+/// measured load says there is room, and only to its limit with 9 of 10
+/// requests in flight (a load of 0.9, where normal traffic is shed, so the
+/// rule is critical; a normal one shows when the load is reached).
+#[tokio::test]
+async fn elastic_rate_quotas_in_rules_follow_the_measured_load() {
+    let text = r#"
+shedding: { max_in_flight: 10, target_latency: 60s }
+rules:
+  - name: held
+    match: { prefix: /held }
+    key: header:x-key
+    priority: critical
+    quotas: [{ algorithm: gcra, limit: 100, period: 1m }]
+  - name: probe
+    match: { prefix: /probe }
+    key: global
+    quotas: [{ algorithm: gcra, limit: 100, period: 1m }]
+  - name: a
+    key: global
+    priority: critical
+    quotas: [{ name: q, algorithm: gcra, limit: 2, period: 1m, mode: elastic, elastic_percent: 100 }]
+"#;
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let g = std::sync::Arc::clone(&gate);
+    let app = Router::new()
+        .route(
+            "/held",
+            any(move || {
+                let g = std::sync::Arc::clone(&g);
+                async move {
+                    // Bounded: a test that forgets to open the gate fails.
+                    let _ = tokio::time::timeout(Duration::from_secs(5), g.acquire()).await;
+                    "held"
+                }
+            }),
+        )
+        .fallback(any(|| async { "ok" }))
+        .layer(RateLimitLayer::from_policy(Rules::parse(text).unwrap()));
+    let make = || req("GET", "/", [192, 0, 2, 1], &[]);
+    assert_eq!(admitted(&app, 3, make).await, 3, "idle: over the limit");
+
+    let mut held = Vec::new();
+    for i in 0..9 {
+        let r = req(
+            "GET",
+            "/held",
+            [192, 0, 2, 1],
+            &[("x-key", &format!("h{i}"))],
+        );
+        held.push(tokio::spawn(app.clone().oneshot(r)));
+    }
+    // The held requests are counted from their decision: wait (bounded)
+    // until normal traffic is shed, at a load of 0.8 or more.
+    let start = std::time::Instant::now();
+    loop {
+        let probe = send(&app, req("GET", "/probe", [192, 0, 2, 1], &[])).await;
+        if probe.status == StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{}", probe.status);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The ceiling of 4 would admit one more; without room the 3 already
+    // admitted are over the limit of 2.
+    let r = send(&app, make()).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.list("ratelimit-policy")[0].int("q"), 2, "the limit shown");
+    gate.add_permits(9);
+    for h in held {
+        let response = tokio::time::timeout(Duration::from_secs(5), h).await;
+        assert_eq!(response.unwrap().unwrap().unwrap().status(), StatusCode::OK);
+    }
+}
+
+#[test]
+fn a_rule_may_have_only_a_concurrency_limit() {
+    let only = "rules:\n  - name: a\n    key: global\n    concurrency: { limit: 2 }\n";
+    let rules = Rules::parse(only).unwrap();
+    assert!(rules.describe().contains("at most 2 at once per key"));
+    error_at(
+        "rules:\n  - name: a\n    key: global\n",
+        2,
+        11,
+        "rule a limits nothing: give it quotas, a concurrency limit, or both",
+    );
+    error(
+        &format!("{only}    overrides:\n      - {{ keys: [gold], multiply: 2 }}\n"),
+        6,
+        "overrides change rate quotas, and this rule has none",
+    );
+    error(
+        &format!("{only}    count_status: [200]\n"),
+        2,
+        "count_status counts responses against rate quotas, and this rule has none",
+    );
+    error(
+        "rules:\n  - name: a\n    key: global\n    quotas: [{ algorithm: concurrency, limit: 2 }]\n",
+        4,
+        "write `concurrency: { limit: N }` on the rule",
+    );
+    error(
+        "rules:\n  - name: a\n    key: global\n    quotas: []\n",
+        4,
+        "a rule needs at least one quota",
+    );
+}
+
+/// A rule with only a concurrency limit: requests of one key under way are
+/// limited, and nothing else; other rules' quotas still apply beside it.
+#[tokio::test]
+async fn a_concurrency_only_rule_limits_requests_under_way_and_nothing_else() {
+    let text = r#"
+matching: all
+rules:
+  - name: at-once
+    key: global
+    concurrency: { limit: 2 }
+  - name: slow
+    match: { prefix: /slow }
+    key: global
+    quotas: [{ name: slow, algorithm: gcra, limit: 1, period: 1m }]
+"#;
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let g = std::sync::Arc::clone(&gate);
+    let app = Router::new()
+        .route(
+            "/held",
+            any(move || {
+                let g = std::sync::Arc::clone(&g);
+                async move {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), g.acquire()).await;
+                    "held"
+                }
+            }),
+        )
+        .fallback(any(|| async { "ok" }))
+        .layer(RateLimitLayer::from_policy(Rules::parse(text).unwrap()));
+    let make = || req("GET", "/", [192, 0, 2, 1], &[]);
+    // No rate quota: any number one after another.
+    assert_eq!(admitted(&app, 20, make).await, 20);
+    let r = send(&app, make()).await;
+    let policy = r.list("ratelimit-policy");
+    assert_eq!(policy.len(), 1, "only the concurrency quota's policy");
+    assert_eq!(policy[0].name(), "concurrent");
+    // Two under way: the third is refused.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(tokio::spawn(app.clone().oneshot(req(
+            "GET",
+            "/held",
+            [192, 0, 2, 1],
+            &[],
+        ))));
+    }
+    let start = std::time::Instant::now();
+    let refused = loop {
+        let r = send(&app, make()).await;
+        if r.status == StatusCode::TOO_MANY_REQUESTS {
+            break r;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "never refused");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(refused.json()["violated-policies"][0], "concurrent");
+    gate.add_permits(2);
+    for h in held {
+        let response = tokio::time::timeout(Duration::from_secs(5), h).await;
+        assert_eq!(response.unwrap().unwrap().unwrap().status(), StatusCode::OK);
+    }
+    // The other rule's rate quota still applies beside it.
+    let slow = || req("GET", "/slow", [192, 0, 2, 1], &[]);
+    assert_eq!(admitted(&app, 3, slow).await, 1);
+}

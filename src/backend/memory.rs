@@ -205,10 +205,13 @@ impl<C: Clock> MemoryBackend<C> {
         if let ([id], [quota]) = (ids, quotas) {
             let slot = shard.get_mut(*id, key);
             let state = slot.as_deref().map(|s| &s.state);
-            let (decision, update) =
-                request
-                    .quotas
-                    .evaluate_one(state, request.cost, now.as_micros(), request.commit);
+            let (decision, update) = request.quotas.evaluate_one(
+                state,
+                request.cost,
+                now.as_micros(),
+                request.commit,
+                request.room,
+            );
             match slot {
                 Some(slot) => slot.update(update, &quota.params),
                 None => store_new(
@@ -228,6 +231,7 @@ impl<C: Clock> MemoryBackend<C> {
             request.cost,
             now,
             request.commit,
+            request.room,
         );
         for ((update, &id), quota) in updates.into_iter().zip(ids).zip(quotas) {
             match shard.get_mut(id, key) {

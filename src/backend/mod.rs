@@ -32,6 +32,7 @@ pub struct CheckRequest<'a> {
     pub(crate) quotas: &'a QuotaSet,
     pub(crate) cost: u64,
     pub(crate) commit: bool,
+    pub(crate) room: bool,
 }
 
 impl<'a> CheckRequest<'a> {
@@ -53,6 +54,14 @@ impl<'a> CheckRequest<'a> {
     /// False for a peek: decide, but change nothing.
     pub fn commit(&self) -> bool {
         self.commit
+    }
+
+    /// Whether the server has room for elastic quotas' extra
+    /// ([`Mode::Elastic`](crate::Mode::Elastic)); without it they enforce
+    /// their limit. A store passes it to
+    /// [`QuotaSet::decide_with_room`](crate::QuotaSet::decide_with_room).
+    pub fn room(&self) -> bool {
+        self.room
     }
 }
 

@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use http::HeaderValue;
 
-use super::headers::{Headers, RATELIMIT, RATELIMIT_POLICY, sf_string};
+use super::headers::{
+    HeaderStyle, Headers, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY, RATELIMIT_REMAINING,
+    X_LIMIT, X_REMAINING, number, sf_string,
+};
 use crate::backend::{MemorySlots, SlotStore};
 use crate::quota::QuotaError;
 
@@ -139,17 +142,31 @@ impl ConcurrencyQuota {
         }
     }
 
-    /// The IETF headers with `in_use` slots taken.
-    pub(crate) fn headers(&self, in_use: u64) -> Headers {
+    /// The headers of `style` with `in_use` slots taken: the limit and the
+    /// free slots (of the limit, even while an elastic quota admits more).
+    /// No window and no reset: the unit is requests at once, and when one
+    /// ends is not known.
+    pub(crate) fn headers(&self, in_use: u64, style: HeaderStyle) -> Headers {
         let free = self.limit.saturating_sub(in_use);
-        let state = usize::try_from(free)
-            .ok()
-            .and_then(|i| self.states.get(i))
-            .cloned()
-            .unwrap_or_else(|| state(&self.name, free));
         let mut out = Headers::new();
-        out.push((RATELIMIT_POLICY.clone(), self.policy_header.clone()));
-        out.push((RATELIMIT.clone(), state));
+        let names = match style {
+            HeaderStyle::Ietf => {
+                let state = usize::try_from(free)
+                    .ok()
+                    .and_then(|i| self.states.get(i))
+                    .cloned()
+                    .unwrap_or_else(|| state(&self.name, free));
+                out.push((RATELIMIT_POLICY.clone(), self.policy_header.clone()));
+                out.push((RATELIMIT.clone(), state));
+                return out;
+            }
+            HeaderStyle::Draft6 => [&RATELIMIT_LIMIT, &RATELIMIT_REMAINING],
+            HeaderStyle::Legacy => [&X_LIMIT, &X_REMAINING],
+            _ => return out,
+        };
+        for (name, n) in names.into_iter().zip([self.limit, free]) {
+            out.push((name.clone(), number(n)));
+        }
         out
     }
 }
@@ -187,9 +204,20 @@ mod tests {
     #[test]
     fn headers_carry_the_unit_and_no_window() {
         let q = ConcurrencyQuota::new(3).unwrap().name("a \"b\"").unwrap();
-        let h = q.headers(1);
+        let h = q.headers(1, HeaderStyle::Ietf);
         assert_eq!(h[0].1, "\"a \\\"b\\\"\";q=3;qu=\"concurrent-requests\"");
         assert_eq!(h[1].1, "\"a \\\"b\\\"\";r=2");
+        let h = q.headers(1, HeaderStyle::Draft6);
+        assert_eq!((&h[0].0, h[0].1.to_str().unwrap()), (&RATELIMIT_LIMIT, "3"));
+        assert_eq!(
+            (&h[1].0, h[1].1.to_str().unwrap()),
+            (&RATELIMIT_REMAINING, "2")
+        );
+        assert_eq!(h.len(), 2, "no reset");
+        let h = q.headers(5, HeaderStyle::Legacy);
+        assert_eq!((&h[0].0, h[0].1.to_str().unwrap()), (&X_LIMIT, "3"));
+        assert_eq!((&h[1].0, h[1].1.to_str().unwrap()), (&X_REMAINING, "0"));
+        assert!(q.headers(1, HeaderStyle::None).is_empty());
         assert!(ConcurrencyQuota::new(0).is_err());
         assert!(ConcurrencyQuota::new(3).unwrap().elastic(2).is_err());
         assert!(ConcurrencyQuota::new(3).unwrap().name("é").is_err());

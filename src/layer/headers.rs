@@ -46,13 +46,13 @@ pub(crate) type Headers = SmallVec<[(HeaderName, HeaderValue); 2]>;
 
 pub(crate) static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub(crate) static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
-static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+pub(crate) static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+pub(crate) static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
 static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
-static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+pub(crate) static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub(crate) static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-static X_RETRY_AFTER: HeaderName = HeaderName::from_static("x-ratelimit-retry-after");
+pub(crate) static X_RETRY_AFTER: HeaderName = HeaderName::from_static("x-ratelimit-retry-after");
 
 /// Whole seconds, rounded up: a client told to wait 0 s retries straight
 /// into another refusal.
@@ -67,7 +67,7 @@ pub(crate) fn retry_after_secs(d: Duration) -> u64 {
 
 /// A number as a header value. Small numbers, which remaining counts and
 /// resets mostly are, come from a table made once, without allocating.
-fn number(n: u64) -> HeaderValue {
+pub(crate) fn number(n: u64) -> HeaderValue {
     static SMALL: OnceLock<Vec<HeaderValue>> = OnceLock::new();
     let table = SMALL.get_or_init(|| {
         (0..1024u32)
@@ -242,6 +242,33 @@ pub(crate) fn rate_limit_headers(
     out
 }
 
+/// Adds a concurrency quota's headers (`more`) to a verdict's. The IETF
+/// lists take both; the single-value styles show one quota, the one with
+/// less remaining (on a tie the one already there, whose reset says more).
+pub(crate) fn add_headers(headers: &mut Headers, more: Headers) {
+    let remaining = |h: &Headers| {
+        h.iter()
+            .find(|(n, _)| *n == RATELIMIT_REMAINING || *n == X_REMAINING)
+            .and_then(|(_, v)| v.to_str().ok()?.parse::<u64>().ok())
+    };
+    match (remaining(headers), remaining(&more)) {
+        (Some(have), Some(new)) if new >= have => {}
+        (Some(_), Some(_)) => {
+            let single = [
+                &RATELIMIT_LIMIT,
+                &RATELIMIT_REMAINING,
+                &RATELIMIT_RESET,
+                &X_LIMIT,
+                &X_REMAINING,
+                &X_RESET,
+            ];
+            headers.retain(|(n, _)| !single.contains(&&*n));
+            headers.extend(more);
+        }
+        _ => headers.extend(more),
+    }
+}
+
 /// Adds the layer's headers to a response from the inner service. The IETF
 /// fields are lists, so a nested layer's policies are appended to the inner
 /// one's; the single-value styles show the outermost layer's numbers.
@@ -258,6 +285,26 @@ pub(crate) fn apply(headers: Headers, to: &mut http::HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn single_value_styles_show_the_quota_with_less_remaining() {
+        let set = |limit: u64, remaining: u64, reset: Option<u64>| {
+            let mut h = Headers::new();
+            h.push((RATELIMIT_LIMIT.clone(), number(limit)));
+            h.push((RATELIMIT_REMAINING.clone(), number(remaining)));
+            h.extend(reset.map(|r| (RATELIMIT_RESET.clone(), number(r))));
+            h
+        };
+        let mut rate = set(10, 3, Some(6));
+        add_headers(&mut rate, set(4, 1, None));
+        assert_eq!(rate.as_slice(), set(4, 1, None).as_slice());
+        let mut rate = set(10, 1, Some(6));
+        add_headers(&mut rate, set(4, 1, None));
+        assert_eq!(rate.as_slice(), set(10, 1, Some(6)).as_slice(), "a tie");
+        let mut none = Headers::new();
+        add_headers(&mut none, set(4, 2, None));
+        assert_eq!(none.as_slice(), set(4, 2, None).as_slice());
+    }
 
     #[test]
     fn retry_after_rounds_up_and_is_never_zero() {

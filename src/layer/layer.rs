@@ -18,7 +18,7 @@ use super::policy::{LimitPolicy, OnMissingKey, Policy};
 use super::respond::{OnBackendError, OnDelay, Rejection};
 use super::service::RateLimit;
 use super::shed::Shedding;
-use crate::backend::Backend;
+use crate::backend::{Backend, MemoryBackend};
 use crate::key::KeyExtractor;
 use crate::limiter::Limiter;
 
@@ -88,8 +88,34 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayer<LimitPolicy<B, K>> {
     /// A builder for everything beyond the defaults.
     pub fn builder(limiter: Limiter<B>, key: K) -> RateLimitLayerBuilder<B, K> {
         RateLimitLayerBuilder {
-            policy: LimitPolicy::new(limiter, key),
+            policy: LimitPolicy::new(Some(limiter), key),
         }
+    }
+}
+
+impl<K: KeyExtractor> RateLimitLayer<LimitPolicy<MemoryBackend, K>> {
+    /// A builder for a layer with a concurrency quota and no rate quota: at
+    /// most so many requests of one key under way, however many come one
+    /// after another. (The backend type is only a placeholder: there are no
+    /// rate quotas to keep, so `cost` and `count_status` change nothing.)
+    ///
+    /// ```
+    /// use tollgate::RateLimitLayer;
+    /// use tollgate::key::PeerIp;
+    /// use tollgate::layer::ConcurrencyQuota;
+    ///
+    /// let layer = RateLimitLayer::concurrency_builder(ConcurrencyQuota::new(4)?, PeerIp::new())
+    ///     .build();
+    /// assert!(layer.policy().limiter().is_none());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn concurrency_builder(
+        quota: ConcurrencyQuota,
+        key: K,
+    ) -> RateLimitLayerBuilder<MemoryBackend, K> {
+        let mut policy = LimitPolicy::new(None, key);
+        policy.protect.concurrency = Some(quota);
+        RateLimitLayerBuilder { policy }
     }
 }
 
@@ -182,8 +208,10 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         self
     }
 
-    /// Replaces the default 429 response (problem details). The layer still
-    /// adds `Retry-After` and the rate-limit headers.
+    /// Replaces the default 429 response (problem details), for rate and
+    /// concurrency refusals alike ([`Rejection::refused`] tells them apart).
+    /// The layer still adds `Retry-After` and the rate-limit headers the
+    /// response does not set.
     pub fn rejection_response(
         mut self,
         respond: impl Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,
@@ -200,8 +228,9 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
     }
 
     /// Measures the wrapped service's load (requests in flight, latency)
-    /// and uses it as the load signal for [`shed`](Self::shed) and elastic
-    /// concurrency quotas. Give clones of one [`MeasuredLoad`] to several
+    /// and uses it as the load signal for [`shed`](Self::shed), elastic
+    /// concurrency quotas and elastic rate quotas
+    /// ([`Mode::Elastic`](crate::Mode::Elastic)). Give clones of one [`MeasuredLoad`] to several
     /// layers to measure their services together.
     pub fn measure_load(mut self, load: MeasuredLoad) -> Self {
         self.policy.protect.measured = Some(load.clone());
@@ -209,8 +238,8 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         self
     }
 
-    /// The load signal for [`shed`](Self::shed) and elastic concurrency
-    /// quotas, in place of the one [`measure_load`](Self::measure_load)
+    /// The load signal for [`shed`](Self::shed) and elastic concurrency and
+    /// rate quotas, in place of the one [`measure_load`](Self::measure_load)
     /// sets (which still measures, for other layers to read).
     pub fn load_signal(mut self, signal: impl LoadSignal) -> Self {
         self.policy.protect.signal = Some(Arc::new(signal));

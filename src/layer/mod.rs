@@ -54,7 +54,7 @@ pub use load::{LoadSignal, MeasuredLoad};
 pub use partition_key::PartitionKey;
 pub use policy::{LimitPolicy, OnMissingKey, Policy};
 pub use problem::{QUOTA_EXCEEDED, problem_response};
-pub use respond::{OnBackendError, OnDelay, Rejection};
+pub use respond::{OnBackendError, OnDelay, Refused, Rejection};
 pub use service::RateLimit;
 pub use shed::{Priority, Shedding, SheddingError, TEMPORARY_REDUCED_CAPACITY};
 pub use verdict::Verdict;

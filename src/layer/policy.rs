@@ -99,17 +99,20 @@ pub(crate) fn admit_key(
     }
 }
 
-/// Asks the limiter, within `timeout` when the backend must be awaited.
+/// Asks the limiter, within `timeout` when the backend must be awaited;
+/// `room`: whether elastic quotas may use their extra.
 pub(crate) async fn check_within<B: Backend>(
     limiter: &Limiter<B>,
     key: &Key,
     cost: u64,
     timeout: Duration,
+    room: bool,
 ) -> Result<Decision, Error> {
-    if let Some(outcome) = limiter.check_now(key.as_str(), cost) {
+    if let Some(outcome) = limiter.check_now_with_room(key.as_str(), cost, room) {
         return outcome;
     }
-    within(limiter, timeout, limiter.check(key.as_str(), cost)).await
+    let check = limiter.check_with_room(key.as_str(), cost, room);
+    within(limiter, timeout, check).await
 }
 
 /// A response-aware limit's look before the request, within `timeout`:
@@ -122,8 +125,12 @@ pub(crate) async fn look_within<B: Backend>(
     key: &Key,
     cost: u64,
     timeout: Duration,
+    room: bool,
 ) -> Result<Decision, Error> {
-    let peek = |cost| within(limiter, timeout, limiter.peek(key.as_str(), cost));
+    let peek = |cost| {
+        let ask = limiter.peek_with_room(key.as_str(), cost, room);
+        within(limiter, timeout, ask)
+    };
     match peek(0).await {
         Ok(now) if now.quotas().iter().all(|q| q.remaining() >= cost) => Ok(now),
         Ok(_) => peek(cost).await,
@@ -171,7 +178,7 @@ impl<B> Limit<B> {
     /// Charges `cost` to `key` once the response is known, if its status is
     /// one of `counts`; yields the headers of that charge's decision (none
     /// when it failed or was refused: the headers sent stay those of the
-    /// look before the request).
+    /// look before the request). `room` is the look's.
     pub(crate) fn charge(
         self: Arc<Self>,
         respond: &ResponsePolicy,
@@ -179,6 +186,7 @@ impl<B> Limit<B> {
         key: Key,
         cost: u64,
         timeout: Duration,
+        room: bool,
     ) -> Charge
     where
         B: Backend,
@@ -191,7 +199,7 @@ impl<B> Limit<B> {
                 return None;
             }
             Some(Box::pin(async move {
-                match check_within(&limit.limiter, &key, cost, timeout).await {
+                match check_within(&limit.limiter, &key, cost, timeout, room).await {
                     Ok(decision) if decision.allowed() => {
                         Some(respond.headers(&limit.policy_header, &key, &decision, None))
                     }
@@ -217,9 +225,11 @@ impl<B> Limit<B> {
 }
 
 /// One limiter, one key extractor: what [`RateLimitLayer::new`](super::RateLimitLayer::new)
-/// and its builder make.
+/// and its builder make (or no limiter: a concurrency quota alone, from
+/// [`RateLimitLayer::concurrency_builder`](super::RateLimitLayer::concurrency_builder)).
 pub struct LimitPolicy<B, K> {
-    pub(crate) limit: Arc<Limit<B>>,
+    /// The rate quotas; `None` with only a concurrency quota.
+    pub(crate) limit: Option<Arc<Limit<B>>>,
     pub(crate) key: K,
     pub(crate) respond: ResponsePolicy,
     pub(crate) on_missing_key: OnMissingKey,
@@ -232,9 +242,9 @@ pub struct LimitPolicy<B, K> {
 }
 
 impl<B, K> LimitPolicy<B, K> {
-    pub(crate) fn new(limiter: Limiter<B>, key: K) -> Self {
+    pub(crate) fn new(limiter: Option<Limiter<B>>, key: K) -> Self {
         LimitPolicy {
-            limit: Arc::new(Limit::new(limiter)),
+            limit: limiter.map(|l| Arc::new(Limit::new(l))),
             key,
             respond: ResponsePolicy::default(),
             on_missing_key: OnMissingKey::default(),
@@ -246,9 +256,9 @@ impl<B, K> LimitPolicy<B, K> {
         }
     }
 
-    /// The limiter.
-    pub fn limiter(&self) -> &Limiter<B> {
-        &self.limit.limiter
+    /// The limiter; `None` for a layer with only a concurrency quota.
+    pub fn limiter(&self) -> Option<&Limiter<B>> {
+        self.limit.as_ref().map(|l| &l.limiter)
     }
 
     fn cost(&self, parts: &Parts) -> u64 {
@@ -259,7 +269,7 @@ impl<B, K> LimitPolicy<B, K> {
 impl<B, K> fmt::Debug for LimitPolicy<B, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimitPolicy")
-            .field("quotas", &self.limit.limiter.quotas().name())
+            .field("quotas", &self.limiter().map(|l| l.quotas().name()))
             .field("header_style", &self.respond.header_style)
             .finish_non_exhaustive()
     }
@@ -270,7 +280,9 @@ impl<B, K> sealed::Sealed for LimitPolicy<B, K> {}
 impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
     fn decide_now(&self, parts: &Parts) -> Option<Verdict> {
         // A response-aware limit looks first and charges later, both awaited.
-        if !self.limit.limiter.backend().decides_now() || self.count_status.is_some() {
+        let limit = self.limit.as_ref();
+        let decides_now = limit.is_none_or(|l| l.limiter.backend().decides_now());
+        if !decides_now || self.count_status.is_some() {
             return None;
         }
         if let Some(shed) = self.protect.shed(parts) {
@@ -287,12 +299,18 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             Ok(admission) => admission,
             Err(refused) => return Some(refused),
         };
+        let Some(limit) = limit else {
+            return Some(
+                self.protect
+                    .finish(admission, Verdict::pass(Headers::new())),
+            );
+        };
         // Returning `None` here drops the slot just taken: nothing changed.
-        let outcome = self
-            .limit
+        let room = self.protect.room();
+        let outcome = limit
             .limiter
-            .check_now(key.as_str(), self.cost(parts))?;
-        let verdict = self.limit.judge(&self.respond, &key, outcome);
+            .check_now_with_room(key.as_str(), self.cost(parts), room)?;
+        let verdict = limit.judge(&self.respond, &key, outcome);
         Some(self.protect.finish(admission, verdict))
     }
 
@@ -315,17 +333,23 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             Ok(admission) => admission,
             Err(refused) => return refused,
         };
+        let Some(limit) = &self.limit else {
+            return self
+                .protect
+                .finish(admission, Verdict::pass(Headers::new()));
+        };
         let cost = self.cost(parts);
+        let room = self.protect.room();
         let Some(counts) = &self.count_status else {
-            let outcome = check_within(&self.limit.limiter, &key, cost, self.timeout).await;
-            let verdict = self.limit.judge(&self.respond, &key, outcome);
+            let outcome = check_within(&limit.limiter, &key, cost, self.timeout, room).await;
+            let verdict = limit.judge(&self.respond, &key, outcome);
             return self.protect.finish(admission, verdict);
         };
         // Refused now if the counted limit is already reached; charged after
         // the response only if its status counts.
-        let outcome = look_within(&self.limit.limiter, &key, cost, self.timeout).await;
-        let verdict = self.limit.judge(&self.respond, &key, outcome);
-        let charge = Arc::clone(&self.limit).charge(&self.respond, counts, key, cost, self.timeout);
+        let outcome = look_within(&limit.limiter, &key, cost, self.timeout, room).await;
+        let verdict = limit.judge(&self.respond, &key, outcome);
+        let charge = Arc::clone(limit).charge(&self.respond, counts, key, cost, self.timeout, room);
         self.protect.finish(admission, verdict.charging(charge))
     }
 }

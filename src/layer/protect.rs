@@ -13,20 +13,16 @@ use http::header::RETRY_AFTER;
 use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
-use super::concurrency::ConcurrencyQuota;
-use super::headers::{HeaderStyle, Headers, retry_after_secs};
+use super::concurrency::{ConcurrencyQuota, ELASTIC_ROOM};
+use super::headers::{HeaderStyle, Headers, X_RETRY_AFTER, add_headers, retry_after_secs};
 use super::load::{LoadSignal, MeasuredLoad};
 use super::problem::{QUOTA_EXCEEDED, problem};
-use super::respond::ResponsePolicy;
+use super::respond::{CONCURRENCY_RETRY_AFTER, Refused, Rejection, ResponsePolicy, with_headers};
 use super::shed::{Priority, Shedding, TEMPORARY_REDUCED_CAPACITY};
 use super::verdict::{Verdict, VerdictKind};
 use crate::backend::{Acquired, BackendError, BackendErrorKind, Slot};
 use crate::key::Key;
 use crate::limiter::Error;
-
-/// `Retry-After` of a request refused by a concurrency quota: slots come
-/// free when requests end, which is not known ahead.
-const CONCURRENCY_RETRY_AFTER: u64 = 1;
 
 /// What a policy does besides its rate quotas; nothing by default.
 #[derive(Clone, Default)]
@@ -48,6 +44,13 @@ impl Protection {
     /// The load now; `None` with no signal.
     fn load(&self) -> Option<f64> {
         self.signal.as_ref().map(|s| s.load())
+    }
+
+    /// Whether elastic rate quotas may use their extra now: only with a
+    /// signal that says the load is under [`ELASTIC_ROOM`]. With no signal
+    /// nothing tells, so there is no room.
+    pub(crate) fn room(&self) -> bool {
+        self.load().is_some_and(|load| load < ELASTIC_ROOM)
     }
 
     /// A 503 if the request is to be shed. With no load signal the load is
@@ -131,7 +134,7 @@ impl Protection {
         else {
             return verdict;
         };
-        headers.extend(admission.headers);
+        add_headers(&mut headers, admission.headers);
         let in_flight = self.measured.as_ref().map(MeasuredLoad::start);
         let held = match (held, admission.slot, in_flight) {
             (held, None, None) => held,
@@ -157,14 +160,8 @@ fn admit(
     respond: &ResponsePolicy,
     acquired: Result<Acquired, BackendError>,
 ) -> Result<Admission, Verdict> {
-    let ietf = respond.header_style == HeaderStyle::Ietf;
-    let headers = |in_use| {
-        if ietf {
-            quota.headers(in_use)
-        } else {
-            Headers::new()
-        }
-    };
+    let style = respond.header_style;
+    let headers = |in_use| quota.headers(in_use, style);
     match acquired {
         Ok(Acquired::Granted { slot, in_use }) => Ok(Admission {
             slot: Some(slot),
@@ -172,20 +169,30 @@ fn admit(
         }),
         Ok(Acquired::Full { in_use }) => {
             tracing::debug!(key = %key, quota = quota.quota_name(), in_use, "too many requests at once");
-            let detail =
-                format!("Too many requests at once; retry in {CONCURRENCY_RETRY_AFTER} seconds.");
-            let mut response = problem(
-                StatusCode::TOO_MANY_REQUESTS,
-                QUOTA_EXCEEDED,
-                &detail,
-                &[quota.quota_name()],
-            );
-            let h = response.headers_mut();
-            h.insert(RETRY_AFTER, HeaderValue::from(CONCURRENCY_RETRY_AFTER));
-            for (name, value) in headers(in_use) {
-                h.insert(name, value);
+            let response = match &respond.rejection {
+                Some(custom) => custom(&Rejection {
+                    key,
+                    refused: Refused::Concurrency { quota, in_use },
+                }),
+                None => {
+                    let detail = format!(
+                        "Too many requests at once; retry in {CONCURRENCY_RETRY_AFTER} seconds."
+                    );
+                    problem(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        QUOTA_EXCEEDED,
+                        &detail,
+                        &[quota.quota_name()],
+                    )
+                }
+            };
+            let mut headers = headers(in_use);
+            let wait = HeaderValue::from(CONCURRENCY_RETRY_AFTER);
+            if style == HeaderStyle::Legacy {
+                headers.push((X_RETRY_AFTER.clone(), wait.clone()));
             }
-            Err(Verdict::respond(response))
+            headers.push((RETRY_AFTER, wait));
+            Err(Verdict::respond(with_headers(response, headers)))
         }
         Err(error) => {
             let verdict = respond.failed(key, &Error::Backend(error));

@@ -2,10 +2,12 @@
 //! does when the limiter could not decide.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
 
+use super::concurrency::ConcurrencyQuota;
 use super::headers::{
     HeaderStyle, Headers, PolicyHeader, rate_limit_headers, refusal_wait, retry_after_secs,
 };
@@ -42,26 +44,61 @@ pub enum OnDelay {
 }
 
 /// A refused request, for a custom response (see
-/// [`RateLimitLayerBuilder::rejection_response`](super::RateLimitLayerBuilder::rejection_response)).
+/// [`RateLimitLayerBuilder::rejection_response`](super::RateLimitLayerBuilder::rejection_response)):
+/// by rate quotas or by a concurrency quota.
 #[derive(Debug)]
 pub struct Rejection<'a> {
-    /// The decision.
-    pub decision: &'a Decision,
-    /// The quotas, in the order of `decision.quotas()`.
-    pub quotas: &'a QuotaSet,
     /// The key that was limited.
     pub key: &'a Key,
+    /// What refused it.
+    pub refused: Refused<'a>,
+}
+
+/// What refused a request.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Refused<'a> {
+    /// Rate quotas.
+    Rate {
+        /// The decision.
+        decision: &'a Decision,
+        /// The quotas, in the order of `decision.quotas()`.
+        quotas: &'a QuotaSet,
+    },
+    /// A concurrency quota whose slots were all taken.
+    Concurrency {
+        /// The quota.
+        quota: &'a ConcurrencyQuota,
+        /// Requests of the key under way.
+        in_use: u64,
+    },
 }
 
 impl Rejection<'_> {
     /// The names of the quotas that refused.
     pub fn violated(&self) -> Vec<&str> {
-        self.decision
-            .violated()
-            .filter_map(|i| self.quotas.quotas().get(i).map(|q| q.name()))
-            .collect()
+        match &self.refused {
+            Refused::Rate { decision, quotas } => decision
+                .violated()
+                .filter_map(|i| quotas.quotas().get(i).map(|q| q.name()))
+                .collect(),
+            Refused::Concurrency { quota, .. } => vec![quota.quota_name()],
+        }
+    }
+
+    /// When the same request could pass, as `Retry-After` says it (a
+    /// concurrency quota cannot know: 1 s).
+    pub fn retry_after(&self) -> Duration {
+        match &self.refused {
+            Refused::Rate { decision, .. } => decision.retry_after().unwrap_or(Duration::ZERO),
+            Refused::Concurrency { .. } => Duration::from_secs(CONCURRENCY_RETRY_AFTER),
+        }
     }
 }
+
+/// `Retry-After` of a request refused by a concurrency quota: slots come
+/// free when requests end, which is not known ahead.
+pub(crate) const CONCURRENCY_RETRY_AFTER: u64 = 1;
 
 pub(crate) type RejectFn = dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync;
 
@@ -107,9 +144,11 @@ impl ResponsePolicy {
         }
         let headers = self.headers(policy_header, key, &decision, refusal_wait(&decision));
         let rejection = Rejection {
-            decision: &decision,
-            quotas,
             key,
+            refused: Refused::Rate {
+                decision: &decision,
+                quotas,
+            },
         };
         tracing::debug!(key = %key, violated = ?rejection.violated(), "rate limited");
         let response = match &self.rejection {
@@ -183,7 +222,7 @@ impl ResponsePolicy {
 }
 
 /// Adds headers the response does not set itself.
-fn with_headers(mut response: Response<Bytes>, headers: Headers) -> Response<Bytes> {
+pub(crate) fn with_headers(mut response: Response<Bytes>, headers: Headers) -> Response<Bytes> {
     for (name, value) in headers {
         if !response.headers().contains_key(&name) {
             response.headers_mut().insert(name, value);

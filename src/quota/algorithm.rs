@@ -87,4 +87,17 @@ pub enum Mode {
         /// How far over the limit, in per cent of the limit (rounded down).
         percent: u16,
     },
+    /// Elastic throttling: while the server has room (the layer's
+    /// [load signal](crate::layer::LoadSignal) is under 0.8), admit up to
+    /// `percent` per cent over the capacity; without room, or with no signal
+    /// to tell, refuse as [`Enforce`](Mode::Enforce) does. What is admitted
+    /// over the limit counts: a key that used its extra must wait until its
+    /// use is back under the limit before a request passes without room.
+    /// The capacity raised is the burst for the bucket algorithms (whose
+    /// refill rate stays the limit) and the count per window for the window
+    /// algorithms. The reported limit stays the nominal one.
+    Elastic {
+        /// How far over the capacity, in per cent of it (rounded down).
+        percent: u16,
+    },
 }

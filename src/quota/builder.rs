@@ -107,7 +107,7 @@ impl QuotaBuilder {
         self
     }
 
-    /// Enforce (default), shadow, or soft.
+    /// Enforce (default), shadow, soft, or elastic.
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
@@ -159,6 +159,13 @@ impl QuotaBuilder {
         };
         let limit = soft(self.limit);
         let capacity = soft(burst);
+        let elastic_margin = match self.mode {
+            Mode::Elastic { percent } => (u128::from(capacity) * u128::from(percent) / 100)
+                .try_into()
+                .unwrap_or(u64::MAX),
+            _ => 0,
+        };
+        let capacity = capacity.saturating_add(elastic_margin);
         let interval = period.div_ceil(limit);
         let g = gcd(period, limit);
         let (unit, refill) = (period / g, limit / g);
@@ -194,6 +201,7 @@ impl QuotaBuilder {
                 refill,
                 count_rejected: self.count_rejected,
                 shadow: self.mode == Mode::Shadow,
+                elastic_margin,
             },
         })
     }

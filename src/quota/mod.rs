@@ -2,6 +2,7 @@
 
 mod algorithm;
 mod builder;
+mod elastic;
 mod error;
 mod params;
 #[allow(clippy::module_inception)]

@@ -7,7 +7,9 @@ pub(crate) const EXACT_MAX: u64 = 1 << 53;
 
 /// The integers the algorithms compute with, derived once when the quota is
 /// built (and sent as-is to the Redis scripts). Soft mode is folded in here:
-/// the algorithms only ever see the effective capacity.
+/// the algorithms only ever see the effective capacity. Elastic mode keeps
+/// the state for its ceiling too, and asks for the margin on top of the cost
+/// when there is no room (see `Quota::check`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Params {
     /// The period in microseconds.
@@ -30,4 +32,8 @@ pub(crate) struct Params {
     pub count_rejected: bool,
     /// Shadow mode: a rejection here does not reject the request.
     pub shadow: bool,
+    /// Elastic mode: units of `capacity` usable only while the server has
+    /// room (0 otherwise). Without room a request must leave this many
+    /// units unspent.
+    pub elastic_margin: u64,
 }

@@ -3,6 +3,7 @@
 use super::model::BackendConfig;
 use crate::backend::{Backend, BackendError, CheckRequest, MemoryBackend};
 use crate::decision::Decision;
+use crate::layer::ConcurrencyQuota;
 use crate::quota_set::QuotaSet;
 
 /// The backend a rules file names: in memory, or Redis (with the `redis`
@@ -54,6 +55,36 @@ impl AnyBackend {
             BackendConfig::Redis { url, .. } => {
                 Err(url.error("backend: redis needs tollgate built with the redis feature"))
             }
+        }
+    }
+}
+
+/// A rule's concurrency quota with its slots where the backend keeps state:
+/// in Redis for a Redis backend, so that a fleet shares the limit (under
+/// `<prefix>concurrency:<rule>:`, one set of slots per rule as in memory),
+/// in this process otherwise.
+pub(crate) fn with_slots(
+    config: &BackendConfig,
+    rule: &str,
+    quota: ConcurrencyQuota,
+) -> Result<ConcurrencyQuota, String> {
+    match config {
+        #[cfg(feature = "redis")]
+        BackendConfig::Redis {
+            url,
+            prefix,
+            timeout,
+            ..
+        } => {
+            let prefix = format!("{prefix}concurrency:{rule}:");
+            let slots = crate::backend::RedisSlots::from_url(&url.value, &prefix)
+                .map_err(|e| url.error(format!("backend: redis: {e}")))?
+                .timeout(timeout.0);
+            Ok(quota.store(slots))
+        }
+        _ => {
+            let _ = rule;
+            Ok(quota)
         }
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::backend::AnyBackend;
+use super::backend::{AnyBackend, with_slots};
 use super::error::RulesError;
 use super::key_part::KeyPart;
 use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RuleConfig, RulesFile};
@@ -44,7 +44,9 @@ pub(super) struct Rule {
     pub cost: u64,
     /// Response-aware: count only responses with these statuses.
     pub count_status: Option<CountStatus>,
-    pub limit: Limit<AnyBackend>,
+    /// The rate quotas' limiter; `None` for a rule with only a concurrency
+    /// limit.
+    pub limit: Option<Limit<AnyBackend>>,
     pub overrides: HashMap<String, Limit<AnyBackend>>,
     /// The rule's concurrency quota (with the file's load signal, for
     /// elastic mode).
@@ -89,8 +91,10 @@ impl Compiled {
                 peer_ip,
                 client_ip: client_ip.as_ref(),
             };
+            check_limited(rc).map_err(error)?;
             let mut rule = rule(rc, &backend, &parts).map_err(error)?;
-            rule.concurrency = concurrency(rc, old, &protect).map_err(error)?;
+            rule.concurrency = concurrency(rc, old, &protect, &backend_config).map_err(error)?;
+            check_elastic(rc, &protect).map_err(error)?;
             rules.push(rule);
         }
         Ok(Compiled {
@@ -173,8 +177,12 @@ fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<R
         }
     };
     let quotas: Vec<Quota> = rc.quotas.0.iter().map(|q| q.quota.clone()).collect();
-    check_cost(rc, &quotas, "")?;
-    let limit = set("", quotas)?;
+    let limit = if quotas.is_empty() {
+        None
+    } else {
+        check_cost(rc, &quotas, "")?;
+        Some(set("", quotas)?)
+    };
     let mut overrides = HashMap::new();
     for (j, o) in rc.overrides.iter().enumerate() {
         let quotas = override_quotas(rc, j).map_err(|e| o.error(e))?;
@@ -238,12 +246,14 @@ fn protection(file: &RulesFile, old: Option<&Compiled>) -> Result<Protection, St
 }
 
 /// A rule's concurrency quota, with the file's load signal for elastic
-/// mode. A reload that left the rule's setting alone keeps its slots, so
-/// requests under way still count.
+/// mode and its slots where the backend keeps state. A reload that left the
+/// rule's setting and the backend alone keeps its slots, so requests under
+/// way still count.
 fn concurrency(
     rc: &RuleConfig,
     old: Option<&Compiled>,
     file: &Protection,
+    backend: &BackendConfig,
 ) -> Result<Option<Protection>, String> {
     let Some(c) = &rc.concurrency else {
         return Ok(None);
@@ -270,17 +280,64 @@ fn concurrency(
         quota = quota.elastic(elastic.value).map_err(|e| elastic.error(e))?;
     }
     let kept = old
+        .filter(|o| o.backend_config == *backend)
         .and_then(|o| o.rules.iter().find(|r| r.name == *name))
         .filter(|r| {
             let before = r.concurrency.as_ref().and_then(|p| p.concurrency.as_ref());
             before.is_some_and(|q| (q.limit(), q.ceiling()) == (quota.limit(), quota.ceiling()))
         })
         .and_then(|r| r.concurrency.as_ref()?.concurrency.clone());
+    let quota = match kept {
+        Some(kept) => kept,
+        None => with_slots(backend, name, quota)?,
+    };
     Ok(Some(Protection {
-        concurrency: Some(kept.unwrap_or(quota)),
+        concurrency: Some(quota),
         signal: file.signal.clone(),
         ..Protection::default()
     }))
+}
+
+/// Refuses a rule that limits nothing, and what needs rate quotas on a
+/// rule without any (overrides scale them, `count_status` counts them).
+fn check_limited(rc: &RuleConfig) -> Result<(), String> {
+    let name = &rc.name.value.0;
+    if !rc.quotas.0.is_empty() {
+        return Ok(());
+    }
+    if rc.concurrency.is_none() {
+        return Err(rc.name.error(format_args!(
+            "rule {name} limits nothing: give it quotas, a concurrency limit, or both"
+        )));
+    }
+    if let Some(o) = rc.overrides.first() {
+        return Err(o.error(format_args!(
+            "rule {name}: overrides change rate quotas, and this rule has none"
+        )));
+    }
+    if rc.count_status.is_some() {
+        return Err(rc.name.error(format_args!(
+            "rule {name}: count_status counts responses against rate quotas, and this rule has none"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses an elastic rate quota in a file with no load signal: nothing
+/// would say when there is room, so it could never use its extra.
+fn check_elastic(rc: &RuleConfig, file: &Protection) -> Result<(), String> {
+    if file.signal.is_some() {
+        return Ok(());
+    }
+    let own = rc.overrides.iter().filter_map(|o| o.value.quotas.as_ref());
+    let mut written = rc.quotas.0.iter().chain(own.flat_map(|qs| qs.0.iter()));
+    match written.find_map(|q| Some((q.quota.name(), q.elastic_at()?))) {
+        Some((quota, at)) => Err(at.error(format_args!(
+            "rule {}: quota {quota:?} is elastic, which needs a top-level shedding section, whose measured load says when there is room",
+            rc.name.value.0
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The quotas of override `j` of a rule: the rule's scaled, or its own.

@@ -167,6 +167,7 @@ fn describe(q: &Quota) -> String {
         Mode::Enforce => {}
         Mode::Shadow => s.push_str(", shadow (never refuses)"),
         Mode::Soft { percent } => s.push_str(&format!(", soft (+{percent}%)")),
+        Mode::Elastic { percent } => s.push_str(&format!(", elastic (+{percent}% with room)")),
     }
     if q.counts_rejected() {
         s.push_str(", counting refused attempts");

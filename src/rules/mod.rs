@@ -273,12 +273,14 @@ impl Policy for Rules {
             }
         }
         let mut verdict = Verdict::pass(Headers::new());
+        let room = compiled.protect.room();
         for check in checks {
-            let outcome = check
-                .limit
-                .limiter
-                .check_now(check.key.as_str(), check.cost)?;
-            verdict = compiled.add(verdict, &check, outcome);
+            let Some(limit) = check.limit else { continue };
+            let outcome =
+                limit
+                    .limiter
+                    .check_now_with_room(check.key.as_str(), check.cost, room)?;
+            verdict = compiled.add(verdict, &check, limit, outcome, room);
             if verdict.is_response() {
                 break;
             }
@@ -308,13 +310,15 @@ impl Policy for Rules {
                 }
             }
             let mut verdict = Verdict::pass(Headers::new());
+            let room = compiled.protect.room();
             for check in checks {
-                let (limiter, key) = (&check.limit.limiter, &check.key);
+                let Some(limit) = check.limit else { continue };
+                let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
                 let outcome = match check.count_status {
-                    Some(_) => look_within(limiter, key, check.cost, compiled.timeout).await,
-                    None => check_within(limiter, key, check.cost, compiled.timeout).await,
+                    Some(_) => look_within(limiter, key, cost, compiled.timeout, room).await,
+                    None => check_within(limiter, key, cost, compiled.timeout, room).await,
                 };
-                verdict = compiled.add(verdict, &check, outcome);
+                verdict = compiled.add(verdict, &check, limit, outcome, room);
                 if verdict.is_response() {
                     break;
                 }

@@ -216,6 +216,8 @@ pub(crate) struct RuleConfig {
     /// Response-aware: count only responses with these statuses.
     #[serde(default)]
     pub count_status: Option<CountStatusConfig>,
+    /// Rate quotas; none for a rule with only a concurrency limit.
+    #[serde(default)]
     pub quotas: QuotaList,
     #[serde(default)]
     pub overrides: Vec<At<OverrideConfig>>,

@@ -21,7 +21,8 @@ use crate::limiter::Error;
 /// One limit a request is checked against: a rule's limiter, the key, the
 /// cost.
 pub(super) struct RuleCheck<'a> {
-    pub limit: &'a Limit<AnyBackend>,
+    /// The rate quotas; `None` for a rule with only a concurrency limit.
+    pub limit: Option<&'a Limit<AnyBackend>>,
     pub key: Key,
     pub cost: u64,
     /// Response-aware: look now, charge these statuses after the response.
@@ -99,7 +100,7 @@ impl Compiled {
                 return Err(forbidden(key.as_str()));
             }
             if !self.file.allow.keys.contains(key.as_str()) {
-                let limit = rule.overrides.get(key.as_str()).unwrap_or(&rule.limit);
+                let limit = rule.overrides.get(key.as_str()).or(rule.limit.as_ref());
                 checks.push(RuleCheck {
                     limit,
                     key,
@@ -115,21 +116,25 @@ impl Compiled {
         Ok(checks)
     }
 
-    /// The verdict so far, with one more limit's decision judged and added.
+    /// The verdict so far, with one more limit's decision judged and added
+    /// (`room`: whether elastic quotas could use their extra).
     pub(super) fn add(
         &self,
         verdict: Verdict,
         check: &RuleCheck<'_>,
+        limit: &Limit<AnyBackend>,
         outcome: Result<Decision, Error>,
+        room: bool,
     ) -> Verdict {
-        let judged = check.limit.judge(&self.respond, &check.key, outcome);
+        let judged = limit.judge(&self.respond, &check.key, outcome);
         let judged = match check.count_status {
-            Some(counts) => judged.charging(Arc::new(check.limit.clone()).charge(
+            Some(counts) => judged.charging(Arc::new(limit.clone()).charge(
                 &self.respond,
                 counts,
                 check.key.clone(),
                 check.cost,
                 self.timeout,
+                room,
             )),
             None => judged,
         };

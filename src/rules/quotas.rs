@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
+use super::at::At;
 use super::period::Period;
 use crate::quota::{Algorithm, Mode, Quota};
 
@@ -13,12 +14,17 @@ struct AlgorithmName(Algorithm);
 impl<'de> Deserialize<'de> for AlgorithmName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
+        if s == "concurrency" {
+            return Err(de::Error::custom(
+                "a concurrency limit is the rule's own setting, not a quota: write `concurrency: { limit: N }` on the rule (with no quotas, it is the rule's only limit)",
+            ));
+        }
         s.parse().map(AlgorithmName).map_err(de::Error::custom)
     }
 }
 
-/// The most a soft quota may exceed its limit, in per cent: beyond ten
-/// times over, the limit means nothing and is surely a typo.
+/// The most a soft or elastic quota may exceed its limit, in per cent:
+/// beyond ten times over, the limit means nothing and is surely a typo.
 const MAX_SOFT_PERCENT: u16 = 1000;
 
 /// A quota as written.
@@ -33,9 +39,11 @@ struct WrittenQuota {
     #[serde(default)]
     burst: Option<u64>,
     #[serde(default)]
-    mode: Option<String>,
+    mode: Option<At<String>>,
     #[serde(default)]
     soft_percent: Option<u16>,
+    #[serde(default)]
+    elastic_percent: Option<u16>,
     #[serde(default)]
     count_rejected: bool,
 }
@@ -43,9 +51,25 @@ struct WrittenQuota {
 impl WrittenQuota {
     /// The quota, with limit and burst multiplied by `scale`.
     fn build(&self, scale: u64) -> Result<Quota, String> {
-        let mode = match (self.mode.as_deref(), self.soft_percent) {
+        let mode = self.mode.as_ref().map(|m| m.value.as_str());
+        if let Some(percent) = self.elastic_percent {
+            return match mode {
+                Some("elastic") if percent > MAX_SOFT_PERCENT => Err(format!(
+                    "elastic_percent {percent} lets a client spend over {}x its limit; write at most {MAX_SOFT_PERCENT}",
+                    1 + MAX_SOFT_PERCENT / 100
+                )),
+                Some("elastic") if self.soft_percent.is_none() => {
+                    self.build_as(Mode::Elastic { percent }, scale)
+                }
+                _ => Err("elastic_percent goes with mode: elastic".into()),
+            };
+        }
+        let mode = match (mode, self.soft_percent) {
             (None | Some("enforce"), None) => Mode::Enforce,
             (Some("shadow"), None) => Mode::Shadow,
+            (Some("elastic"), None) => {
+                return Err("mode elastic needs elastic_percent (how far over the limit while the server has room, in per cent)".into());
+            }
             (Some("soft"), Some(percent)) if percent > MAX_SOFT_PERCENT => {
                 return Err(format!(
                     "soft_percent {percent} lets a client spend over {}x its limit; write at most {MAX_SOFT_PERCENT}",
@@ -61,10 +85,15 @@ impl WrittenQuota {
             (_, Some(_)) => return Err("soft_percent goes with mode: soft".into()),
             (Some(m), None) => {
                 return Err(format!(
-                    "unknown mode {m:?}; valid modes are enforce, shadow, soft"
+                    "unknown mode {m:?}; valid modes are enforce, shadow, soft, elastic"
                 ));
             }
         };
+        self.build_as(mode, scale)
+    }
+
+    /// The quota in `mode`, with limit and burst multiplied by `scale`.
+    fn build_as(&self, mode: Mode, scale: u64) -> Result<Quota, String> {
         let mut b = Quota::builder(
             self.algorithm.0,
             self.limit.saturating_mul(scale),
@@ -94,6 +123,12 @@ impl QuotaConfig {
     pub(crate) fn scaled(&self, by: u64) -> Result<Quota, String> {
         self.written.build(by)
     }
+
+    /// Where `mode: elastic` was written, if this quota is elastic.
+    pub(crate) fn elastic_at(&self) -> Option<&At<String>> {
+        let elastic = matches!(self.quota.mode(), Mode::Elastic { .. });
+        self.written.mode.as_ref().filter(|_| elastic)
+    }
 }
 
 impl<'de> Deserialize<'de> for QuotaConfig {
@@ -104,8 +139,9 @@ impl<'de> Deserialize<'de> for QuotaConfig {
     }
 }
 
-/// A rule's quotas: at least one, distinct names.
-#[derive(Debug, Clone, PartialEq)]
+/// A rule's quotas: at least one when written, distinct names; none when
+/// left out (a rule with only a concurrency limit, checked when compiled).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct QuotaList(pub Vec<QuotaConfig>);
 
 impl<'de> Deserialize<'de> for QuotaList {

@@ -25,6 +25,8 @@ pub struct Twin<B: Backend> {
     other: Limiter<B>,
     /// Keeps traces apart in one Redis.
     namespace: String,
+    /// Whether the server has room for elastic quotas' extra.
+    room: bool,
     log: Vec<String>,
 }
 
@@ -38,6 +40,7 @@ impl<B: Backend + Clone> Twin<B> {
             ),
             other: Limiter::new(other.clone(), quotas),
             namespace: namespace.to_owned(),
+            room: false,
             log: Vec::new(),
         }
     }
@@ -47,25 +50,31 @@ impl<B: Backend + Clone> Twin<B> {
         self
     }
 
+    fn room(&mut self, room: bool) -> &mut Self {
+        self.room = room;
+        self
+    }
+
     /// Checks (or peeks) on both backends, asserts they agree, and returns
     /// the decision.
     async fn ask(&mut self, key: &str, cost: u64, commit: bool) -> Result<Decision, String> {
         let key = format!("{}{key}", self.namespace);
+        let room = self.room;
         let (memory, other) = if commit {
             (
-                self.memory.check(&key, cost).await,
-                self.other.check(&key, cost).await,
+                self.memory.check_with_room(&key, cost, room).await,
+                self.other.check_with_room(&key, cost, room).await,
             )
         } else {
             (
-                self.memory.peek(&key, cost).await,
-                self.other.peek(&key, cost).await,
+                self.memory.peek_with_room(&key, cost, room).await,
+                self.other.peek_with_room(&key, cost, room).await,
             )
         };
         let memory = plain(memory);
         let other = plain(other);
         self.log.push(format!(
-            "t={} key={key:?} cost={cost} commit={commit} -> {memory:?}",
+            "t={} key={key:?} cost={cost} commit={commit} room={room} -> {memory:?}",
             self.clock.now().as_micros()
         ));
         if memory != other {
@@ -383,6 +392,51 @@ pub async fn costs_peeks_and_too_costly_requests_match<B: Backend + Clone>(
     }
 }
 
+/// An elastic quota of every algorithm, with room and without: up to the
+/// ceiling with room, the limit without, and what was admitted over the
+/// limit counted once room is gone; the same numbers from both backends.
+pub async fn elastic_quotas_match_with_room_and_without<B: Backend + Clone>(
+    other: &B,
+    clock: &ManualClock,
+) {
+    for a in Algorithm::ALL {
+        let quota = Quota::builder(a, 4, Duration::from_secs(10))
+            .mode(Mode::Elastic { percent: 100 })
+            .build()
+            .unwrap();
+        let mut t = Twin::new(other, clock, set([quota]), &format!("elastic-{a}:"));
+        t.at(T0 + 3 * S).room(false);
+        let mut admitted = 0;
+        for _ in 0..6 {
+            admitted += u64::from(t.allowed("k").await);
+        }
+        assert_eq!(admitted, 4, "{a} without room");
+        let refused = t.check("k", 1).await;
+        assert!(!refused.allowed(), "{a}");
+        assert_eq!(refused.quotas()[0].limit(), 4, "{a}: the nominal limit");
+        t.room(true);
+        let mut admitted = 0;
+        for _ in 0..6 {
+            admitted += u64::from(t.allowed("k").await);
+        }
+        assert_eq!(admitted, 4, "{a} with room: the rest of the ceiling");
+        // Past the limit with room: remaining shows 0, not the ceiling's.
+        let full = t.ask("k", 0, false).await.unwrap();
+        assert_eq!(full.remaining(), 0, "{a}");
+        // Later: with room one more passes before the limit would have let it.
+        t.at(T0 + 6 * S).room(false);
+        t.check("k", 1).await;
+        t.room(true);
+        t.check("k", 1).await;
+        t.at(T0 + 30 * S).room(false);
+        t.check("k", 3).await;
+        t.check("k", 2).await;
+        t.room(true);
+        t.check("k", 2).await;
+        t.check("k", 8).await;
+    }
+}
+
 /// A small deterministic generator (xorshift64*), so a failing trace is
 /// reproduced from its seed.
 struct Rng(u64);
@@ -429,6 +483,9 @@ fn random_quota(rng: &mut Rng, index: usize) -> Option<Quota> {
         0 | 1 => b.mode(Mode::Shadow),
         2 | 3 => b.mode(Mode::Soft {
             percent: rng.below(60) as u16,
+        }),
+        4 | 5 => b.mode(Mode::Elastic {
+            percent: rng.below(250) as u16,
         }),
         _ => b,
     };
@@ -489,7 +546,8 @@ pub async fn random_trace<B: Backend + Clone>(other: &B, clock: &ManualClock, se
             _ => rng.below(max_cost + 2),
         };
         let commit = !rng.chance(10);
-        let _ = t.ask(key, cost, commit).await;
+        let room = rng.chance(50);
+        let _ = t.room(room).ask(key, cost, commit).await;
     }
 }
 

@@ -131,31 +131,45 @@ impl RedisBackend {
     }
 
     /// Whether leases are on and apply to every quota of `quotas` (none is a
-    /// sliding log or a leaky bucket, which need every arrival). Sets that
+    /// sliding log or a leaky bucket, which need every arrival, nor elastic,
+    /// whose answer depends on the load at each request). Sets that
     /// fail it are decided one request at a time, as with leases off; the
     /// rules and the gateway refuse them when leases are on.
     pub fn supports_leases(&self, quotas: &QuotaSet) -> Result<(), RedisConfigError> {
         if self.inner.lease.is_none() {
             return Ok(());
         }
-        match quotas
+        if let Some(q) = quotas
             .quotas()
             .iter()
             .find(|q| !Lease::leases(q.algorithm()))
         {
-            None => Ok(()),
-            Some(q) => Err(RedisConfigError::LeaseUnsupported {
+            return Err(RedisConfigError::LeaseUnsupported {
                 quota: q.name().to_owned(),
                 algorithm: q.algorithm(),
+            });
+        }
+        match quotas.quotas().iter().find(|q| q.params.elastic_margin > 0) {
+            None => Ok(()),
+            Some(q) => Err(RedisConfigError::LeaseElastic {
+                quota: q.name().to_owned(),
             }),
         }
     }
 
     /// The local cache, for a set it may serve (not one counting refused
-    /// attempts, which Redis must all see), and the set's id in it.
+    /// attempts, which Redis must all see, nor an elastic one), and the
+    /// set's id in it.
     fn cache_for(&self, quotas: &QuotaSet) -> Option<(&DenialCache, u64)> {
         let cache = self.inner.cache.as_ref()?;
-        if quotas.quotas().iter().any(|q| q.params.count_rejected) {
+        // An elastic quota's answer depends on the load at each request: a
+        // denial or lease of one moment says nothing of the next.
+        let elastic = |q: &crate::Quota| q.params.elastic_margin > 0;
+        if quotas
+            .quotas()
+            .iter()
+            .any(|q| q.params.count_rejected || elastic(q))
+        {
             return None;
         }
         Some((cache, cache_id(quotas)))
@@ -324,7 +338,7 @@ impl RedisBackend {
         } else {
             0
         };
-        let args = script::arguments(quotas, now, ask, slack);
+        let args = script::arguments(quotas, now, ask, slack, request.room);
         let connections = &inner.connections;
         let loads = &inner.counters.script_loads;
         let (mut conn, fresh) = connections.connection().await?;

@@ -20,6 +20,12 @@ pub enum RedisConfigError {
         /// Its algorithm.
         algorithm: crate::quota::Algorithm,
     },
+    /// Leases are on and a quota of the set is elastic: a lease taken while
+    /// the server has room would be spent when it has none.
+    LeaseElastic {
+        /// The quota's name.
+        quota: String,
+    },
 }
 
 impl fmt::Display for RedisConfigError {
@@ -34,6 +40,10 @@ impl fmt::Display for RedisConfigError {
             RedisConfigError::LeaseUnsupported { quota, algorithm } => write!(
                 f,
                 "quota {quota:?} is a {algorithm}, which needs every arrival and cannot be leased; turn leases off (lease: off) or use a token bucket, GCRA, fixed or sliding window"
+            ),
+            RedisConfigError::LeaseElastic { quota } => write!(
+                f,
+                "quota {quota:?} is elastic: its answer depends on the load at each request, so it cannot be leased; turn leases off (lease: off) or the quota's elastic mode"
             ),
         }
     }

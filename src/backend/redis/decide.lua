@@ -23,11 +23,34 @@ end
 
 -- Every quota's step for `cost`; whether the set passes; whether every
 -- quota, shadow ones included, admits.
+-- Quota::check: an elastic quota without room admits only if its ceiling
+-- would admit the cost plus the margin (the state stays the ceiling's).
+local function step_of(i)
+  local p = quotas[i]
+  local step = algorithms[p.algorithm](KEYS[i], p)
+  if p.margin == 0 or not step.allowed then
+    return step
+  end
+  -- The algorithms never see a cost over the capacity: such a request fits
+  -- only with room.
+  if cost + p.margin > p.capacity then
+    return deny(p.period, step.refuse)
+  end
+  local asked = cost
+  cost = asked + p.margin
+  local strict = algorithms[p.algorithm](KEYS[i], p)
+  cost = asked
+  if strict.allowed then
+    return step
+  end
+  return deny(strict.retry_after, step.refuse)
+end
+
 local function evaluate()
   local steps, passes, every = {}, true, true
   for i = 1, #KEYS do
     local p = quotas[i]
-    local step = algorithms[p.algorithm](KEYS[i], p)
+    local step = step_of(i)
     steps[i] = step
     if not step.allowed then
       every = false

@@ -14,7 +14,7 @@
 -- ARGV[5]: the units wanted (a lease when more than the cost).
 -- ARGV[6], ARGV[7]: units of an earlier lease given back, and when (Redis
 -- time) they were taken.
--- ARGV[8 + 8 * (i - 1) ...]: quota i's parameters (see params below).
+-- ARGV[8 + 9 * (i - 1) ...]: quota i's parameters (see params below).
 --
 -- Returns, per quota: allowed (1/0), remaining, reset, retry-after, delay,
 -- the wait until one more unit frees when this admission left the quota
@@ -60,7 +60,7 @@ local given_back = tonumber(ARGV[6])
 local given_back_since = tonumber(ARGV[7])
 
 local function params(i)
-  local base = 7 + 8 * (i - 1)
+  local base = 7 + 9 * (i - 1)
   return {
     algorithm = ARGV[base + 1],
     period = tonumber(ARGV[base + 2]),
@@ -70,6 +70,8 @@ local function params(i)
     refill = tonumber(ARGV[base + 6]),
     count_rejected = ARGV[base + 7] == '1',
     shadow = ARGV[base + 8] == '1',
+    -- Elastic mode without room: units the request must leave unspent.
+    margin = tonumber(ARGV[base + 9]),
   }
 end
 

@@ -24,7 +24,7 @@ pub(crate) static SHA1: LazyLock<String> =
     LazyLock::new(|| Script::new(SOURCE).get_hash().to_owned());
 
 /// ARGV slots per quota (see prelude.lua).
-const PER_QUOTA: usize = 8;
+const PER_QUOTA: usize = 9;
 /// ARGV slots before the quotas' (see prelude.lua).
 const HEAD: usize = 7;
 /// Numbers returned per quota (see decide.lua).
@@ -80,12 +80,14 @@ pub(crate) struct Ask {
 
 /// The script's arguments after KEYS: time ('' for Redis's TIME), cost,
 /// commit flag, expiry slack, units wanted, units given back and since when,
-/// then each quota's parameters.
+/// then each quota's parameters. Without `room`, an elastic quota's margin
+/// is sent, which the request must leave unspent; with room, 0.
 pub(crate) fn arguments(
     quotas: &QuotaSet,
     now: Option<u64>,
     ask: &Ask,
     slack_ms: u64,
+    room: bool,
 ) -> Vec<String> {
     let mut args = Vec::with_capacity(HEAD + PER_QUOTA * quotas.quotas().len());
     args.push(now.map_or_else(String::new, |n| n.to_string()));
@@ -104,6 +106,7 @@ pub(crate) fn arguments(
         }
         args.push(if p.count_rejected { "1" } else { "0" }.to_owned());
         args.push(if p.shadow { "1" } else { "0" }.to_owned());
+        args.push(if room { 0 } else { p.elastic_margin }.to_string());
     }
     args
 }
