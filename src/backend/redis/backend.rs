@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::breaker::{Breaker, Permit, ProbeGuard, Transition};
-use super::cache::{DenialCache, Hit};
+use super::cache::{DenialCache, Hit, Turn};
 use super::config_error::RedisConfigError;
 use super::connection::Connections;
 use super::lease::{self, Lease};
@@ -114,9 +114,9 @@ impl RedisBackend {
     }
 }
 
-/// How many lease calls of its key a request waits for before calling
-/// Redis itself.
-const LEASE_WAITS: usize = 4;
+/// How many calls of its key (see `DenialCache::claim`) a request waits for
+/// before calling Redis itself.
+const CALL_WAITS: usize = 4;
 
 impl RedisBackend {
     /// What the backend did so far.
@@ -186,39 +186,44 @@ impl RedisBackend {
             want: request.cost,
             give_back: None,
         };
-        let mut leasing = None;
+        let mut turn = Turn::Alone;
+        let mut policy = None;
         if let Some((cache, set)) = cache {
             let (key, cost, commit) = (request.key, request.cost, request.commit);
-            let policy = inner.lease.as_ref();
-            let policy = policy.filter(|_| commit && self.supports_leases(quotas).is_ok());
-            // While the key's lease call is out, wait for it (a few times,
-            // within half the timeout) rather than call Redis too: with
-            // many concurrent requests of a hot key, one call serves them.
+            policy = inner.lease.as_ref();
+            policy = policy.filter(|_| commit && self.supports_leases(quotas).is_ok());
+            // While the key's call is out (a lease call, or the call after
+            // its denial ran out), wait for it (a few times, within half the
+            // timeout) rather than call Redis too: with many concurrent
+            // requests of a hot or flooding key, one call serves them. A
+            // request that gives up waiting (its leaders failed or were
+            // slow) calls Redis for itself, failure policy included.
             let deadline = tokio::time::Instant::now() + inner.timeout / 2;
-            for round in 0..=LEASE_WAITS {
+            for round in 0..=CALL_WAITS {
                 let now = inner.local_now();
                 if let Some(hit) = cache.get(set, key, quotas, cost, commit, now) {
                     return Ok(self.hit(hit));
                 }
-                let Some(policy) = policy else { break };
-                let done = cache.lease_done(set, key).notified();
-                let mut done = std::pin::pin!(done);
-                done.as_mut().enable();
-                let (lease_ask, ours) =
-                    cache.lease_ask(set, key, cost, now, policy, micros(inner.timeout));
-                ask = lease_ask;
-                leasing = Some((policy, ours));
-                if ours || round == LEASE_WAITS {
+                if !commit {
                     break;
                 }
-                if tokio::time::timeout_at(deadline, done).await.is_err() {
+                let done = cache.call_done(set, key).notified();
+                let mut done = std::pin::pin!(done);
+                done.as_mut().enable();
+                let limit = micros(inner.timeout);
+                (ask, turn) = cache.claim(set, key, quotas, cost, now, policy, limit);
+                if turn != Turn::Wait {
+                    break;
+                }
+                if round == CALL_WAITS || tokio::time::timeout_at(deadline, done).await.is_err() {
+                    turn = Turn::Alone;
                     break;
                 }
             }
         }
-        // The key's lease call, if this is it, ends however this ends.
-        let _lease_call = LeaseCall {
-            cache: cache.filter(|_| matches!(leasing, Some((_, true)))),
+        // The key's call, if this is it, ends however this ends.
+        let _key_call = KeyCall {
+            cache: cache.filter(|_| turn == Turn::Lead),
             key: request.key,
         };
         let sent = inner.local_now();
@@ -271,7 +276,8 @@ impl RedisBackend {
                     Some((cache, set)) => {
                         let now = inner.local_now();
                         let (key, cost) = (request.key, request.cost);
-                        cache.settle(set, key, quotas, cost, sent, now, &reply, leasing)
+                        let lease = policy.filter(|_| turn == Turn::Lead);
+                        cache.settle(set, key, quotas, cost, sent, now, &reply, lease)
                     }
                     None => quotas.decision_from(&reply.verdicts),
                 })
@@ -360,17 +366,17 @@ impl RedisBackend {
     }
 }
 
-/// Ends a key's lease call when dropped: settled, failed or cancelled, the
+/// Ends a key's call when dropped: settled, failed or cancelled, the
 /// requests waiting for it wake and look again.
-struct LeaseCall<'a> {
+struct KeyCall<'a> {
     cache: Option<(&'a DenialCache, u64)>,
     key: &'a str,
 }
 
-impl Drop for LeaseCall<'_> {
+impl Drop for KeyCall<'_> {
     fn drop(&mut self) {
         if let Some((cache, set)) = self.cache {
-            cache.end_lease_call(set, self.key);
+            cache.end_call(set, self.key);
         }
     }
 }
