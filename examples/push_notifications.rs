@@ -25,7 +25,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if decision.allowed() {
             println!(
                 "attempt {attempt}: sent ({} left this minute)",
-                decision.quotas()[0].remaining
+                decision.quotas()[0].remaining()
             );
         } else {
             let wait = decision.retry_after().unwrap_or_default();

@@ -5,19 +5,70 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 /// One quota's answer to one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
+///
+/// Kept as the algorithm's integers (microseconds for times); the durations
+/// are made when read, so a caller that only asks
+/// [`Decision::allowed`] pays for none of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuotaDecision {
+    limit: u64,
+    remaining: u64,
+    reset: u64,
+    replenish: u64,
+    /// Zero when allowed.
+    retry_after: u64,
+    delay: u64,
+    allowed: bool,
+    shadow: bool,
+}
+
+impl QuotaDecision {
+    /// A quota's answer from its numbers, times in microseconds.
+    #[allow(clippy::too_many_arguments)] // one per field, all named at the one caller
+    pub(crate) fn new(
+        allowed: bool,
+        shadow: bool,
+        limit: u64,
+        remaining: u64,
+        reset: u64,
+        replenish: u64,
+        retry_after: u64,
+        delay: u64,
+    ) -> Self {
+        QuotaDecision {
+            limit,
+            remaining,
+            reset,
+            replenish,
+            retry_after: if allowed { 0 } else { retry_after },
+            delay,
+            allowed,
+            shadow,
+        }
+    }
+
     /// Whether this quota admits the request (for a shadow quota: whether it
     /// would, if it were enforced).
-    pub allowed: bool,
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
     /// The quota's capacity as clients are told it (the burst for the bucket
     /// algorithms, the limit for the windows; the nominal one in soft mode).
-    pub limit: u64,
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
     /// Units left after this request (before it, when nothing was spent).
-    pub remaining: u64,
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
     /// Time until the quota is fully restored, with no further traffic.
-    pub reset: Duration,
+    pub fn reset(&self) -> Duration {
+        Duration::from_micros(self.reset)
+    }
+
     /// Time until more quota is available than [`remaining`](Self::remaining):
     /// the effective window of draft-11's `t`, within which the client can
     /// use no more than `remaining` units. Per algorithm: GCRA, leaky and
@@ -25,13 +76,39 @@ pub struct QuotaDecision {
     /// window ends; sliding window, until the weighted estimate next falls;
     /// sliding log, until the oldest live entry expires. (The README has the
     /// table, with what `r` means for each.)
-    pub replenish: Duration,
+    pub fn replenish(&self) -> Duration {
+        Duration::from_micros(self.replenish)
+    }
+
     /// When refused: time until the same request would pass.
-    pub retry_after: Option<Duration>,
+    pub fn retry_after(&self) -> Option<Duration> {
+        (!self.allowed).then(|| Duration::from_micros(self.retry_after))
+    }
+
     /// Leaky bucket: how long the admitted request waits for its turn.
-    pub delay: Duration,
+    pub fn delay(&self) -> Duration {
+        Duration::from_micros(self.delay)
+    }
+
     /// Whether the quota is in shadow mode: it reports, but never refuses.
-    pub shadow: bool,
+    pub fn shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// The answer as it reads `elapsed` microseconds later (a cached
+    /// refusal): waits and resets shortened, and a quota whose wait is over
+    /// admits.
+    pub(crate) fn aged(&self, elapsed: u64) -> Self {
+        let retry_after = self.retry_after.saturating_sub(elapsed);
+        QuotaDecision {
+            reset: self.reset.saturating_sub(elapsed),
+            replenish: self.replenish.saturating_sub(elapsed),
+            delay: 0,
+            allowed: self.allowed || retry_after == 0,
+            retry_after,
+            ..*self
+        }
+    }
 }
 
 /// The answer to one check: whether the request may proceed, and what each
@@ -39,11 +116,11 @@ pub struct QuotaDecision {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     allowed: bool,
-    quotas: SmallVec<[QuotaDecision; 2]>,
+    quotas: SmallVec<[QuotaDecision; 1]>,
 }
 
 impl Decision {
-    pub(crate) fn new(allowed: bool, quotas: SmallVec<[QuotaDecision; 2]>) -> Self {
+    pub(crate) fn new(allowed: bool, quotas: SmallVec<[QuotaDecision; 1]>) -> Self {
         Decision { allowed, quotas }
     }
 
@@ -81,9 +158,10 @@ impl Decision {
         }
         self.quotas
             .iter()
-            .filter(|q| !q.shadow)
-            .filter_map(|q| q.retry_after)
+            .filter(|q| !q.allowed && !q.shadow)
+            .map(|q| q.retry_after)
             .max()
+            .map(Duration::from_micros)
     }
 
     /// How long an admitted request must wait for its turn (leaky bucket).
@@ -92,7 +170,7 @@ impl Decision {
             .iter()
             .map(|q| q.delay)
             .max()
-            .unwrap_or_default()
+            .map_or(Duration::ZERO, Duration::from_micros)
     }
 
     /// The quota closest to refusing: least remaining, then longest reset.

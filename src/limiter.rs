@@ -2,9 +2,9 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::backend::{Backend, BackendError, CheckRequest};
+use crate::clock::Stopwatch;
 use crate::decision::Decision;
 use crate::metrics::DecisionMetrics;
 use crate::quota_set::QuotaSet;
@@ -128,7 +128,7 @@ impl<B: Backend> Limiter<B> {
 
     /// Spends `cost` from `key`'s quotas if they all admit it.
     pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let outcome = self.decide(key, cost, true).await;
         self.metrics.decided(&outcome, started);
         outcome
@@ -142,7 +142,7 @@ impl<B: Backend> Limiter<B> {
     /// [`check`](Limiter::check) without waiting, when the backend can
     /// decide synchronously (see [`Backend::check_now`]); `None` otherwise.
     pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision, Error>> {
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let outcome = match self.request(key, cost, true) {
             Ok(request) => self.backend.check_now(request)?.map_err(Error::Backend),
             Err(e) => Err(e),

@@ -8,13 +8,12 @@
 //! event costs one branch. One function per event, called from the one place
 //! that knows it.
 
-use std::time::Instant;
-
 use metrics::{
     Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram,
     gauge, histogram,
 };
 
+use crate::clock::Stopwatch;
 use crate::decision::Decision;
 
 /// Decisions by outcome, labelled `policy` and `outcome`.
@@ -73,7 +72,7 @@ impl DecisionMetrics {
 
     /// Counts a decision (or a failure to decide) by its outcome, and records
     /// how long it took since `started`.
-    pub(crate) fn decided<E>(&self, outcome: &Result<Decision, E>, started: Instant) {
+    pub(crate) fn decided<E>(&self, outcome: &Result<Decision, E>, started: Stopwatch) {
         let counter = match outcome {
             Ok(d) if !d.allowed() => &self.refused,
             Ok(d) if d.exceeded() => &self.shadow_refused,

@@ -10,7 +10,6 @@ use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
 use crate::quota::Quota;
 use crate::state::QuotaState;
-use std::time::Duration;
 
 /// A named set of quotas applied together: a request passes only if every
 /// enforced quota admits it, and a request refused by one quota spends
@@ -246,6 +245,7 @@ impl QuotaSet {
 
 /// What one quota's outcome means once the set has decided (`allowed`):
 /// the verdict to report, and the update to store (none for a peek).
+#[inline]
 fn settle(outcome: Outcome, allowed: bool, commit: bool) -> (RawQuotaDecision, Update) {
     let admitted = allowed && outcome.allowed;
     let branch = if admitted {
@@ -284,20 +284,19 @@ pub(crate) struct RawQuotaDecision {
 }
 
 impl RawQuotaDecision {
-    /// The verdict as quota `q` reports it: soft mode's margin taken off,
-    /// times as durations.
+    /// The verdict as quota `q` reports it: soft mode's margin taken off.
     fn decision(&self, q: &Quota) -> QuotaDecision {
         let soft_margin = q.params.capacity - q.params.reported_capacity;
-        QuotaDecision {
-            allowed: self.allowed,
-            limit: q.params.reported_capacity,
-            remaining: self.remaining.saturating_sub(soft_margin),
-            reset: Duration::from_micros(self.reset),
-            replenish: Duration::from_micros(self.replenish),
-            retry_after: (!self.allowed).then(|| Duration::from_micros(self.retry_after)),
-            delay: Duration::from_micros(self.delay),
-            shadow: q.params.shadow,
-        }
+        QuotaDecision::new(
+            self.allowed,
+            q.params.shadow,
+            q.params.reported_capacity,
+            self.remaining.saturating_sub(soft_margin),
+            self.reset,
+            self.replenish,
+            self.retry_after,
+            self.delay,
+        )
     }
 }
 
@@ -334,6 +333,7 @@ fn fingerprint(set: &str, q: &Quota) -> u64 {
 mod tests {
     use super::*;
     use crate::quota::Mode;
+    use std::time::Duration;
 
     #[test]
     fn sets_refuse_duplicates_and_emptiness() {

@@ -96,6 +96,7 @@ traces!(
     leaky_bucket_delays_and_refusals_match,
     many_requests_in_one_microsecond_are_all_logged,
     costs_peeks_and_too_costly_requests_match,
+    a_billion_a_second_is_counted_exactly,
     random_traces_match,
 );
 

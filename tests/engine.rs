@@ -64,11 +64,11 @@ async fn decisions_report_limit_remaining_and_reset() {
     clock.advance(20 * SEC);
     let d = l.check("k", 2).await.unwrap();
     let q = &d.quotas()[0];
-    assert_eq!((q.limit, q.remaining), (5, 3));
-    assert_eq!(q.reset, 40 * SEC);
-    assert_eq!(q.retry_after, None);
+    assert_eq!((q.limit(), q.remaining()), (5, 3));
+    assert_eq!(q.reset(), 40 * SEC);
+    assert_eq!(q.retry_after(), None);
     let refused = l.check("k", 4).await.unwrap();
-    assert_eq!(refused.quotas()[0].remaining, 3, "nothing was spent");
+    assert_eq!(refused.quotas()[0].remaining(), 3, "nothing was spent");
     assert_eq!(refused.retry_after(), Some(40 * SEC));
 }
 
@@ -90,7 +90,11 @@ async fn a_quota_refusing_spends_nothing_from_the_others() {
         let d = l.check("t", 1).await.unwrap();
         assert!(!d.allowed());
         assert_eq!(d.violated().collect::<Vec<_>>(), [1]);
-        assert_eq!(d.quotas()[0].remaining, 8, "the minute quota was not spent");
+        assert_eq!(
+            d.quotas()[0].remaining(),
+            8,
+            "the minute quota was not spent"
+        );
         assert_eq!(d.retry_after(), Some(3 * SEC));
     }
     // Over the minute: 2 every 3 s until the 10 are used.
@@ -136,8 +140,8 @@ async fn shadow_mode_never_refuses_but_reports() {
         let d = l.check("k", 1).await.unwrap();
         assert!(d.allowed());
         assert!(d.exceeded());
-        assert_eq!(d.quotas()[0].remaining, 0);
-        assert_eq!(d.quotas()[0].retry_after, Some(30 * SEC));
+        assert_eq!(d.quotas()[0].remaining(), 0);
+        assert_eq!(d.quotas()[0].retry_after(), Some(30 * SEC));
     }
 }
 
@@ -182,7 +186,7 @@ async fn soft_mode_admits_the_margin_and_reports_the_nominal_limit() {
     }
     assert_eq!(admitted, 12);
     let d = l.check("k", 1).await.unwrap();
-    assert_eq!((d.quotas()[0].limit, d.quotas()[0].remaining), (10, 0));
+    assert_eq!((d.quotas()[0].limit(), d.quotas()[0].remaining()), (10, 0));
 }
 
 #[tokio::test]
@@ -362,8 +366,8 @@ async fn a_shadow_quota_neither_lengthens_retry_after_nor_counts_as_violated() {
         "the shadow quota's 60 s does not count"
     );
     assert_eq!(d.violated().collect::<Vec<_>>(), [0]);
-    assert!(d.quotas()[1].shadow && !d.quotas()[1].allowed);
-    assert_eq!(d.quotas()[1].retry_after, Some(60 * SEC));
+    assert!(d.quotas()[1].shadow() && !d.quotas()[1].allowed());
+    assert_eq!(d.quotas()[1].retry_after(), Some(60 * SEC));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

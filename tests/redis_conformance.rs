@@ -53,6 +53,12 @@ fn fixture_with(lease: Lease) -> Fixture {
 }
 
 #[tokio::test]
+async fn a_billion_a_second_is_counted_exactly() {
+    let f = fixture();
+    conformance::a_billion_a_second_is_counted_exactly(&f.redis, &f.clock).await;
+}
+
+#[tokio::test]
 async fn seeds_fixed_window_boundary_burst() {
     let f = fixture();
     conformance::seeds_fixed_window_boundary_burst(&f.redis, &f.clock).await;

@@ -13,6 +13,7 @@ pub(crate) struct Window {
     pub count: u64,
 }
 
+#[inline]
 pub(crate) fn check(state: Option<&Window>, p: &Params, cost: u64, now: u64) -> Outcome {
     let current = now - now % p.period;
     // A window newer than the clock (it stepped back) still holds.

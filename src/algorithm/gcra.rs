@@ -16,6 +16,7 @@ pub(crate) struct Schedule {
     pub outcome: Outcome,
 }
 
+#[inline]
 pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Schedule {
     let tolerance = p.capacity * p.interval;
     let start = tat.unwrap_or(now).max(now);
@@ -44,6 +45,7 @@ pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Sch
     }
 }
 
+#[inline]
 pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Outcome {
     schedule(tat, p, cost, now).outcome
 }

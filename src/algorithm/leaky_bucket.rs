@@ -11,6 +11,7 @@ use super::Outcome;
 use super::gcra::schedule;
 use crate::quota::Params;
 
+#[inline]
 pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Outcome {
     let s = schedule(tat, p, cost, now);
     let mut step = s.outcome;

@@ -80,6 +80,7 @@ impl Update {
     }
 
     /// Applies the update to a state stored already, in place.
+    #[inline]
     pub(crate) fn apply_to(self, state: &mut State, p: &Params) {
         match self {
             Update::Keep => {}
@@ -126,6 +127,7 @@ pub(crate) struct Outcome {
 }
 
 impl Outcome {
+    #[inline]
     pub(crate) fn allow(delay: u64, admit: Branch, refuse: Branch) -> Outcome {
         Outcome {
             allowed: true,
@@ -136,6 +138,7 @@ impl Outcome {
         }
     }
 
+    #[inline]
     pub(crate) fn deny(retry_after: u64, refuse: Branch) -> Outcome {
         Outcome {
             allowed: false,
@@ -149,6 +152,7 @@ impl Outcome {
 
 /// Runs `algorithm` on the stored state. A state of another algorithm (which
 /// the backends never store under one quota) counts as no state.
+#[inline]
 pub(crate) fn check(
     algorithm: Algorithm,
     state: Option<&State>,

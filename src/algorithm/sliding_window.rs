@@ -69,6 +69,7 @@ fn replenish(c: &Counters, used: u64, p: &Params, elapsed: u64, now: u64) -> u64
     (c.start + at).saturating_sub(now)
 }
 
+#[inline]
 pub(crate) fn check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -> Outcome {
     let period = p.period;
     let current = now - now % period;

@@ -25,6 +25,7 @@ impl Bucket {
     }
 }
 
+#[inline]
 pub(crate) fn check(state: Option<&Bucket>, p: &Params, cost: u64, now: u64) -> Outcome {
     let full = p.capacity * p.unit;
     let (level, at) = match state {

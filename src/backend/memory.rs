@@ -71,6 +71,7 @@ impl Expiring for Slot {
 }
 
 impl Slot {
+    #[inline]
     fn update(&mut self, update: Update, p: &Params) {
         if update != Update::Keep {
             update.apply_to(&mut self.state, p);

@@ -184,9 +184,9 @@ pub(crate) fn rate_limit_headers(
                     let _ = state.write_str(", ");
                 }
                 sf_string(&mut state, q.name());
-                let t = ceil_secs(d.replenish);
+                let t = ceil_secs(d.replenish());
                 let t = wait.map_or(t, |wait| t.min(wait));
-                let _ = write!(state, ";r={};t={t}", d.remaining);
+                let _ = write!(state, ";r={};t={t}", d.remaining());
                 if let Some(pk) = pk {
                     let _ = write!(state, ";pk={pk}");
                 }
@@ -205,7 +205,7 @@ pub(crate) fn rate_limit_headers(
             } else {
                 [&X_LIMIT, &X_REMAINING, &X_RESET]
             };
-            let values = [b.limit, b.remaining, ceil_secs(b.reset)];
+            let values = [b.limit(), b.remaining(), ceil_secs(b.reset())];
             for (name, value) in names.into_iter().zip(values) {
                 out.push((name.clone(), number(value)));
             }

@@ -126,7 +126,7 @@ pub(crate) async fn look_within<B: Backend>(
 ) -> Result<Decision, Error> {
     let peek = |cost| within(limiter, timeout, limiter.peek(key.as_str(), cost));
     match peek(0).await {
-        Ok(now) if now.quotas().iter().all(|q| q.remaining >= cost) => Ok(now),
+        Ok(now) if now.quotas().iter().all(|q| q.remaining() >= cost) => Ok(now),
         Ok(_) => peek(cost).await,
         Err(error) => Err(error),
     }
@@ -139,7 +139,7 @@ async fn within<B: Backend>(
     timeout: Duration,
     ask: impl Future<Output = Result<Decision, Error>>,
 ) -> Result<Decision, Error> {
-    let started = std::time::Instant::now();
+    let started = crate::clock::Stopwatch::start();
     tokio::time::timeout(timeout, ask)
         .await
         .unwrap_or_else(|_| {

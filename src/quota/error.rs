@@ -58,7 +58,7 @@ impl fmt::Display for QuotaError {
             ),
             QuotaError::RateTooHigh { limit, period } => write!(
                 f,
-                "{limit} per {period:?} is more than one per microsecond; use a longer period"
+                "{limit} per {period:?} is more than one per microsecond, the most GCRA and the leaky bucket can space (1 000 000 a second); the token bucket and the windows count exactly up to 2^53 per period, so use one of them (a token bucket with the same burst enforces the same rate)"
             ),
             QuotaError::TooLarge => f.write_str(
                 "burst x period is too large to compute exactly; use a smaller burst or period",

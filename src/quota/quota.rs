@@ -23,6 +23,36 @@ use super::params::Params;
 /// # let _ = (bursty, spaced);
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
+///
+/// # Ceilings
+///
+/// Time is whole microseconds (Redis `TIME`'s unit), and every number stays
+/// below 2^53 so the Redis scripts compute exactly what memory does. So, per
+/// key, in memory and in Redis alike:
+///
+/// | algorithm | highest rate | what else is bounded |
+/// |---|---|---|
+/// | GCRA, leaky bucket | 1 unit per microsecond (1 000 000 a second): one unit's interval is at least 1 µs | burst x interval < 2^53 µs |
+/// | token bucket | burst x (period / gcd(limit, period)) < 2^53, period in µs: 10^9 a second with a burst of 10^9 fits | |
+/// | fixed and sliding window | limit < 2^53 per period | period < 2^51 µs |
+/// | sliding log | limit <= 2^24 (each admission is logged) | |
+///
+/// A quota past its ceiling is refused by [`build`](super::QuotaBuilder::build)
+/// ([`QuotaError::RateTooHigh`](super::QuotaError::RateTooHigh) or
+/// [`TooLarge`](super::QuotaError::TooLarge)), never silently rounded.
+/// For a fleet-wide limit above a million a second, use a token bucket: with
+/// the same limit and burst it enforces the same rate as GCRA.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Quota, QuotaError};
+///
+/// assert!(matches!(
+///     Quota::gcra(1_000_000_000, Duration::from_secs(1)).build(),
+///     Err(QuotaError::RateTooHigh { .. })
+/// ));
+/// assert!(Quota::token_bucket(1_000_000_000, Duration::from_secs(1)).build().is_ok());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quota {
     pub(super) name: Arc<str>,

@@ -316,6 +316,45 @@ pub async fn many_requests_in_one_microsecond_are_all_logged<B: Backend + Clone>
     assert_eq!(t.at(T0 + S).check("k", 50).await.remaining(), 0);
 }
 
+/// Rates above one per microsecond: GCRA refuses them at build (its ceiling),
+/// and the token bucket and the windows count them exactly, the same in
+/// both backends.
+pub async fn a_billion_a_second_is_counted_exactly<B: Backend + Clone>(
+    other: &B,
+    clock: &ManualClock,
+) {
+    const BILLION: u64 = 1_000_000_000;
+    assert!(matches!(
+        Quota::gcra(BILLION, Duration::from_secs(1)).build(),
+        Err(tollgate::QuotaError::RateTooHigh { .. })
+    ));
+    let mut t = Twin::new(
+        other,
+        clock,
+        set([Quota::token_bucket(BILLION, Duration::from_secs(1))
+            .build()
+            .unwrap()]),
+        "billion-tb:",
+    );
+    assert_eq!(t.at(T0).check("k", BILLION - 5).await.remaining(), 5);
+    assert!(!t.at(T0).check("k", 6).await.allowed());
+    // A thousand tokens a microsecond.
+    let refused = t.at(T0).check("k", 2_005).await;
+    assert_eq!(refused.retry_after(), Some(Duration::from_micros(2)));
+    assert_eq!(t.at(T0 + 2).check("k", 2_005).await.remaining(), 0);
+    assert_eq!(t.at(T0 + 1_000).check("k", 0).await.remaining(), 998_000);
+    for quota in [
+        Quota::fixed_window(BILLION, Duration::from_secs(1)),
+        Quota::sliding_window(BILLION, Duration::from_secs(1)),
+    ] {
+        let mut t = Twin::new(other, clock, set([quota.build().unwrap()]), "billion-w:");
+        let start = T0 + 10 * S;
+        assert_eq!(t.at(start).check("k", BILLION - 1).await.remaining(), 1);
+        assert!(t.at(start + 1).allowed("k").await);
+        assert!(!t.at(start + 2).allowed("k").await);
+    }
+}
+
 pub async fn costs_peeks_and_too_costly_requests_match<B: Backend + Clone>(
     other: &B,
     clock: &ManualClock,

@@ -17,7 +17,6 @@
 //! lease call; see [`DenialCache::claim`].
 
 use std::hash::BuildHasher;
-use std::time::Duration;
 
 use smallvec::SmallVec;
 use tokio::sync::Notify;
@@ -350,23 +349,7 @@ fn denial(
 /// A cached decision as it reads `elapsed` microseconds later: waits and
 /// resets shortened; a quota whose wait is over reports that it admits.
 fn aged(decision: &Decision, elapsed: u64) -> Decision {
-    let elapsed = Duration::from_micros(elapsed);
-    let quotas = decision
-        .quotas()
-        .iter()
-        .map(|q| {
-            let mut q = q.clone();
-            q.reset = q.reset.saturating_sub(elapsed);
-            q.replenish = q.replenish.saturating_sub(elapsed);
-            q.delay = Duration::ZERO;
-            if let Some(wait) = q.retry_after {
-                let left = wait.saturating_sub(elapsed);
-                q.allowed = left.is_zero();
-                q.retry_after = (!left.is_zero()).then_some(left);
-            }
-            q
-        })
-        .collect();
+    let quotas = decision.quotas().iter().map(|q| q.aged(elapsed)).collect();
     Decision::new(false, quotas)
 }
 

@@ -1,6 +1,7 @@
 use super::*;
 use crate::Quota;
 use crate::backend::redis::lease::Lease;
+use std::time::Duration;
 
 fn gcra() -> QuotaSet {
     QuotaSet::single(Quota::gcra(5, Duration::from_secs(5)).build().unwrap())
@@ -56,7 +57,7 @@ fn a_denial_holds_until_its_wait_is_over_for_costs_as_high() {
     let hit = denied(cache.get(1, "k", &set, 2, true, 1_200));
     assert!(!hit.allowed());
     assert_eq!(hit.retry_after(), Some(Duration::from_micros(300)));
-    assert_eq!(hit.quotas()[0].reset, Duration::from_micros(800));
+    assert_eq!(hit.quotas()[0].reset(), Duration::from_micros(800));
     assert!(cache.get(1, "k", &set, 3, true, 1_200).is_some());
     assert!(
         cache.get(1, "k", &set, 1, true, 1_200).is_none(),
