@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use deadpool_redis::Runtime;
 
@@ -269,7 +269,7 @@ impl RedisBackendBuilder {
             cache,
             lease,
             clock: self.clock,
-            started: Instant::now(),
+            started: crate::clock::Stopwatch::start(),
             counters: Counters::default(),
             metrics: RedisMetrics::new(),
         }))
