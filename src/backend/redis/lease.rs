@@ -34,10 +34,12 @@ pub enum Lease {
     /// Every decision is one Redis call (the default).
     #[default]
     Off,
-    /// Leases sized to the key's traffic, up to [`Lease::AUTO_MAX`] units.
+    /// Leases sized to the key's traffic, up to [`Lease::AUTO_MAX`] units
+    /// and an eighth of the smallest capacity in the quota set.
     Auto,
-    /// Leases sized to the key's traffic, up to this many units (1 leases
-    /// nothing beyond the request: every decision is a Redis call).
+    /// Leases sized to the key's traffic, up to this many units and an
+    /// eighth of the smallest capacity in the quota set (1 leases nothing
+    /// beyond the request: every decision is a Redis call).
     Max(u64),
 }
 
