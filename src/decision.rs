@@ -98,6 +98,7 @@ impl QuotaDecision {
     /// The answer as it reads `elapsed` microseconds later (a cached
     /// refusal): waits and resets shortened, and a quota whose wait is over
     /// admits.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only the Redis cache ages answers
     pub(crate) fn aged(&self, elapsed: u64) -> Self {
         let retry_after = self.retry_after.saturating_sub(elapsed);
         QuotaDecision {
