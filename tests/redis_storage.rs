@@ -272,7 +272,10 @@ async fn a_flood_costs_one_call_per_retry_after_interval() {
         calls as f64 <= intervals.ceil() + 2.0,
         "{calls} calls in {intervals:.1} intervals"
     );
-    assert!(calls - ok <= 2, "{} calls for refusals", calls - ok);
+    // A call out when the count starts may be admitted after it: the
+    // difference can be -1.
+    let refusals = calls.saturating_sub(ok);
+    assert!(refusals <= 2, "{refusals} calls for refusals");
     assert_eq!(backend.stats().failures, 0);
 }
 
