@@ -350,6 +350,20 @@ async fn a_lease_never_parks_a_small_quotas_allowance_in_one_process() {
     for i in 0..30 {
         assert!(lb.check("eighty", 1).await.unwrap().allowed(), "b's {i}th");
     }
+    // Both hammering a fresh key at once: both are admitted, and together
+    // they admit the quota less at most one lease each.
+    let (a, b) = two();
+    let quotas = QuotaSet::single(Quota::gcra(80, DECADE).build().unwrap());
+    let run = Duration::from_millis(200);
+    let ((from_a, _), (from_b, _)) = tokio::join!(
+        hammer(std::slice::from_ref(&a), &quotas, "both", run),
+        hammer(std::slice::from_ref(&b), &quotas, "both", run),
+    );
+    assert!(from_a > 0 && from_b > 0, "a {from_a}, b {from_b}");
+    assert!(
+        (60..=80).contains(&(from_a + from_b)),
+        "a {from_a}, b {from_b}"
+    );
 }
 
 /// Behind the HTTP layer a lease decides inside `call` (`check_now`), and
