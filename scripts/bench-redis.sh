@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Redis-backed decisions beside redis-benchmark (see benches/redis.rs). This
 # process and redis-benchmark run on core 0, Redis on core 1.
+# SECTIONS=flood,leases (of throughput, flood, leases, memory) runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()

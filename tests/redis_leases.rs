@@ -1,8 +1,9 @@
 //! Leases on real Redis servers (and a real Redis Cluster): a fleet of
 //! backends taking batches of a key's units never admits more than the
 //! quota, and at most the documented bound less; a server that stops while
-//! holding a lease costs the fleet at most that lease; leases in hand keep
-//! deciding while Redis is down.
+//! holding a lease costs the fleet at most that lease; a lease never holds
+//! more than an eighth of a quota; leases in hand keep deciding while Redis
+//! is down.
 
 #![cfg(feature = "redis")]
 
@@ -297,6 +298,72 @@ async fn sets_that_need_every_arrival_are_named_and_decided_one_at_a_time() {
     ] {
         assert!(matches!(bad.build(), Err(RedisConfigError::Lease(_))));
     }
+}
+
+/// A lease holds at most an eighth of the smallest capacity in its set, so
+/// one process hammering a small quota cannot park its whole allowance:
+/// another process sharing the key is still admitted.
+#[tokio::test]
+async fn a_lease_never_parks_a_small_quotas_allowance_in_one_process() {
+    let server = RedisServer::start();
+    let two = || {
+        let b = || leasing(RedisBackend::from_url(server.url()), Lease::Auto);
+        (b(), b())
+    };
+    // A quota of 10: an eighth is less than 2, so every admission is its
+    // own Redis call, however hot the key.
+    let (a, b) = two();
+    let ten = QuotaSet::single(Quota::gcra(10, DECADE).build().unwrap());
+    let (la, lb) = (
+        Limiter::new(a.clone(), ten.clone()),
+        Limiter::new(b.clone(), ten),
+    );
+    for _ in 0..5 {
+        assert!(la.check("ten", 1).await.unwrap().allowed());
+    }
+    for _ in 0..5 {
+        assert!(lb.check("ten", 1).await.unwrap().allowed(), "b's share");
+    }
+    assert!(!la.check("ten", 1).await.unwrap().allowed());
+    assert!(!lb.check("ten", 1).await.unwrap().allowed());
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!((sa.leases, sa.lease_hits, sb.leases), (0, 0, 0), "{sa:?}");
+    // A quota of 80: leases of at most 10. After 40 quick admissions in
+    // one process (leases grow fourfold each time, so without the cap they
+    // would have taken all 80), at most 10 are parked there: the other
+    // process gets 30 more.
+    let (a, b) = two();
+    let eighty = QuotaSet::single(Quota::gcra(80, DECADE).build().unwrap());
+    let (la, lb) = (
+        Limiter::new(a.clone(), eighty.clone()),
+        Limiter::new(b.clone(), eighty),
+    );
+    for _ in 0..40 {
+        assert!(la.check("eighty", 1).await.unwrap().allowed());
+    }
+    assert!(
+        a.stats().leases > 0 && a.stats().lease_hits > 0,
+        "{:?}",
+        a.stats()
+    );
+    assert!(a.stats().calls >= 4, "40 units in leases of at most 10");
+    for i in 0..30 {
+        assert!(lb.check("eighty", 1).await.unwrap().allowed(), "b's {i}th");
+    }
+    // Both hammering a fresh key at once: both are admitted, and together
+    // they admit the quota less at most one lease each.
+    let (a, b) = two();
+    let quotas = QuotaSet::single(Quota::gcra(80, DECADE).build().unwrap());
+    let run = Duration::from_millis(200);
+    let ((from_a, _), (from_b, _)) = tokio::join!(
+        hammer(std::slice::from_ref(&a), &quotas, "both", run),
+        hammer(std::slice::from_ref(&b), &quotas, "both", run),
+    );
+    assert!(from_a > 0 && from_b > 0, "a {from_a}, b {from_b}");
+    assert!(
+        (60..=80).contains(&(from_a + from_b)),
+        "a {from_a}, b {from_b}"
+    );
 }
 
 /// Behind the HTTP layer a lease decides inside `call` (`check_now`), and

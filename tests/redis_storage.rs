@@ -1,7 +1,7 @@
 //! What the Redis backend leaves in Redis: keys that expire once their state
 //! stops mattering, sliding logs of at most `limit` unique entries, nothing
 //! written for refused requests, and few calls under a one-key flood thanks
-//! to the denial cache.
+//! to the denial cache (about one per retry-after interval).
 
 #![cfg(feature = "redis")]
 
@@ -212,6 +212,71 @@ async fn the_denial_cache_spares_redis_a_flood() {
     assert_eq!(admitted, 10);
     assert!(calls >= 2000, "{calls} calls");
     assert_eq!(uncached.stats().cache_hits, 0);
+}
+
+/// A flood that outlasts its denials: 16 tasks on one key of GCRA 20 a
+/// second (one unit at a time, so a 50 ms retry-after), with leases off.
+/// When a cached denial runs out, the tasks it held back share one call
+/// (the key's call), so after the first moment Redis sees about one call
+/// per interval: the admission, whose emptiness is cached in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_costs_one_call_per_retry_after_interval() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Instant;
+
+    const INTERVAL: Duration = Duration::from_millis(50);
+    let server = RedisServer::start();
+    let backend = backend(&server);
+    let quota = Quota::gcra(20, Duration::from_secs(1)).burst(1);
+    let limiter = Limiter::new(backend.clone(), quota.build().unwrap());
+    limiter.check("warm-up", 1).await.unwrap();
+    let admitted = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + Duration::from_millis(100) + 10 * INTERVAL;
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (limiter, admitted) = (limiter.clone(), Arc::clone(&admitted));
+            tokio::spawn(async move {
+                for _ in 0..10_000_000 {
+                    if Instant::now() >= end {
+                        break;
+                    }
+                    let d = limiter.check("flooder", 1).await.expect("a decision");
+                    admitted.fetch_add(u64::from(d.allowed()), Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    // The first moment, when nothing is cached yet and every task asks
+    // Redis at once, is left out of the count.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (calls, ok, from) = (
+        backend.stats().calls,
+        admitted.load(Ordering::Relaxed),
+        Instant::now(),
+    );
+    for t in tasks {
+        t.await.expect("a flooding task panicked");
+    }
+    let elapsed = from.elapsed();
+    let calls = backend.stats().calls - calls;
+    let ok = admitted.load(Ordering::Relaxed) - ok;
+    let intervals = elapsed.as_secs_f64() / INTERVAL.as_secs_f64();
+    eprintln!(
+        "{calls} calls, {ok} admitted in {elapsed:?} ({intervals:.1} intervals): {:?}",
+        backend.stats()
+    );
+    assert!(ok >= 5, "the flood is admitted once per interval: {ok}");
+    assert!(
+        calls as f64 <= intervals.ceil() + 2.0,
+        "{calls} calls in {intervals:.1} intervals"
+    );
+    // A call out when the count starts may be admitted after it: the
+    // difference can be -1.
+    let refusals = calls.saturating_sub(ok);
+    assert!(refusals <= 2, "{refusals} calls for refusals");
+    assert_eq!(backend.stats().failures, 0);
 }
 
 #[tokio::test]

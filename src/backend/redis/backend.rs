@@ -3,12 +3,11 @@
 
 use std::fmt;
 use std::future::Future;
-use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::breaker::{Breaker, Permit, ProbeGuard, Transition};
-use super::cache::{DenialCache, Hit};
+use super::cache::{DenialCache, Hit, Turn};
 use super::config_error::RedisConfigError;
 use super::connection::Connections;
 use super::lease::{self, Lease};
@@ -16,7 +15,7 @@ use super::on_failure::OnFailure;
 use super::script::{self, Ask, Reply};
 use super::stats::{Counters, RedisStats, bump};
 use crate::backend::{Backend, BackendError, BackendErrorKind, CheckRequest};
-use crate::clock::{Clock, micros};
+use crate::clock::{Clock, Stopwatch, micros};
 use crate::decision::Decision;
 use crate::metrics::RedisMetrics;
 use crate::quota_set::QuotaSet;
@@ -100,8 +99,9 @@ pub(super) struct Inner {
     pub(super) cache: Option<DenialCache>,
     pub(super) lease: Option<lease::Policy>,
     pub(super) clock: Option<Arc<dyn Clock>>,
-    /// The zero of the local clock the denial cache runs on.
-    pub(super) started: Instant,
+    /// The zero of the local clock the denial cache runs on: the CPU
+    /// counter, as a few instructions a read matter on a lease's path.
+    pub(super) started: Stopwatch,
     pub(super) counters: Counters,
     pub(super) metrics: RedisMetrics,
 }
@@ -114,9 +114,9 @@ impl RedisBackend {
     }
 }
 
-/// How many lease calls of its key a request waits for before calling
-/// Redis itself.
-const LEASE_WAITS: usize = 4;
+/// How many calls of its key (see `DenialCache::claim`) a request waits for
+/// before calling Redis itself.
+const CALL_WAITS: usize = 4;
 
 impl RedisBackend {
     /// What the backend did so far.
@@ -162,17 +162,7 @@ impl RedisBackend {
     /// set's id in it.
     fn cache_for(&self, quotas: &QuotaSet) -> Option<(&DenialCache, u64)> {
         let cache = self.inner.cache.as_ref()?;
-        // An elastic quota's answer depends on the load at each request: a
-        // denial or lease of one moment says nothing of the next.
-        let elastic = |q: &crate::Quota| q.params.elastic_margin > 0;
-        if quotas
-            .quotas()
-            .iter()
-            .any(|q| q.params.count_rejected || elastic(q))
-        {
-            return None;
-        }
-        Some((cache, cache_id(quotas)))
+        Some((cache, cache_id(quotas)?))
     }
 
     /// A decision made here, counted.
@@ -200,39 +190,44 @@ impl RedisBackend {
             want: request.cost,
             give_back: None,
         };
-        let mut leasing = None;
+        let mut turn = Turn::Alone;
+        let mut policy = None;
         if let Some((cache, set)) = cache {
             let (key, cost, commit) = (request.key, request.cost, request.commit);
-            let policy = inner.lease.as_ref();
-            let policy = policy.filter(|_| commit && self.supports_leases(quotas).is_ok());
-            // While the key's lease call is out, wait for it (a few times,
-            // within half the timeout) rather than call Redis too: with
-            // many concurrent requests of a hot key, one call serves them.
+            policy = inner.lease.as_ref();
+            policy = policy.filter(|_| commit && self.supports_leases(quotas).is_ok());
+            // While the key's call is out (a lease call, or the call after
+            // its denial ran out), wait for it (a few times, within half the
+            // timeout) rather than call Redis too: with many concurrent
+            // requests of a hot or flooding key, one call serves them. A
+            // request that gives up waiting (its leaders failed or were
+            // slow) calls Redis for itself, failure policy included.
             let deadline = tokio::time::Instant::now() + inner.timeout / 2;
-            for round in 0..=LEASE_WAITS {
+            for round in 0..=CALL_WAITS {
                 let now = inner.local_now();
                 if let Some(hit) = cache.get(set, key, quotas, cost, commit, now) {
                     return Ok(self.hit(hit));
                 }
-                let Some(policy) = policy else { break };
-                let done = cache.lease_done(set, key).notified();
-                let mut done = std::pin::pin!(done);
-                done.as_mut().enable();
-                let (lease_ask, ours) =
-                    cache.lease_ask(set, key, cost, now, policy, micros(inner.timeout));
-                ask = lease_ask;
-                leasing = Some((policy, ours));
-                if ours || round == LEASE_WAITS {
+                if !commit {
                     break;
                 }
-                if tokio::time::timeout_at(deadline, done).await.is_err() {
+                let done = cache.call_done(set, key).notified();
+                let mut done = std::pin::pin!(done);
+                done.as_mut().enable();
+                let limit = micros(inner.timeout);
+                (ask, turn) = cache.claim(set, key, quotas, cost, now, policy, limit);
+                if turn != Turn::Wait {
+                    break;
+                }
+                if round == CALL_WAITS || tokio::time::timeout_at(deadline, done).await.is_err() {
+                    turn = Turn::Alone;
                     break;
                 }
             }
         }
-        // The key's lease call, if this is it, ends however this ends.
-        let _lease_call = LeaseCall {
-            cache: cache.filter(|_| matches!(leasing, Some((_, true)))),
+        // The key's call, if this is it, ends however this ends.
+        let _key_call = KeyCall {
+            cache: cache.filter(|_| turn == Turn::Lead),
             key: request.key,
         };
         let sent = inner.local_now();
@@ -285,7 +280,8 @@ impl RedisBackend {
                     Some((cache, set)) => {
                         let now = inner.local_now();
                         let (key, cost) = (request.key, request.cost);
-                        cache.settle(set, key, quotas, cost, sent, now, &reply, leasing)
+                        let lease = policy.filter(|_| turn == Turn::Lead);
+                        cache.settle(set, key, quotas, cost, sent, now, &reply, lease)
                     }
                     None => quotas.decision_from(&reply.verdicts),
                 })
@@ -374,31 +370,40 @@ impl RedisBackend {
     }
 }
 
-/// Ends a key's lease call when dropped: settled, failed or cancelled, the
+/// Ends a key's call when dropped: settled, failed or cancelled, the
 /// requests waiting for it wake and look again.
-struct LeaseCall<'a> {
+struct KeyCall<'a> {
     cache: Option<(&'a DenialCache, u64)>,
     key: &'a str,
 }
 
-impl Drop for LeaseCall<'_> {
+impl Drop for KeyCall<'_> {
     fn drop(&mut self) {
         if let Some((cache, set)) = self.cache {
-            cache.end_lease_call(set, self.key);
+            cache.end_call(set, self.key);
         }
     }
 }
 
 /// What tells one quota set's cached denials from another's: the state ids,
 /// and which quotas are shadows (which the state ids leave out, and which
-/// change what is refused).
-fn cache_id(quotas: &QuotaSet) -> u64 {
-    let mut h = foldhash::fast::FixedState::default().build_hasher();
-    quotas.state_ids().hash(&mut h);
-    for q in quotas.quotas() {
-        q.params.shadow.hash(&mut h);
+/// change what is refused). `None` for a set counting refused attempts or
+/// holding an elastic quota, which is never cached. One pass, and a
+/// multiply per quota rather than a hasher: the state ids are hashes
+/// already, and this runs on every decision made from a lease.
+fn cache_id(quotas: &QuotaSet) -> Option<u64> {
+    const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut id = MIX;
+    for (q, &state) in quotas.quotas().iter().zip(quotas.state_ids()) {
+        // Redis must see every refused attempt that counts; and an elastic
+        // quota's answer depends on the load at each request, so a denial
+        // or lease of one moment says nothing of the next.
+        if q.params.count_rejected || q.params.elastic_margin > 0 {
+            return None;
+        }
+        id = (id.rotate_left(23) ^ state ^ u64::from(q.params.shadow)).wrapping_mul(MIX);
     }
-    h.finish()
+    Some(id)
 }
 
 impl Inner {

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use deadpool_redis::Runtime;
 
@@ -138,7 +138,11 @@ impl RedisBackendBuilder {
     /// How many refused keys to remember locally (10 000 by default; 0 turns
     /// the denial cache off). A remembered key is refused without calling
     /// Redis until its retry-after has passed, so a client hammering a
-    /// limit costs Redis a few calls, not one per request. Decisions served
+    /// limit costs Redis a few calls, not one per request: when a refusal
+    /// runs out, the requests it held back share one call (one asks, the
+    /// others wait for its answer, for at most 4 calls or half the
+    /// [timeout](Self::timeout), then ask for themselves), so a flooding key
+    /// costs about one call per retry-after interval. Decisions served
     /// from the cache report the numbers Redis gave, with the waits
     /// shortened by the time passed. Quota sets that count refused attempts
     /// (`count_rejected`) are never cached.
@@ -164,10 +168,16 @@ impl RedisBackendBuilder {
     ///   next), up to the mode's maximum and to what Redis has left. A quiet
     ///   key leases nothing beyond its request: it is decided by Redis as
     ///   with leases off.
+    /// - **Never much of a quota.** A lease holds at most an eighth of the
+    ///   smallest capacity in its set ([`Quota::max_cost`](crate::Quota::max_cost)),
+    ///   and at least 1 unit: a quota of 10 is never leased, one of 80 in
+    ///   leases of at most 10, so one process cannot park a small quota's
+    ///   whole allowance.
     /// - **The cost: parked units.** Units leased here and not used are
     ///   refused to the other servers until given back or lapsed: at most
-    ///   one lease per key per process, so at most the maximum lease size x
-    ///   processes units per key, for at most a lease's lifetime. Unspent
+    ///   one lease per key per process, so at most the largest lease (the
+    ///   maximum, or an eighth of the capacity if less) x processes units per
+    ///   key, for at most a lease's lifetime. Unspent
     ///   units go back with the key's next lease call: to a token bucket or
     ///   GCRA less what the refill since the lease has made up for (so that
     ///   giving back never admits more than holding would have); to a window
@@ -269,7 +279,7 @@ impl RedisBackendBuilder {
             cache,
             lease,
             clock: self.clock,
-            started: Instant::now(),
+            started: crate::clock::Stopwatch::start(),
             counters: Counters::default(),
             metrics: RedisMetrics::new(),
         }))

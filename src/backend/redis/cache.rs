@@ -9,6 +9,12 @@
 //! and so is any request of the same key costing more. Sets that log refused
 //! attempts (`count_rejected`) are never cached: Redis must see those
 //! attempts.
+//!
+//! The key's call: when a denial runs out, every request it held back asks
+//! again at the same moment. One of them makes the key's call to Redis and
+//! the others wait for its answer (which is usually a denial again, or the
+//! emptiness the admission left), as the requests of a hot key wait for its
+//! lease call; see [`DenialCache::claim`].
 
 use std::hash::BuildHasher;
 
@@ -21,15 +27,20 @@ use crate::backend::table::{Expiring, Locked, Table};
 use crate::decision::Decision;
 use crate::quota_set::{QuotaSet, RawQuotaDecision};
 
-/// Shards of the table, and wake-ups for ended lease calls: concurrent
+/// Shards of the table, and wake-ups for ended key calls: concurrent
 /// checks of different keys rarely share either.
 const SHARDS: usize = 16;
+
+/// How long a run-out denial is kept (microseconds): the requests it held
+/// back ask again within a moment of its end, and must find it to share
+/// one call. A second covers a loaded machine.
+const AFTER_DENIAL: u64 = 1_000_000;
 
 /// Entries by (quota set, client key), each a denial and/or a lease.
 pub(crate) struct DenialCache {
     table: Table<Entry>,
-    /// Woken when a lease call of one of its keys ends.
-    lease_done: Box<[Notify]>,
+    /// Woken when the call of one of its keys ends.
+    call_done: Box<[Notify]>,
     hasher: foldhash::fast::RandomState,
     /// Whether denials are kept (leases may be kept without them).
     denials: bool,
@@ -39,17 +50,21 @@ pub(crate) struct DenialCache {
 struct Entry {
     denial: Option<Denial>,
     lease: Option<Held>,
-    /// Until when a lease call is out for this key: meanwhile other requests
-    /// of the key ask Redis for their own cost only.
-    leasing: u64,
+    /// Until when the key's call (a lease call, or the call after a denial
+    /// ran out) is out: meanwhile other requests of the key wait for it,
+    /// and ask Redis for their own cost only if they give up waiting.
+    calling: u64,
 }
 
 impl Expiring for Entry {
     /// When the entry stops meaning anything (microseconds, local clock).
     fn expires_at(&self) -> u64 {
-        let denial = self.denial.as_ref().map_or(0, |d| d.until);
+        let denial = self
+            .denial
+            .as_ref()
+            .map_or(0, |d| d.until.saturating_add(AFTER_DENIAL));
         let lease = self.lease.as_ref().map_or(0, |l| l.expires);
-        denial.max(lease).max(self.leasing)
+        denial.max(lease).max(self.calling)
     }
 }
 
@@ -61,6 +76,18 @@ struct Denial {
     at: u64,
     until: u64,
     decision: Decision,
+}
+
+/// What a request the cache cannot decide does: see
+/// [`DenialCache::claim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Make the key's call; [`DenialCache::end_call`] ends it.
+    Lead,
+    /// Wait for the key's call, out already, then look again.
+    Wait,
+    /// Ask Redis for this request alone.
+    Alone,
 }
 
 /// A decision made here, without Redis.
@@ -91,7 +118,7 @@ impl DenialCache {
     pub(crate) fn new(capacity: usize, denials: bool) -> Self {
         DenialCache {
             table: Table::new(capacity, SHARDS),
-            lease_done: (0..SHARDS).map(|_| Notify::new()).collect(),
+            call_done: (0..SHARDS).map(|_| Notify::new()).collect(),
             hasher: foldhash::fast::RandomState::default(),
             denials,
         }
@@ -133,71 +160,84 @@ impl DenialCache {
         )))
     }
 
-    /// What to ask Redis for a request of `cost` that the lease here cannot
-    /// pay, under lease `policy`: a new lease sized by the last one (whose
-    /// unspent units go back), unless a lease call for the key is out
-    /// already; then the cost alone. Returns the ask, and whether it is
-    /// the key's lease call (to be ended by [`settle`](Self::settle)).
-    pub(crate) fn lease_ask(
+    /// What a request of `cost` that [`get`](Self::get) could not decide
+    /// asks Redis, and whose turn it is ([`Turn`]): with leases on
+    /// (`policy`), every such request of a key takes the key's call in turn,
+    /// for a new lease sized by the last one (whose unspent units go back);
+    /// with leases off, only the requests that find the key's denial just
+    /// run out do (usually a flood's). Requests that find the call out wait
+    /// for it; asking alone, they ask for their cost.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn claim(
         &self,
         set: u64,
         key: &str,
+        quotas: &QuotaSet,
         cost: u64,
         now: u64,
-        policy: &Policy,
+        policy: Option<&Policy>,
         call_limit: u64,
-    ) -> (Ask, bool) {
+    ) -> (Ask, Turn) {
         let mut ask = Ask {
             cost,
             commit: true,
             want: cost,
             give_back: None,
         };
+        let calling = now.saturating_add(call_limit);
         let mut shard = self.table.lock(key);
-        let entry = match shard.get_mut(set, key) {
-            Some(entry) => entry,
-            None => {
-                let entry = Entry {
-                    leasing: now.saturating_add(call_limit),
-                    ..Entry::default()
-                };
-                shard.insert(set, key, entry, now);
-                return (ask, true);
+        let Some(entry) = shard.get_mut(set, key) else {
+            if policy.is_none() {
+                return (ask, Turn::Alone);
             }
+            let entry = Entry {
+                calling,
+                ..Entry::default()
+            };
+            shard.insert(set, key, entry, now);
+            return (ask, Turn::Lead);
         };
-        if entry.leasing > now {
-            return (ask, false);
+        if entry.calling > now {
+            return (ask, Turn::Wait);
         }
-        entry.leasing = now.saturating_add(call_limit);
-        let last = entry.lease.take();
-        ask.want = policy.want(cost, last.as_ref(), now);
-        ask.give_back = last
-            .as_ref()
-            .filter(|l| now < l.expires)
-            .and_then(Held::give_back);
-        (ask, true)
+        match policy {
+            Some(policy) => {
+                let last = entry.lease.take();
+                ask.want = policy.want(cost, last.as_ref(), quotas, now);
+                ask.give_back = last
+                    .as_ref()
+                    .filter(|l| now < l.expires)
+                    .and_then(Held::give_back);
+            }
+            None if entry.denial.as_ref().is_some_and(|d| now >= d.until) => {}
+            None => return (ask, Turn::Alone),
+        }
+        entry.calling = calling;
+        (ask, Turn::Lead)
     }
 
-    /// What wakes when a lease call of `key` (or of a key of the same
-    /// shard) ends.
-    pub(crate) fn lease_done(&self, set: u64, key: &str) -> &Notify {
+    /// What wakes when the call of `key` (or of a key of the same shard)
+    /// ends.
+    pub(crate) fn call_done(&self, set: u64, key: &str) -> &Notify {
         let index = self.hasher.hash_one((set, key)) as usize % SHARDS;
-        &self.lease_done[index]
+        &self.call_done[index]
     }
 
-    /// Ends `key`'s lease call, whatever came of it, and wakes the requests
+    /// Ends `key`'s call, whatever came of it, and wakes the requests
     /// waiting for it.
-    pub(crate) fn end_lease_call(&self, set: u64, key: &str) {
+    pub(crate) fn end_call(&self, set: u64, key: &str) {
         if let Some(entry) = self.table.lock(key).get_mut(set, key) {
-            entry.leasing = 0;
+            entry.calling = 0;
         }
-        self.lease_done(set, key).notify_waiters();
+        self.call_done(set, key).notify_waiters();
     }
 
     /// Records what Redis answered to a request of `cost` for `key`, asked
     /// at `sent` and answered at `now` (local clock): the lease it granted
-    /// (kept under `policy`), the denial it gave or the emptiness it
-    /// reported. Returns the request's decision.
+    /// (kept under `lease`, the policy, if this was the key's lease call),
+    /// the denial it gave or the emptiness it
+    /// reported. Returns the request's decision. A denial that has run out
+    /// is replaced by what Redis says now, nothing included.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn settle(
         &self,
@@ -208,7 +248,7 @@ impl DenialCache {
         sent: u64,
         now: u64,
         reply: &Reply,
-        lease: Option<(&Policy, bool)>,
+        lease: Option<&Policy>,
     ) -> Decision {
         let mut shard = self.table.lock(key);
         let mut entry = shard
@@ -218,7 +258,7 @@ impl DenialCache {
         let mut decision = None;
         // The key's lease call keeps what it took, even the request alone:
         // the next lease is sized by how fast this one went.
-        if let Some((policy, _)) = lease.filter(|&(_, ours)| ours && reply.spent >= cost.max(1)) {
+        if let Some(policy) = lease.filter(|_| reply.spent >= cost.max(1)) {
             let lifetime = match reply.lease_ends {
                 0 => policy.lifetime,
                 ends => policy.lifetime.min(ends),
@@ -238,13 +278,15 @@ impl DenialCache {
         }
         let decision = decision.unwrap_or_else(|| quotas.decision_from(&reply.verdicts));
         if self.denials {
-            if let Some((cost, wait, refused)) = denial(quotas, cost, reply, &decision) {
-                entry.denial = Some(Denial {
+            let fresh =
+                denial(quotas, cost, reply, &decision).map(|(cost, wait, refused)| Denial {
                     cost,
                     at: now,
                     until: now.saturating_add(wait),
                     decision: refused,
                 });
+            if fresh.is_some() || entry.denial.as_ref().is_some_and(|d| now >= d.until) {
+                entry.denial = fresh;
             }
         }
         store(&mut shard, set, key, entry, now);

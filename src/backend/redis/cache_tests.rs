@@ -7,6 +7,11 @@ fn gcra() -> QuotaSet {
     QuotaSet::single(Quota::gcra(5, Duration::from_secs(5)).build().unwrap())
 }
 
+/// A quota whose capacity does not bound the leases of these tests.
+fn roomy() -> QuotaSet {
+    QuotaSet::single(Quota::gcra(800, Duration::from_secs(5)).build().unwrap())
+}
+
 fn verdict(allowed: bool, remaining: u64, retry: u64) -> RawQuotaDecision {
     RawQuotaDecision {
         allowed,
@@ -67,6 +72,12 @@ fn a_denial_holds_until_its_wait_is_over_for_costs_as_high() {
         "another key"
     );
     assert!(cache.get(1, "k", &set, 2, true, 1_500).is_none());
+    assert_eq!(cache.len(), 1, "kept a moment, for the key's call");
+    assert!(
+        cache
+            .get(1, "k", &set, 2, true, 1_500 + AFTER_DENIAL)
+            .is_none()
+    );
     assert_eq!(cache.len(), 0, "expired entries are dropped when met");
 }
 
@@ -105,18 +116,18 @@ fn an_admission_that_empties_a_quota_refuses_until_its_next_unit() {
 
 #[test]
 fn a_lease_admits_here_until_spent_or_expired_then_a_denial_applies() {
-    let (cache, set) = (DenialCache::new(100, true), gcra());
+    let (cache, set) = (DenialCache::new(100, true), roomy());
     let policy = super::super::lease::Policy::new(
         Lease::Max(10),
         Duration::from_micros(100),
         Duration::from_micros(1_000),
     )
     .unwrap();
-    let (ask, ours) = cache.lease_ask(1, "k", 1, 0, &policy, 50);
-    assert!(ours);
+    let (ask, turn) = cache.claim(1, "k", &set, 1, 0, Some(&policy), 50);
+    assert_eq!(turn, Turn::Lead);
     assert_eq!((ask.want, ask.give_back), (1, None), "no history: the cost");
-    let (second, ours) = cache.lease_ask(1, "k", 1, 10, &policy, 50);
-    assert!(!ours, "one lease call at a time");
+    let (second, turn) = cache.claim(1, "k", &set, 1, 10, Some(&policy), 50);
+    assert_eq!(turn, Turn::Wait, "one lease call at a time");
     assert_eq!(second.want, 1);
     // Redis granted 4 units (1 for the request) and is now empty.
     let d = cache.settle(
@@ -127,7 +138,7 @@ fn a_lease_admits_here_until_spent_or_expired_then_a_denial_applies() {
         0,
         20,
         &reply(verdict(true, 0, 0), 4, 900),
-        Some((&policy, true)),
+        Some(&policy),
     );
     assert!(d.allowed());
     assert_eq!(d.remaining(), 3, "Redis's 0 plus the lease's 3");
@@ -147,8 +158,8 @@ fn a_lease_admits_here_until_spent_or_expired_then_a_denial_applies() {
     denied(cache.get(1, "k", &set, 1, true, 40));
     // Once Redis has a unit again, the next lease is sized by the pace
     // of the last: 4 units in 920 us is less than one a slice.
-    let (ask, ours) = cache.lease_ask(1, "k", 1, 920, &policy, 50);
-    assert!(ours);
+    let (ask, turn) = cache.claim(1, "k", &set, 1, 920, Some(&policy), 50);
+    assert_eq!(turn, Turn::Lead);
     assert_eq!(ask.want, 1);
     // A lease spent at 4 units in 40 us asks for 10 (100 us of it).
     cache.settle(
@@ -159,7 +170,7 @@ fn a_lease_admits_here_until_spent_or_expired_then_a_denial_applies() {
         0,
         0,
         &reply(verdict(true, 6, 0), 4, 0),
-        Some((&policy, true)),
+        Some(&policy),
     );
     for _ in 0..3 {
         assert!(matches!(
@@ -167,13 +178,13 @@ fn a_lease_admits_here_until_spent_or_expired_then_a_denial_applies() {
             Some(Hit::Lease(_))
         ));
     }
-    let (ask, _) = cache.lease_ask(1, "j", 1, 40, &policy, 50);
+    let (ask, _) = cache.claim(1, "j", &set, 1, 40, Some(&policy), 50);
     assert_eq!((ask.want, ask.give_back), (10, None));
 }
 
 #[test]
 fn unspent_units_go_back_with_the_next_lease_call() {
-    let (cache, set) = (DenialCache::new(100, true), gcra());
+    let (cache, set) = (DenialCache::new(100, true), roomy());
     let policy = super::super::lease::Policy::new(
         Lease::Max(10),
         Duration::from_micros(100),
@@ -182,10 +193,64 @@ fn unspent_units_go_back_with_the_next_lease_call() {
     .unwrap();
     let mut granted = reply(verdict(true, 6, 0), 4, 0);
     granted.now = 77;
-    cache.settle(1, "k", &set, 1, 0, 0, &granted, Some((&policy, true)));
+    cache.settle(1, "k", &set, 1, 0, 0, &granted, Some(&policy));
     // A request costing more than the 3 units held.
     assert!(cache.get(1, "k", &set, 5, true, 10).is_none());
-    let (ask, _) = cache.lease_ask(1, "k", 5, 10, &policy, 50);
+    let (ask, _) = cache.claim(1, "k", &set, 5, 10, Some(&policy), 50);
     assert_eq!(ask.give_back, Some((3, 77)));
     assert!(ask.want >= 5);
+}
+
+#[test]
+fn a_run_out_denial_gives_its_key_one_call_and_the_others_wait_for_it() {
+    let (cache, set) = (DenialCache::new(100, true), gcra());
+    let claim = |cost, now| cache.claim(1, "k", &set, cost, now, None, 50).1;
+    assert_eq!(claim(1, 0), Turn::Alone, "a key with nothing cached");
+    cache.settle(
+        1,
+        "k",
+        &set,
+        1,
+        0,
+        0,
+        &reply(verdict(true, 0, 0), 1, 100),
+        None,
+    );
+    assert_eq!(claim(0, 50), Turn::Alone, "a cheaper request, denial live");
+    // Run out: the first request to find it makes the key's call.
+    assert!(cache.get(1, "k", &set, 1, true, 120).is_none());
+    assert_eq!(claim(1, 120), Turn::Lead);
+    assert_eq!(claim(1, 121), Turn::Wait);
+    assert_eq!(claim(1, 169), Turn::Wait);
+    assert_eq!(claim(1, 170), Turn::Lead, "a call out too long is given up");
+    // Its admission empties the quota again: the waiters are refused here.
+    cache.settle(
+        1,
+        "k",
+        &set,
+        1,
+        120,
+        130,
+        &reply(verdict(true, 0, 0), 1, 100),
+        None,
+    );
+    cache.end_call(1, "k");
+    denied(cache.get(1, "k", &set, 1, true, 131));
+    // An admission that leaves units: the run-out denial is dropped, and
+    // the key's requests go to Redis each on their own again.
+    assert_eq!(claim(1, 240), Turn::Lead);
+    cache.settle(
+        1,
+        "k",
+        &set,
+        1,
+        240,
+        250,
+        &reply(verdict(true, 3, 0), 1, 0),
+        None,
+    );
+    cache.end_call(1, "k");
+    assert!(cache.get(1, "k", &set, 1, true, 251).is_none());
+    assert_eq!(claim(1, 251), Turn::Alone);
+    assert_eq!(cache.len(), 0);
 }

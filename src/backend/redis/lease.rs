@@ -34,10 +34,12 @@ pub enum Lease {
     /// Every decision is one Redis call (the default).
     #[default]
     Off,
-    /// Leases sized to the key's traffic, up to [`Lease::AUTO_MAX`] units.
+    /// Leases sized to the key's traffic, up to [`Lease::AUTO_MAX`] units
+    /// and an eighth of the smallest capacity in the quota set.
     Auto,
-    /// Leases sized to the key's traffic, up to this many units (1 leases
-    /// nothing beyond the request: every decision is a Redis call).
+    /// Leases sized to the key's traffic, up to this many units and an
+    /// eighth of the smallest capacity in the quota set (1 leases nothing
+    /// beyond the request: every decision is a Redis call).
     Max(u64),
 }
 
@@ -107,6 +109,15 @@ pub(crate) struct Policy {
 /// close together does not take a large lease on one sample.
 const GROWTH: u64 = 4;
 
+/// A lease holds at most this fraction (1 / `CAPACITY_SHARE`) of the
+/// smallest capacity in its set, and at least 1 unit. Parked units are what
+/// leases cost the fleet (at most lease size x processes): an eighth keeps
+/// one process from parking a small quota's whole allowance, so up to 8
+/// processes can all be admitted from a hot key's capacity at once, while a
+/// saturated key still takes 8 units' worth of traffic per Redis call once
+/// its capacity reaches 64.
+const CAPACITY_SHARE: u64 = 8;
+
 impl Policy {
     pub(crate) fn new(lease: Lease, slice: Duration, lifetime: Duration) -> Option<Policy> {
         Some(Policy {
@@ -116,10 +127,20 @@ impl Policy {
         })
     }
 
-    /// Units to ask for a request of `cost` at `now`, given the key's last
-    /// lease here: enough for a slice at the pace that lease was spent. A
-    /// key with no recent lease asks for the cost alone, as without leases.
-    pub(crate) fn want(&self, cost: u64, last: Option<&Held>, now: u64) -> u64 {
+    /// The most units one lease of `quotas` holds: the mode's maximum, and
+    /// a share of the smallest capacity in the set (see [`CAPACITY_SHARE`]).
+    pub(crate) fn most(&self, quotas: &QuotaSet) -> u64 {
+        let smallest = quotas.quotas().iter().map(|q| q.max_cost()).min();
+        let share = smallest.map_or(1, |c| c / CAPACITY_SHARE).max(1);
+        self.max.min(share)
+    }
+
+    /// Units to ask for a request of `cost` of `quotas` at `now`, given the
+    /// key's last lease here: enough for a slice at the pace that lease was
+    /// spent, up to [`most`](Self::most). A key with no recent lease asks
+    /// for the cost alone, as without leases, and so does any request
+    /// costing more than a lease may hold.
+    pub(crate) fn want(&self, cost: u64, last: Option<&Held>, quotas: &QuotaSet, now: u64) -> u64 {
         // A cost of 0 asks how things stand: it takes nothing.
         let Some(last) = last.filter(|_| cost > 0) else {
             return cost;
@@ -131,7 +152,12 @@ impl Policy {
         )
         .unwrap_or(u64::MAX);
         paced
-            .clamp(1, self.max.min(last.size.saturating_mul(GROWTH)).max(1))
+            .clamp(
+                1,
+                self.most(quotas)
+                    .min(last.size.saturating_mul(GROWTH))
+                    .max(1),
+            )
             .max(cost)
     }
 }
@@ -169,16 +195,20 @@ impl Held {
     /// left, plus what the lease holds; resets shortened by the time passed.
     pub(crate) fn decision(&self, now: u64, quotas: &QuotaSet) -> Decision {
         let elapsed = now.saturating_sub(self.taken);
-        let verdicts: SmallVec<[RawQuotaDecision; 2]> = self
-            .verdicts
-            .iter()
-            .map(|v| RawQuotaDecision {
-                remaining: v.remaining.saturating_add(self.units),
-                reset: v.reset.saturating_sub(elapsed),
-                ..*v
-            })
-            .collect();
-        quotas.decision_from(&verdicts)
+        let seen = |v: &RawQuotaDecision| RawQuotaDecision {
+            remaining: v.remaining.saturating_add(self.units),
+            reset: v.reset.saturating_sub(elapsed),
+            ..*v
+        };
+        // One quota, the common case, on the stack: collecting into a
+        // SmallVec costs more than the rest of the decision (callgrind).
+        match &self.verdicts[..] {
+            [v] => quotas.decision_from(&[seen(v)]),
+            verdicts => {
+                let verdicts: SmallVec<[RawQuotaDecision; 2]> = verdicts.iter().map(seen).collect();
+                quotas.decision_from(&verdicts)
+            }
+        }
     }
 
     /// The units to give back to Redis, and the Redis time they were taken.
@@ -225,6 +255,11 @@ mod tests {
         assert!(Lease::leases(Algorithm::Gcra));
     }
 
+    fn gcra(capacity: u64) -> QuotaSet {
+        let quota = crate::Quota::gcra(capacity, Duration::from_secs(1));
+        QuotaSet::single(quota.build().unwrap())
+    }
+
     #[test]
     fn a_quiet_key_asks_for_its_cost_and_a_hot_one_for_a_slice_of_its_traffic() {
         let policy = Policy::new(
@@ -233,17 +268,57 @@ mod tests {
             Duration::from_millis(50),
         )
         .unwrap();
-        assert_eq!(policy.want(1, None, 0), 1, "no history: the cost alone");
-        assert_eq!(policy.want(3, None, 0), 3);
-        assert_eq!(policy.want(0, Some(&held(100, 0, 0)), 10_000), 0);
+        let set = gcra(1_000_000);
+        assert_eq!(policy.want(1, None, &set, 0), 1, "no history: the cost");
+        assert_eq!(policy.want(3, None, &set, 0), 3);
+        assert_eq!(policy.want(0, Some(&held(100, 0, 0)), &set, 10_000), 0);
         // One unit a second: a 10 ms slice holds less than one.
-        assert_eq!(policy.want(1, Some(&held(1, 0, 0)), 1_000_000), 1);
+        assert_eq!(policy.want(1, Some(&held(1, 0, 0)), &set, 1_000_000), 1);
         // 100 units spent in 10 ms (10 000/s): 100 for the next 10 ms.
-        assert_eq!(policy.want(1, Some(&held(100, 0, 0)), 10_000), 100);
+        assert_eq!(policy.want(1, Some(&held(100, 0, 0)), &set, 10_000), 100);
         // Faster still, but growth is bounded per lease, and by the maximum.
-        assert_eq!(policy.want(1, Some(&held(2, 0, 0)), 10), 8);
-        assert_eq!(policy.want(1, Some(&held(400, 0, 0)), 10), 500);
+        assert_eq!(policy.want(1, Some(&held(2, 0, 0)), &set, 10), 8);
+        assert_eq!(policy.want(1, Some(&held(400, 0, 0)), &set, 10), 500);
         // A request costing more than the lease would be still asks its cost.
-        assert_eq!(policy.want(600, Some(&held(400, 0, 0)), 10), 600);
+        assert_eq!(policy.want(600, Some(&held(400, 0, 0)), &set, 10), 600);
+    }
+
+    #[test]
+    fn a_lease_holds_at_most_an_eighth_of_the_smallest_capacity() {
+        let auto = Policy::new(
+            Lease::Auto,
+            Duration::from_millis(10),
+            Duration::from_millis(50),
+        )
+        .unwrap();
+        let hot = held(400, 0, 0);
+        assert_eq!(auto.most(&gcra(10)), 1, "a quota of 10: no lease at all");
+        assert_eq!(auto.want(1, Some(&hot), &gcra(10), 10), 1);
+        assert_eq!(auto.want(1, Some(&hot), &gcra(80), 10), 10);
+        assert_eq!(auto.want(1, Some(&hot), &gcra(7), 10), 1, "at least 1");
+        assert_eq!(auto.most(&gcra(1_000_000)), Lease::AUTO_MAX);
+        // The smallest quota of a set bounds it.
+        let both = QuotaSet::new(
+            "both",
+            [
+                crate::Quota::gcra(1_000, Duration::from_secs(1))
+                    .build()
+                    .unwrap(),
+                crate::Quota::fixed_window(160, Duration::from_secs(60))
+                    .build()
+                    .unwrap(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(auto.want(1, Some(&hot), &both, 10), 20);
+        // A request costing more than a lease may hold asks its cost.
+        assert_eq!(auto.want(5, Some(&hot), &gcra(10), 10), 5);
+        let fixed = Policy::new(
+            Lease::Max(500),
+            Duration::from_millis(10),
+            Duration::from_millis(50),
+        )
+        .unwrap();
+        assert_eq!(fixed.most(&gcra(80)), 10, "an explicit maximum too");
     }
 }
