@@ -11,6 +11,10 @@ use crate::decision::{Decision, QuotaDecision};
 use crate::quota::Quota;
 use crate::state::QuotaState;
 
+/// Quotas per set decided without a heap allocation (on the stack; a set of
+/// more spills over).
+const SET_INLINE: usize = 4;
+
 /// A named set of quotas applied together: a request passes only if every
 /// enforced quota admits it, and a request refused by one quota spends
 /// nothing from the others.
@@ -197,7 +201,7 @@ impl QuotaSet {
         now: Timestamp,
         commit: bool,
         room: bool,
-    ) -> (Decision, SmallVec<[Update; 2]>) {
+    ) -> (Decision, SmallVec<[Update; SET_INLINE]>) {
         let now = now.as_micros();
         let check = |i: usize| self.quotas[i].check(state(i), cost, now, room);
         let mut updates = SmallVec::new();
@@ -206,9 +210,9 @@ impl QuotaSet {
             updates.push(update);
             return (decision, updates);
         }
-        let outcomes: SmallVec<[Outcome; 2]> = (0..self.quotas.len()).map(check).collect();
+        let outcomes: SmallVec<[Outcome; SET_INLINE]> = (0..self.quotas.len()).map(check).collect();
         let allowed = self.admits(outcomes.iter().map(|s| s.allowed));
-        let mut verdicts = SmallVec::<[RawQuotaDecision; 2]>::new();
+        let mut verdicts = SmallVec::<[RawQuotaDecision; SET_INLINE]>::new();
         for outcome in outcomes {
             let (verdict, update) = settle(outcome, allowed, commit);
             verdicts.push(verdict);
@@ -250,7 +254,8 @@ impl QuotaSet {
     /// script, which returns the same numbers.
     pub(crate) fn decision_from(&self, verdicts: &[RawQuotaDecision]) -> Decision {
         let allowed = self.admits(verdicts.iter().map(|v| v.allowed));
-        let mut decisions = SmallVec::new();
+        // One allocation for a set of several, not one per doubling.
+        let mut decisions = SmallVec::with_capacity(verdicts.len());
         for (q, v) in self.quotas.iter().zip(verdicts) {
             decisions.push(v.decision(q));
         }
