@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 
 cargo build --release --bench instructions --quiet 2>/dev/null || cargo bench --bench instructions --no-run --quiet
-bin=$(ls -t target/release/deps/instructions-* | grep -v '\.d$' | head -n 1)
+bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/instructions-* | grep -v '\.d$' | head -n 1)
 
 cases=("$@")
 if [ ${#cases[@]} -eq 0 ]; then
