@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{Quota as GovQuota, RateLimiter};
-use tollgate::{Algorithm, Limiter, MemoryBackend, Quota, QuotaSet};
+use tollgate::{Algorithm, Limiter, MemoryBackend, Quota};
+
+#[path = "support/peers.rs"]
+mod peers;
 
 const KEYS: usize = 1_000_000;
 
@@ -101,24 +104,7 @@ fn many_keys(c: &mut Criterion) {
 /// the first refused, as it would be.
 fn three_quotas(c: &mut Criterion) {
     let mut g = c.benchmark_group("three_quotas");
-    let set = QuotaSet::new(
-        "three",
-        [
-            Quota::sliding_window(10, Duration::from_secs(60))
-                .name("minute")
-                .build()
-                .expect("valid"),
-            Quota::fixed_window(2, Duration::from_secs(3))
-                .name("burst")
-                .build()
-                .expect("valid"),
-            Quota::min_interval(Duration::from_secs(1))
-                .name("interval")
-                .build()
-                .expect("valid"),
-        ],
-    )
-    .expect("valid set");
+    let set = peers::three_quotas();
     let key = "ip:203.0.113.7".to_owned();
     let three = Limiter::new(MemoryBackend::new(), set);
     g.bench_function("tollgate/three_quotas", |b| {

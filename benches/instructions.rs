@@ -12,6 +12,9 @@ use std::time::Duration;
 use governor::{Quota as GovQuota, RateLimiter};
 use tollgate::{Algorithm, Limiter, MemoryBackend, Quota, QuotaSet};
 
+#[path = "support/peers.rs"]
+mod peers;
+
 fn tollgate(quotas: QuotaSet) -> Limiter<MemoryBackend> {
     Limiter::new(MemoryBackend::new(), quotas)
 }
@@ -23,29 +26,6 @@ fn single(algorithm: Algorithm) -> QuotaSet {
         a => Quota::builder(a, 1_000_000, Duration::from_secs(1)),
     };
     QuotaSet::single(quota.build().expect("valid quota"))
-}
-
-/// The three quotas: 10 a minute, 2 per 3 s, a 1 s minimum
-/// interval. Checks are refused after the first, as they would be.
-fn three() -> QuotaSet {
-    QuotaSet::new(
-        "three",
-        [
-            Quota::sliding_window(10, Duration::from_secs(60))
-                .name("minute")
-                .build()
-                .expect("valid"),
-            Quota::fixed_window(2, Duration::from_secs(3))
-                .name("burst")
-                .build()
-                .expect("valid"),
-            Quota::min_interval(Duration::from_secs(1))
-                .name("interval")
-                .build()
-                .expect("valid"),
-        ],
-    )
-    .expect("valid set")
 }
 
 fn main() {
@@ -67,7 +47,7 @@ fn main() {
         return;
     }
     let quotas = match case.strip_prefix("tollgate/") {
-        Some("three_quotas") => three(),
+        Some("three_quotas") => peers::three_quotas(),
         Some(name) => match Algorithm::ALL.iter().find(|a| a.name() == name) {
             Some(&a) => single(a),
             None => return eprintln!("unknown case {case}"),

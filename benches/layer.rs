@@ -12,9 +12,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use tollgate::key::PeerIp;
 use tollgate::{HeaderStyle, Limiter, MemoryBackend, Quota, RateLimitLayer};
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
-use tower_governor::GovernorLayer;
-use tower_governor::governor::GovernorConfigBuilder;
 
+#[path = "support/peers.rs"]
+mod peers;
 #[path = "support/mod.rs"]
 mod support;
 use support::{hello, request};
@@ -63,15 +63,8 @@ fn bench(c: &mut Criterion) {
         let allocs = allocations(&rt, &mut svc) - allocations(&rt, &mut bare);
         println!("allocations per request added by tollgate, {name} headers: {allocs:.1}");
     }
-    // As examples/bench_server.rs configures it.
-    let config = GovernorConfigBuilder::default()
-        .per_nanosecond(1_000)
-        .burst_size(1_000_000)
-        .use_headers()
-        .finish()
-        .expect("governor config");
     let mut governed = ServiceBuilder::new()
-        .layer(GovernorLayer::new(config))
+        .layer(peers::governor_layer())
         .service(service_fn(hello));
     g.bench_function("tower_governor/headers", |b| {
         b.iter(|| {

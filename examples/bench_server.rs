@@ -12,8 +12,9 @@ use std::time::Duration;
 use axum::{Router, routing::get};
 use tollgate::key::PeerIp;
 use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
-use tower_governor::GovernorLayer;
-use tower_governor::governor::GovernorConfigBuilder;
+
+#[path = "../benches/support/peers.rs"]
+mod peers;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,15 +52,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 PeerIp::new(),
             ))
         }
-        "governor" => {
-            let config = GovernorConfigBuilder::default()
-                .per_nanosecond(1_000)
-                .burst_size(1_000_000)
-                .use_headers()
-                .finish()
-                .ok_or("invalid governor config")?;
-            app.layer(GovernorLayer::new(config))
-        }
+        "governor" => app.layer(peers::governor_layer()),
         other => return Err(format!("unknown MODE {other:?}").into()),
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;

@@ -23,8 +23,9 @@ use http::{Request, Response};
 use tollgate::key::PeerIp;
 use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
 use tower::{Layer, Service, service_fn};
-use tower_governor::GovernorLayer;
-use tower_governor::governor::GovernorConfigBuilder;
+
+#[path = "../benches/support/peers.rs"]
+mod peers;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -52,14 +53,7 @@ fn main() {
             drive(RateLimitLayer::new(limiter, PeerIp::new()).layer(hello), n);
         }
         "governor" => {
-            // As examples/bench_server.rs configures it.
-            let config = GovernorConfigBuilder::default()
-                .per_nanosecond(1_000)
-                .burst_size(1_000_000)
-                .use_headers()
-                .finish()
-                .expect("governor config");
-            drive(GovernorLayer::new(config).layer(hello), n);
+            drive(peers::governor_layer().layer(hello), n);
         }
         other => panic!("unknown mode {other:?}"),
     }
