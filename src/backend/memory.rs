@@ -4,6 +4,8 @@ use std::fmt;
 use std::future::{Future, ready};
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::table::{Expiring, Locked, Table};
 use super::{Backend, BackendError, CheckRequest};
 use crate::algorithm::{State, Update};
@@ -226,26 +228,36 @@ impl<C: Clock> MemoryBackend<C> {
             }
             return decision;
         }
+        // Each quota's entry found once: updated in place where it exists,
+        // and only then the new ones stored, since an insert may sweep or
+        // evict and so move entries.
+        let positions: SmallVec<[Option<usize>; 4]> =
+            ids.iter().map(|&id| shard.position(id, key)).collect();
         let (decision, updates) = request.quotas.evaluate(
-            |i| shard.get(ids[i], key).map(|s| &s.state),
+            |i| positions[i].and_then(|at| shard.at(at)).map(|s| &s.state),
             request.cost,
             now,
             request.commit,
             request.room,
         );
-        for ((update, &id), quota) in updates.into_iter().zip(ids).zip(quotas) {
-            match shard.get_mut(id, key) {
+        let mut new = SmallVec::<[(u64, Update, &Params); 4]>::new();
+        for (((update, &id), quota), at) in updates.into_iter().zip(ids).zip(quotas).zip(&positions)
+        {
+            match at.and_then(|at| shard.at_mut(at)) {
                 Some(slot) => slot.update(update, &quota.params),
-                None => store_new(
-                    &mut shard,
-                    &inner.metrics,
-                    id,
-                    key,
-                    update,
-                    &quota.params,
-                    now.as_micros(),
-                ),
+                None => new.push((id, update, &quota.params)),
             }
+        }
+        for (id, update, params) in new {
+            store_new(
+                &mut shard,
+                &inner.metrics,
+                id,
+                key,
+                update,
+                params,
+                now.as_micros(),
+            );
         }
         decision
     }

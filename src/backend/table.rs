@@ -139,7 +139,9 @@ impl<V: Expiring> Table<V> {
 }
 
 impl<V: Expiring> Locked<'_, V> {
-    fn position(&self, id: u64, key: &str) -> Option<usize> {
+    /// Where `(id, key)`'s entry is, for [`at`](Self::at) and
+    /// [`at_mut`](Self::at_mut): valid until the next insert or removal.
+    pub(crate) fn position(&self, id: u64, key: &str) -> Option<usize> {
         let hash = entry_hash(self.key_hash, id);
         let entries = &self.shard.entries;
         self.shard
@@ -151,6 +153,17 @@ impl<V: Expiring> Locked<'_, V> {
             .map(|&i| i as usize)
     }
 
+    /// The entry at a position found since the last insert or removal.
+    pub(crate) fn at(&self, position: usize) -> Option<&V> {
+        self.shard.entries.get(position).map(|e| &e.value)
+    }
+
+    /// The entry at a position found since the last insert or removal.
+    pub(crate) fn at_mut(&mut self, position: usize) -> Option<&mut V> {
+        self.shard.entries.get_mut(position).map(|e| &mut e.value)
+    }
+
+    #[cfg(test)]
     pub(crate) fn get(&self, id: u64, key: &str) -> Option<&V> {
         let i = self.position(id, key)?;
         Some(&self.shard.entries[i].value)
