@@ -263,6 +263,48 @@ async fn many_tasks_on_one_key_admit_exactly_the_limit() {
     }
 }
 
+/// GCRA and the leaky bucket decide a stored key under a read lock by
+/// compare-and-swap: threads racing on one key must each see a distinct
+/// arrival time, so every admission reports a different `remaining`.
+#[test]
+fn threads_racing_on_one_arrival_time_lose_no_update() {
+    for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
+        let (l, _) = limiter(Quota::builder(algorithm, 4_000, 60 * SEC).build().unwrap());
+        // Stored first, so every racing check takes the read-locked path.
+        assert!(l.check_now("hot", 1).unwrap().unwrap().allowed());
+        let start = std::sync::Barrier::new(4);
+        let seen: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        (0..2_000)
+                            .filter_map(|_| {
+                                let d = l.check_now("hot", 1).unwrap().unwrap();
+                                d.allowed().then(|| d.quotas()[0].remaining())
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut remaining: Vec<u64> = seen.into_iter().flatten().collect();
+        assert_eq!(
+            remaining.len(),
+            3_999,
+            "{algorithm}: the limit less the first"
+        );
+        remaining.sort_unstable();
+        remaining.dedup();
+        assert_eq!(
+            remaining.len(),
+            3_999,
+            "{algorithm}: two admissions shared a state"
+        );
+    }
+}
+
 #[tokio::test]
 async fn memory_stays_within_the_key_bound() {
     let clock = ManualClock::new(Timestamp::from_secs(1_000));

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::{Future, ready};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use smallvec::SmallVec;
 
@@ -12,14 +13,18 @@ use crate::algorithm::{State, Update};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
-use crate::quota::Params;
+use crate::quota::{Algorithm, Params};
 
 /// Rate-limit state in this process's memory.
 ///
 /// - **Concurrent**: keys are spread over many shards, each behind its own
-///   lock, held only for the few hundred nanoseconds of a decision; a hot key
-///   stalls only the keys of its shard. All quotas of one key live in one
-///   shard, so a multi-quota decision is atomic.
+///   read-write lock. A key with one GCRA or leaky-bucket quota, once
+///   stored, is decided under the read lock: its one number is updated by
+///   compare-and-swap, so threads on the same key or shard never wait for
+///   each other. Other decisions take the write lock for the few hundred
+///   nanoseconds they last; a hot key stalls only the keys of its shard. All
+///   quotas of one key live in one shard, so a multi-quota decision is
+///   atomic.
 /// - **Bounded**: at most [`max_keys`](MemoryBackendBuilder::max_keys) states
 ///   (one per key and quota; 1 000 000 by default). State that has expired
 ///   (it would mean the same as no state) is swept out as new keys arrive, at
@@ -61,23 +66,73 @@ impl<C> Drop for Inner<C> {
 }
 
 /// One quota's state for one key, with the moment it stops mattering.
+///
+/// GCRA and the leaky bucket keep one number, the theoretical arrival time,
+/// which is also their expiry: for them `expires_at` is the state, updated
+/// by compare-and-swap under the shard's read lock, and the copy in `state`
+/// is brought up to date only under the write lock, before it is read.
 struct Slot {
-    expires_at: u64,
+    expires_at: AtomicU64,
     state: State,
 }
 
 impl Expiring for Slot {
     fn expires_at(&self) -> u64 {
-        self.expires_at
+        self.expires_at.load(Relaxed)
     }
 }
 
 impl Slot {
+    fn new(state: State, p: &Params) -> Self {
+        Slot {
+            expires_at: AtomicU64::new(state.expires_at(p)),
+            state,
+        }
+    }
+
+    /// The state, as the write lock's holder sees it.
+    #[inline]
+    fn current(&mut self) -> &State {
+        if let State::Tat(tat) = &mut self.state {
+            *tat = *self.expires_at.get_mut();
+        }
+        &self.state
+    }
+
     #[inline]
     fn update(&mut self, update: Update, p: &Params) {
         if update != Update::Keep {
             update.apply_to(&mut self.state, p);
-            self.expires_at = self.state.expires_at(p);
+            *self.expires_at.get_mut() = self.state.expires_at(p);
+        }
+    }
+
+    /// Decides a one-quota request on a theoretical arrival time without
+    /// the write lock: the time is read, the quota decided on it, and the
+    /// new time swapped in only if nobody moved it meanwhile (else decided
+    /// again on the newer time), as governor does.
+    #[inline]
+    fn decide_arrival(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
+        let mut tat = self.expires_at.load(Relaxed);
+        loop {
+            let (decision, update) = request.quotas.evaluate_one(
+                Some(&State::Tat(tat)),
+                request.cost,
+                now,
+                request.commit,
+                request.room,
+            );
+            // GCRA and the leaky bucket only ever keep or set the time.
+            let Update::Set(State::Tat(next)) = update else {
+                return decision;
+            };
+            match self
+                .expires_at
+                .compare_exchange_weak(tat, next, Relaxed, Relaxed)
+            {
+                Ok(_) => return decision,
+                Err(moved) => tat = moved,
+            }
         }
     }
 }
@@ -95,8 +150,7 @@ fn store_new(
     let mut state = None;
     if update.apply(&mut state, p) {
         if let Some(state) = state {
-            let expires_at = state.expires_at(p);
-            metrics.states_changed(shard.insert(id, key, Slot { expires_at, state }, now));
+            metrics.states_changed(shard.insert(id, key, Slot::new(state, p), now));
         }
     }
 }
@@ -199,14 +253,26 @@ impl<C: Clock> MemoryBackend<C> {
         let inner = &*self.inner;
         let now = inner.clock.now();
         let key = request.key;
-        let mut shard = inner.table.lock(key);
         let ids = request.quotas.state_ids();
         let quotas = request.quotas.quotas();
+        let mut shard = match (ids, quotas) {
+            // One arrival time: decided under the read lock once stored.
+            ([id], [quota])
+                if matches!(quota.algorithm(), Algorithm::Gcra | Algorithm::LeakyBucket) =>
+            {
+                let shard = inner.table.read(key);
+                if let Some(slot) = shard.get(*id, key) {
+                    return slot.decide_arrival(&request, now.as_micros());
+                }
+                shard.write()
+            }
+            _ => inner.table.lock(key),
+        };
         // One quota, the common case: one lookup, and the state updated in
         // place.
         if let ([id], [quota]) = (ids, quotas) {
-            let slot = shard.get_mut(*id, key);
-            let state = slot.as_deref().map(|s| &s.state);
+            let mut slot = shard.get_mut(*id, key);
+            let state = slot.as_deref_mut().map(Slot::current);
             let (decision, update) = request.quotas.evaluate_one(
                 state,
                 request.cost,
@@ -231,8 +297,14 @@ impl<C: Clock> MemoryBackend<C> {
         // Each quota's entry found once: updated in place where it exists,
         // and only then the new ones stored, since an insert may sweep or
         // evict and so move entries.
-        let positions: SmallVec<[Option<usize>; 4]> =
-            ids.iter().map(|&id| shard.position(id, key)).collect();
+        let positions: SmallVec<[Option<usize>; 4]> = ids
+            .iter()
+            .map(|&id| {
+                let at = shard.position(id, key)?;
+                shard.at_mut(at).map(Slot::current);
+                Some(at)
+            })
+            .collect();
         let (decision, updates) = request.quotas.evaluate(
             |i| positions[i].and_then(|at| shard.at(at)).map(|s| &s.state),
             request.cost,

@@ -14,11 +14,11 @@
 //! fresh state that forgetting it gives.
 
 use std::hash::BuildHasher;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::{HashMap, HashTable};
 
-use crate::sync::lock;
+use crate::sync::{read, write};
 
 /// How often, at most, a shard is swept for expired entries (microseconds).
 const PURGE_EVERY: u64 = 1_000_000;
@@ -34,7 +34,7 @@ pub(crate) trait Expiring {
 }
 
 pub(crate) struct Table<V> {
-    shards: Box<[Padded<Mutex<Shard<V>>>]>,
+    shards: Box<[Padded<RwLock<Shard<V>>>]>,
     hasher: foldhash::fast::RandomState,
     capacity: usize,
 }
@@ -63,11 +63,21 @@ struct Entry<V> {
     value: V,
 }
 
-/// One key's shard, locked: all of a key's ids live in the same shard, so a
-/// decision over several of them is atomic.
+/// One key's shard, locked to write: all of a key's ids live in the same
+/// shard, so a decision over several of them is atomic.
 pub(crate) struct Locked<'a, V> {
-    shard: MutexGuard<'a, Shard<V>>,
+    shard: RwLockWriteGuard<'a, Shard<V>>,
     hasher: &'a foldhash::fast::RandomState,
+    key_hash: u64,
+}
+
+/// One key's shard, locked to read: other readers of the shard go on at the
+/// same time, so a value that updates itself atomically (a compare-and-swap)
+/// is decided on without excluding anyone.
+pub(crate) struct Read<'a, V> {
+    shard: RwLockReadGuard<'a, Shard<V>>,
+    table: &'a Table<V>,
+    index: usize,
     key_hash: u64,
 }
 
@@ -95,7 +105,7 @@ impl<V: Expiring> Table<V> {
         let hasher = foldhash::fast::RandomState::default();
         let shards = (0..shards)
             .map(|i| {
-                Padded(Mutex::new(Shard {
+                Padded(RwLock::new(Shard {
                     bound: capacity / shards + usize::from(i < capacity % shards),
                     entries: Vec::new(),
                     index: HashTable::new(),
@@ -123,18 +133,62 @@ impl<V: Expiring> Table<V> {
 
     /// Entries stored now, expired ones not yet swept included.
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(&s.0).entries.len()).sum()
+        self.shards.iter().map(|s| read(&s.0).entries.len()).sum()
     }
 
-    /// Locks the shard of `key`.
-    pub(crate) fn lock(&self, key: &str) -> Locked<'_, V> {
+    /// The hash of `key` and the index of its shard.
+    fn place(&self, key: &str) -> (u64, usize) {
         let key_hash = self.hasher.hash_one(key);
-        let index = (key_hash >> 40) as usize & (self.shards.len() - 1);
+        (
+            key_hash,
+            (key_hash >> 40) as usize & (self.shards.len() - 1),
+        )
+    }
+
+    /// Locks the shard of `key` to write.
+    pub(crate) fn lock(&self, key: &str) -> Locked<'_, V> {
+        let (key_hash, index) = self.place(key);
+        self.lock_at(index, key_hash)
+    }
+
+    fn lock_at(&self, index: usize, key_hash: u64) -> Locked<'_, V> {
         Locked {
-            shard: lock(&self.shards[index].0),
+            shard: write(&self.shards[index].0),
             hasher: &self.hasher,
             key_hash,
         }
+    }
+
+    /// Locks the shard of `key` to read.
+    pub(crate) fn read(&self, key: &str) -> Read<'_, V> {
+        let (key_hash, index) = self.place(key);
+        Read {
+            shard: read(&self.shards[index].0),
+            table: self,
+            index,
+            key_hash,
+        }
+    }
+}
+
+impl<'a, V: Expiring> Read<'a, V> {
+    /// The entry of `(id, key)`, if there is one.
+    pub(crate) fn get(&self, id: u64, key: &str) -> Option<&V> {
+        let i = self.shard.find(entry_hash(self.key_hash, id), id, key)?;
+        Some(&self.shard.entries[i].value)
+    }
+
+    /// The same shard locked to write instead (another writer may come
+    /// between): for a key whose entry must be made.
+    pub(crate) fn write(self) -> Locked<'a, V> {
+        let Read {
+            shard,
+            table,
+            index,
+            key_hash,
+        } = self;
+        drop(shard);
+        table.lock_at(index, key_hash)
     }
 }
 
@@ -142,15 +196,7 @@ impl<V: Expiring> Locked<'_, V> {
     /// Where `(id, key)`'s entry is, for [`at`](Self::at) and
     /// [`at_mut`](Self::at_mut): valid until the next insert or removal.
     pub(crate) fn position(&self, id: u64, key: &str) -> Option<usize> {
-        let hash = entry_hash(self.key_hash, id);
-        let entries = &self.shard.entries;
-        self.shard
-            .index
-            .find(hash, |&i| {
-                let e = &entries[i as usize];
-                e.id == id && &*e.key == key
-            })
-            .map(|&i| i as usize)
+        self.shard.find(entry_hash(self.key_hash, id), id, key)
     }
 
     /// The entry at a position found since the last insert or removal.
@@ -220,6 +266,17 @@ impl<V: Expiring> Locked<'_, V> {
 }
 
 impl<V: Expiring> Shard<V> {
+    /// The position of `(id, key)`'s entry, whose index hash is `hash`.
+    fn find(&self, hash: u64, id: u64, key: &str) -> Option<usize> {
+        let entries = &self.entries;
+        self.index
+            .find(hash, |&i| {
+                let e = &entries[i as usize];
+                e.id == id && &*e.key == key
+            })
+            .map(|&i| i as usize)
+    }
+
     /// Removes the entry at `position`, moving the last one into its place.
     fn remove_at(&mut self, position: usize, hasher: &foldhash::fast::RandomState) {
         let hash = self.entries[position].hash(hasher);
