@@ -107,8 +107,13 @@ impl Anchor {
     }
 
     fn now() -> Timestamp {
+        Anchor::at(Anchor::get().clock.raw())
+    }
+
+    /// The epoch time of a reading of the CPU counter.
+    fn at(raw: u64) -> Timestamp {
         let a = Anchor::get();
-        let nanos = a.clock.delta_as_nanos(a.origin, a.clock.raw());
+        let nanos = a.clock.delta_as_nanos(a.origin, raw);
         if nanos >= a.next.load(Ordering::Relaxed) {
             a.next.store(nanos + REANCHOR_NANOS, Ordering::Relaxed);
             // Follow the wall clock forward (NTP slewing, the counter's
@@ -129,6 +134,12 @@ pub(crate) struct Stopwatch(u64);
 impl Stopwatch {
     pub(crate) fn start() -> Self {
         Stopwatch(Anchor::get().clock.raw())
+    }
+
+    /// The moment it started, as [`SystemClock`] tells it: so that a check
+    /// timed by the limiter reads the counter once for both.
+    pub(crate) fn started_at(self) -> Timestamp {
+        Anchor::at(self.0)
     }
 
     pub(crate) fn elapsed(self) -> Duration {

@@ -15,9 +15,9 @@ pub struct QuotaDecision {
     remaining: u64,
     reset: u64,
     replenish: u64,
-    /// Zero when allowed.
-    retry_after: u64,
-    delay: u64,
+    /// Allowed: the delay before its turn (leaky bucket); refused: the
+    /// retry-after. One field, since a decision has only one of them.
+    wait: u64,
     allowed: bool,
     shadow: bool,
 }
@@ -40,8 +40,7 @@ impl QuotaDecision {
             remaining,
             reset,
             replenish,
-            retry_after: if allowed { 0 } else { retry_after },
-            delay,
+            wait: if allowed { delay } else { retry_after },
             allowed,
             shadow,
         }
@@ -82,12 +81,16 @@ impl QuotaDecision {
 
     /// When refused: time until the same request would pass.
     pub fn retry_after(&self) -> Option<Duration> {
-        (!self.allowed).then(|| Duration::from_micros(self.retry_after))
+        (!self.allowed).then(|| Duration::from_micros(self.wait))
     }
 
     /// Leaky bucket: how long the admitted request waits for its turn.
     pub fn delay(&self) -> Duration {
-        Duration::from_micros(self.delay)
+        Duration::from_micros(self.delay_micros())
+    }
+
+    fn delay_micros(&self) -> u64 {
+        if self.allowed { self.wait } else { 0 }
     }
 
     /// Whether the quota is in shadow mode: it reports, but never refuses.
@@ -100,13 +103,16 @@ impl QuotaDecision {
     /// admits.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))] // the denial cache ages refusals
     pub(crate) fn aged(&self, elapsed: u64) -> Self {
-        let retry_after = self.retry_after.saturating_sub(elapsed);
+        let retry_after = if self.allowed {
+            0
+        } else {
+            self.wait.saturating_sub(elapsed)
+        };
         QuotaDecision {
             reset: self.reset.saturating_sub(elapsed),
             replenish: self.replenish.saturating_sub(elapsed),
-            delay: 0,
             allowed: self.allowed || retry_after == 0,
-            retry_after,
+            wait: retry_after,
             ..*self
         }
     }
@@ -117,12 +123,32 @@ impl QuotaDecision {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     allowed: bool,
+    /// Whether any quota refused, shadow ones included: kept, as the
+    /// metrics ask it of every decision.
+    exceeded: bool,
     quotas: SmallVec<[QuotaDecision; 1]>,
 }
 
 impl Decision {
     pub(crate) fn new(allowed: bool, quotas: SmallVec<[QuotaDecision; 1]>) -> Self {
-        Decision { allowed, quotas }
+        let exceeded = quotas.iter().any(|q| !q.allowed);
+        Decision {
+            allowed,
+            exceeded,
+            quotas,
+        }
+    }
+
+    /// The decision of a set of one quota.
+    #[inline]
+    pub(crate) fn one(allowed: bool, quota: QuotaDecision) -> Self {
+        let mut quotas = SmallVec::new();
+        quotas.push(quota);
+        Decision {
+            allowed,
+            exceeded: !quota.allowed,
+            quotas,
+        }
     }
 
     /// Whether the request may proceed. Shadow quotas never make this false.
@@ -133,7 +159,7 @@ impl Decision {
     /// Whether any quota refused the request or would have (in shadow mode):
     /// what enforcing every quota would have done, inverted.
     pub fn exceeded(&self) -> bool {
-        self.quotas.iter().any(|q| !q.allowed)
+        self.exceeded
     }
 
     /// Each quota's answer, in the order the quotas were given.
@@ -160,7 +186,7 @@ impl Decision {
         self.quotas
             .iter()
             .filter(|q| !q.allowed && !q.shadow)
-            .map(|q| q.retry_after)
+            .map(|q| q.wait)
             .max()
             .map(Duration::from_micros)
     }
@@ -169,7 +195,7 @@ impl Decision {
     pub fn delay(&self) -> Duration {
         self.quotas
             .iter()
-            .map(|q| q.delay)
+            .map(QuotaDecision::delay_micros)
             .max()
             .map_or(Duration::ZERO, Duration::from_micros)
     }

@@ -142,7 +142,7 @@ impl<B: Backend> Limiter<B> {
         room: bool,
     ) -> Result<Decision, Error> {
         let started = Stopwatch::start();
-        let outcome = self.decide(key, cost, true, room).await;
+        let outcome = self.decide(key, cost, true, room, started).await;
         self.metrics.decided(&outcome, started);
         outcome
     }
@@ -160,7 +160,8 @@ impl<B: Backend> Limiter<B> {
         cost: u64,
         room: bool,
     ) -> Result<Decision, Error> {
-        self.decide(key, cost, false, room).await
+        self.decide(key, cost, false, room, Stopwatch::start())
+            .await
     }
 
     /// [`check`](Limiter::check) without waiting, when the backend can
@@ -178,7 +179,7 @@ impl<B: Backend> Limiter<B> {
         room: bool,
     ) -> Option<Result<Decision, Error>> {
         let started = Stopwatch::start();
-        let outcome = match self.request(key, cost, true, room) {
+        let outcome = match self.request(key, cost, true, room, started) {
             Ok(request) => self.backend.check_now(request)?.map_err(Error::Backend),
             Err(e) => Err(e),
         };
@@ -192,8 +193,9 @@ impl<B: Backend> Limiter<B> {
         cost: u64,
         commit: bool,
         room: bool,
+        started: Stopwatch,
     ) -> Result<Decision, Error> {
-        let request = self.request(key, cost, commit, room)?;
+        let request = self.request(key, cost, commit, room, started)?;
         Ok(self.backend.check(request).await?)
     }
 
@@ -203,6 +205,7 @@ impl<B: Backend> Limiter<B> {
         cost: u64,
         commit: bool,
         room: bool,
+        started: Stopwatch,
     ) -> Result<CheckRequest<'a>, Error> {
         if let Some(q) = self.quotas.too_costly(cost) {
             return Err(Error::CostTooHigh {
@@ -217,6 +220,7 @@ impl<B: Backend> Limiter<B> {
             cost,
             commit,
             room,
+            started,
         })
     }
 }

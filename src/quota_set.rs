@@ -210,10 +210,15 @@ impl QuotaSet {
             updates.push(update);
             return (decision, updates);
         }
-        let outcomes: SmallVec<[Outcome; SET_INLINE]> = (0..self.quotas.len()).map(check).collect();
+        // Outcomes are large (two branches, each with its state): pushed
+        // once and settled in place, never moved again.
+        let mut outcomes = SmallVec::<[Outcome; SET_INLINE]>::new();
+        for i in 0..self.quotas.len() {
+            outcomes.push(check(i));
+        }
         let allowed = self.admits(outcomes.iter().map(|s| s.allowed));
         let mut verdicts = SmallVec::<[RawQuotaDecision; SET_INLINE]>::new();
-        for outcome in outcomes {
+        for outcome in &mut outcomes {
             let (verdict, update) = settle(outcome, allowed, commit);
             verdicts.push(verdict);
             updates.push(update);
@@ -223,6 +228,7 @@ impl QuotaSet {
 
     /// [`evaluate`](QuotaSet::evaluate) for a set of one quota, the common
     /// case: no list of outcomes or updates, and the decision built in place.
+    #[inline]
     pub(crate) fn evaluate_one(
         &self,
         state: Option<&State>,
@@ -232,12 +238,10 @@ impl QuotaSet {
         room: bool,
     ) -> (Decision, Update) {
         let quota = &self.quotas[0];
-        let outcome = quota.check(state, cost, now, room);
+        let mut outcome = quota.check(state, cost, now, room);
         let allowed = outcome.allowed || quota.params.shadow;
-        let (verdict, update) = settle(outcome, allowed, commit);
-        let mut quotas = SmallVec::new();
-        quotas.push(verdict.decision(quota));
-        (Decision::new(allowed, quotas), update)
+        let (verdict, update) = settle(&mut outcome, allowed, commit);
+        (Decision::one(allowed, verdict.decision(quota)), update)
     }
 
     /// Whether a request passes, given whether each quota admits it: every
@@ -266,12 +270,12 @@ impl QuotaSet {
 /// What one quota's outcome means once the set has decided (`allowed`):
 /// the verdict to report, and the update to store (none for a peek).
 #[inline]
-fn settle(outcome: Outcome, allowed: bool, commit: bool) -> (RawQuotaDecision, Update) {
+fn settle(outcome: &mut Outcome, allowed: bool, commit: bool) -> (RawQuotaDecision, Update) {
     let admitted = allowed && outcome.allowed;
     let branch = if admitted {
-        outcome.admit
+        &mut outcome.admit
     } else {
-        outcome.refuse
+        &mut outcome.refuse
     };
     let verdict = RawQuotaDecision {
         allowed: outcome.allowed,
@@ -281,7 +285,12 @@ fn settle(outcome: Outcome, allowed: bool, commit: bool) -> (RawQuotaDecision, U
         retry_after: outcome.retry_after,
         delay: if admitted { outcome.delay } else { 0 },
     };
-    (verdict, if commit { branch.update } else { Update::Keep })
+    let update = if commit {
+        std::mem::replace(&mut branch.update, Update::Keep)
+    } else {
+        Update::Keep
+    };
+    (verdict, update)
 }
 
 /// One quota's decision on one request in raw numbers (the algorithms'

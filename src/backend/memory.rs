@@ -1,5 +1,6 @@
 //! State in this process's memory.
 
+use std::any::TypeId;
 use std::fmt;
 use std::future::{Future, ready};
 use std::sync::Arc;
@@ -251,7 +252,12 @@ impl<C: Clock> MemoryBackend<C> {
 
     fn decide(&self, request: CheckRequest<'_>) -> Decision {
         let inner = &*self.inner;
-        let now = inner.clock.now();
+        // On the system clock, the limiter's own reading of the counter.
+        let now = if TypeId::of::<C>() == TypeId::of::<SystemClock>() {
+            request.started.started_at()
+        } else {
+            inner.clock.now()
+        };
         let key = request.key;
         let ids = request.quotas.state_ids();
         let quotas = request.quotas.quotas();

@@ -33,6 +33,9 @@ pub struct CheckRequest<'a> {
     pub(crate) cost: u64,
     pub(crate) commit: bool,
     pub(crate) room: bool,
+    /// When the limiter began the check: the memory backend on the system
+    /// clock reads its time from it rather than from the clock again.
+    pub(crate) started: crate::clock::Stopwatch,
 }
 
 impl<'a> CheckRequest<'a> {

@@ -16,11 +16,23 @@ impl Quota {
     /// cost fits (a period when it never can: a cost over the nominal
     /// capacity passes only with room). The Redis script does the same
     /// (decide.lua).
+    #[inline]
     pub(crate) fn check(&self, state: Option<&State>, cost: u64, now: u64, room: bool) -> Outcome {
+        let p = &self.params;
+        if p.elastic_margin == 0 {
+            return algorithm::check(self.algorithm, state, p, cost, now);
+        }
+        self.check_elastic(state, cost, now, room)
+    }
+
+    /// [`check`](Self::check) for an elastic quota: kept out of line, so the
+    /// other quotas' checks inline one algorithm call.
+    #[inline(never)]
+    fn check_elastic(&self, state: Option<&State>, cost: u64, now: u64, room: bool) -> Outcome {
         let p = &self.params;
         let outcome = algorithm::check(self.algorithm, state, p, cost, now);
         let margin = p.elastic_margin;
-        if room || margin == 0 || !outcome.allowed {
+        if room || !outcome.allowed {
             return outcome;
         }
         let strict = cost.saturating_add(margin);
