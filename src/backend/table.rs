@@ -16,6 +16,7 @@
 use std::hash::BuildHasher;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use compact_str::CompactString;
 use hashbrown::{HashMap, HashTable};
 
 use crate::sync::{read, write};
@@ -59,7 +60,9 @@ pub(crate) struct Shard<V> {
 
 struct Entry<V> {
     id: u64,
-    key: Box<str>,
+    /// Inline up to 24 bytes (an IP key, most API keys): no allocation, and
+    /// no second cache miss to compare it.
+    key: CompactString,
     value: V,
 }
 
@@ -253,7 +256,7 @@ impl<V: Expiring> Locked<'_, V> {
         let position = shard.entries.len() as u32;
         shard.entries.push(Entry {
             id,
-            key: key.into(),
+            key: CompactString::new(key),
             value,
         });
         let entries = &shard.entries;
