@@ -125,6 +125,10 @@ impl Protection {
     /// flight until its response is over; a refusal gives the slot back,
     /// so quotas are all-or-nothing.
     pub(crate) fn finish(&self, admission: Admission, verdict: Verdict) -> Verdict {
+        // A layer of rate quotas alone: nothing to add, nothing to move.
+        if admission.slot.is_none() && admission.headers.is_empty() && self.measured.is_none() {
+            return verdict;
+        }
         let VerdictKind::Pass {
             mut headers,
             delay,
