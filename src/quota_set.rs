@@ -203,7 +203,7 @@ impl QuotaSet {
         room: bool,
     ) -> (Decision, SmallVec<[Update; SET_INLINE]>) {
         let now = now.as_micros();
-        let check = |i: usize| self.quotas[i].check(state(i), cost, now, room);
+        let check = |i: usize| self.quotas[i].check(state(i), cost, now, room, false);
         let mut updates = SmallVec::new();
         if let [_] = &*self.quotas {
             let (decision, update) = self.evaluate_one(state(0), cost, now, commit, room);
@@ -238,7 +238,8 @@ impl QuotaSet {
         room: bool,
     ) -> (Decision, Update) {
         let quota = &self.quotas[0];
-        let mut outcome = quota.check(state, cost, now, room);
+        // Alone in its set: when it admits, its refusal is never read.
+        let mut outcome = quota.check(state, cost, now, room, true);
         let allowed = outcome.allowed || quota.params.shadow;
         let (verdict, update) = settle(&mut outcome, allowed, commit);
         (Decision::one(allowed, verdict.decision(quota)), update)

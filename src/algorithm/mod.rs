@@ -151,7 +151,9 @@ impl Outcome {
 }
 
 /// Runs `algorithm` on the stored state. A state of another algorithm (which
-/// the backends never store under one quota) counts as no state.
+/// the backends never store under one quota) counts as no state. `alone`:
+/// the quota decides alone, so when it admits, its refusal branch is never
+/// read and need not be complete (its `replenish` may be left at 0).
 #[inline]
 pub(crate) fn check(
     algorithm: Algorithm,
@@ -159,6 +161,7 @@ pub(crate) fn check(
     p: &Params,
     cost: u64,
     now: u64,
+    alone: bool,
 ) -> Outcome {
     match (algorithm, state) {
         (Algorithm::TokenBucket, Some(State::TokenBucket(b))) => {
@@ -176,9 +179,9 @@ pub(crate) fn check(
         }
         (Algorithm::FixedWindow, _) => fixed_window::check(None, p, cost, now),
         (Algorithm::SlidingWindow, Some(State::SlidingWindow(c))) => {
-            sliding_window::check(Some(c), p, cost, now)
+            sliding_window::check(Some(c), p, cost, now, alone)
         }
-        (Algorithm::SlidingWindow, _) => sliding_window::check(None, p, cost, now),
+        (Algorithm::SlidingWindow, _) => sliding_window::check(None, p, cost, now, alone),
         (Algorithm::SlidingLog, Some(State::SlidingLog(l))) => {
             sliding_log::check(Some(l), p, cost, now)
         }
@@ -208,7 +211,14 @@ pub(crate) mod testing {
         /// Checks and commits as a backend would for a single quota.
         pub(crate) fn at(&mut self, now: u64, cost: u64) -> Outcome {
             let q = &self.quota;
-            let step = check(q.algorithm(), self.state.as_ref(), &q.params, cost, now);
+            let step = check(
+                q.algorithm(),
+                self.state.as_ref(),
+                &q.params,
+                cost,
+                now,
+                false,
+            );
             let update = if step.allowed {
                 step.admit.update.clone()
             } else {

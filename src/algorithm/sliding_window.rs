@@ -20,8 +20,12 @@ pub(crate) struct Counters {
 }
 
 /// `floor(prev * remaining_share / period)`, in the script's float arithmetic.
+/// The quotient is never negative, so the cast's truncation is the floor,
+/// without `f64::floor`'s call into libm (the default x86-64 target has no
+/// rounding instruction).
+#[inline]
 fn weigh(prev: u64, still_in: u64, period: u64) -> u64 {
-    (prev as f64 * still_in as f64 / period as f64).floor() as u64
+    (prev as f64 * still_in as f64 / period as f64) as u64
 }
 
 /// The first offset `e` in `[from, period)` of a window at which `prev`,
@@ -70,7 +74,13 @@ fn replenish(c: &Counters, used: u64, p: &Params, elapsed: u64, now: u64) -> u64
 }
 
 #[inline]
-pub(crate) fn check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -> Outcome {
+pub(crate) fn check(
+    state: Option<&Counters>,
+    p: &Params,
+    cost: u64,
+    now: u64,
+    alone: bool,
+) -> Outcome {
     let period = p.period;
     let current = now - now % period;
     let c = match state {
@@ -97,13 +107,19 @@ pub(crate) fn check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -
             0
         }
     };
+    let fits = used + cost <= p.capacity;
     let refuse = Branch {
         remaining: p.capacity.saturating_sub(used),
         reset: reset(c.curr),
-        replenish: replenish(&c, used, p, elapsed, now),
+        // A search, skipped when nobody will read it.
+        replenish: if fits && alone {
+            0
+        } else {
+            replenish(&c, used, p, elapsed, now)
+        },
         update: Update::Keep,
     };
-    if used + cost <= p.capacity {
+    if fits {
         let curr = c.curr + cost;
         let admit = Branch {
             remaining: p.capacity - used - cost,

@@ -176,6 +176,7 @@ impl<V: Expiring> Table<V> {
 
 impl<'a, V: Expiring> Read<'a, V> {
     /// The entry of `(id, key)`, if there is one.
+    #[inline]
     pub(crate) fn get(&self, id: u64, key: &str) -> Option<&V> {
         let i = self.shard.find(entry_hash(self.key_hash, id), id, key)?;
         Some(&self.shard.entries[i].value)
@@ -270,6 +271,7 @@ impl<V: Expiring> Locked<'_, V> {
 
 impl<V: Expiring> Shard<V> {
     /// The position of `(id, key)`'s entry, whose index hash is `hash`.
+    #[inline]
     fn find(&self, hash: u64, id: u64, key: &str) -> Option<usize> {
         let entries = &self.entries;
         self.index

@@ -17,10 +17,17 @@ impl Quota {
     /// capacity passes only with room). The Redis script does the same
     /// (decide.lua).
     #[inline]
-    pub(crate) fn check(&self, state: Option<&State>, cost: u64, now: u64, room: bool) -> Outcome {
+    pub(crate) fn check(
+        &self,
+        state: Option<&State>,
+        cost: u64,
+        now: u64,
+        room: bool,
+        alone: bool,
+    ) -> Outcome {
         let p = &self.params;
         if p.elastic_margin == 0 {
-            return algorithm::check(self.algorithm, state, p, cost, now);
+            return algorithm::check(self.algorithm, state, p, cost, now, alone);
         }
         self.check_elastic(state, cost, now, room)
     }
@@ -30,7 +37,8 @@ impl Quota {
     #[inline(never)]
     fn check_elastic(&self, state: Option<&State>, cost: u64, now: u64, room: bool) -> Outcome {
         let p = &self.params;
-        let outcome = algorithm::check(self.algorithm, state, p, cost, now);
+        // Its refusal branch may be what an admission turns into.
+        let outcome = algorithm::check(self.algorithm, state, p, cost, now, false);
         let margin = p.elastic_margin;
         if room || !outcome.allowed {
             return outcome;
@@ -41,7 +49,7 @@ impl Quota {
         if strict > p.capacity {
             return Outcome::deny(p.period, outcome.refuse);
         }
-        let strict = algorithm::check(self.algorithm, state, p, strict, now);
+        let strict = algorithm::check(self.algorithm, state, p, strict, now, false);
         if strict.allowed {
             outcome
         } else {
@@ -60,7 +68,7 @@ mod tests {
 
     /// Checks and commits one request, as a backend does for one quota.
     fn step(q: &Quota, state: &mut Option<State>, now: u64, room: bool) -> bool {
-        let outcome = q.check(state.as_ref(), 1, now, room);
+        let outcome = q.check(state.as_ref(), 1, now, room, false);
         let branch = if outcome.allowed {
             outcome.admit
         } else {
@@ -105,7 +113,7 @@ mod tests {
         }
         // Six used, two over the limit: without room the next passes once
         // three units have returned (7.5 s), as the retry-after says.
-        let refused = q.check(state.as_ref(), 1, 0, false);
+        let refused = q.check(state.as_ref(), 1, 0, false, false);
         assert!(!refused.allowed);
         assert_eq!(refused.retry_after, 15 * S / 2);
         assert!(!step(&q, &mut state, 15 * S / 2 - 1, false));
