@@ -129,8 +129,16 @@ pub(crate) fn check(
         };
         return Outcome::allow(0, admit, refuse);
     }
-    let at = c.start + fits_at(&c, p.capacity - cost, elapsed, period);
-    Outcome::deny(at - now, refuse)
+    // A refused cost of 1 on a full quota waits for the same moment the
+    // refusal's replenish found (fits_at starts at now, so nothing was
+    // clipped): no second search.
+    let room = p.capacity - cost;
+    let wait = if used.min(p.capacity).checked_sub(1) == Some(room) {
+        refuse.replenish
+    } else {
+        c.start + fits_at(&c, room, elapsed, period) - now
+    };
+    Outcome::deny(wait, refuse)
 }
 
 #[cfg(test)]
