@@ -305,14 +305,14 @@ impl<C: Clock> MemoryBackend<C> {
         // Each quota's entry found once: updated in place where it exists,
         // and only then the new ones stored, since an insert may sweep or
         // evict and so move entries.
-        let positions: SmallVec<[Option<usize>; 4]> = ids
-            .iter()
-            .map(|&id| {
-                let at = shard.position(id, key)?;
-                shard.at_mut(at).map(Slot::current);
-                Some(at)
-            })
-            .collect();
+        let mut positions = SmallVec::<[Option<usize>; 4]>::new();
+        for &id in ids {
+            let at = shard.position(id, key);
+            if let Some(slot) = at.and_then(|at| shard.at_mut(at)) {
+                slot.current();
+            }
+            positions.push(at);
+        }
         let (decision, updates) = request.quotas.evaluate(
             |i| positions[i].and_then(|at| shard.at(at)).map(|s| &s.state),
             request.cost,
