@@ -124,6 +124,7 @@ impl Protection {
     /// The final verdict: a passing one holds the slot and is counted in
     /// flight until its response is over; a refusal gives the slot back,
     /// so quotas are all-or-nothing.
+    #[inline]
     pub(crate) fn finish(&self, admission: Admission, verdict: Verdict) -> Verdict {
         // A layer of rate quotas alone: nothing to add, nothing to move.
         if admission.slot.is_none() && admission.headers.is_empty() && self.measured.is_none() {

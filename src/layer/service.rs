@@ -106,6 +106,7 @@ where
 }
 
 /// A verdict for a gRPC call: the layer's own answers in gRPC's terms.
+#[inline]
 fn for_grpc(grpc: bool, verdict: Verdict) -> Verdict {
     match verdict.0 {
         VerdictKind::Respond(response) if grpc => Verdict::respond(to_grpc(response)),
