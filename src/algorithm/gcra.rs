@@ -16,8 +16,10 @@ pub(crate) struct Schedule {
     pub outcome: Outcome,
 }
 
+/// `alone`: see [`check`](super::check); an admission then leaves its
+/// refusal branch's numbers at 0, which saves a division.
 #[inline]
-pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Schedule {
+pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone: bool) -> Schedule {
     let tolerance = p.capacity * p.interval;
     let start = tat.unwrap_or(now).max(now);
     let next = start + cost * p.interval;
@@ -32,12 +34,21 @@ pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Sch
             update,
         }
     };
-    let refuse = branch(start - now, Update::Keep);
     let step = if next - now <= tolerance {
         let admit = branch(next - now, Update::Set(State::Tat(next)));
+        let refuse = if alone {
+            Branch {
+                remaining: 0,
+                reset: 0,
+                replenish: 0,
+                update: Update::Keep,
+            }
+        } else {
+            branch(start - now, Update::Keep)
+        };
         Outcome::allow(0, admit, refuse)
     } else {
-        Outcome::deny(next - tolerance - now, refuse)
+        Outcome::deny(next - tolerance - now, branch(start - now, Update::Keep))
     };
     Schedule {
         start,
@@ -46,8 +57,8 @@ pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Sch
 }
 
 #[inline]
-pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Outcome {
-    schedule(tat, p, cost, now).outcome
+pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone: bool) -> Outcome {
+    schedule(tat, p, cost, now, alone).outcome
 }
 
 #[cfg(test)]

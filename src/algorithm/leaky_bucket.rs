@@ -12,8 +12,8 @@ use super::gcra::schedule;
 use crate::quota::Params;
 
 #[inline]
-pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64) -> Outcome {
-    let s = schedule(tat, p, cost, now);
+pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone: bool) -> Outcome {
+    let s = schedule(tat, p, cost, now, alone);
     let mut step = s.outcome;
     if step.allowed {
         step.delay = s.start - now;

@@ -153,7 +153,7 @@ impl Outcome {
 /// Runs `algorithm` on the stored state. A state of another algorithm (which
 /// the backends never store under one quota) counts as no state. `alone`:
 /// the quota decides alone, so when it admits, its refusal branch is never
-/// read and need not be complete (its `replenish` may be left at 0).
+/// read and need not be complete (its numbers may be left at 0).
 #[inline]
 pub(crate) fn check(
     algorithm: Algorithm,
@@ -168,12 +168,12 @@ pub(crate) fn check(
             token_bucket::check(Some(b), p, cost, now)
         }
         (Algorithm::TokenBucket, _) => token_bucket::check(None, p, cost, now),
-        (Algorithm::Gcra, Some(State::Tat(t))) => gcra::check(Some(*t), p, cost, now),
-        (Algorithm::Gcra, _) => gcra::check(None, p, cost, now),
+        (Algorithm::Gcra, Some(State::Tat(t))) => gcra::check(Some(*t), p, cost, now, alone),
+        (Algorithm::Gcra, _) => gcra::check(None, p, cost, now, alone),
         (Algorithm::LeakyBucket, Some(State::Tat(t))) => {
-            leaky_bucket::check(Some(*t), p, cost, now)
+            leaky_bucket::check(Some(*t), p, cost, now, alone)
         }
-        (Algorithm::LeakyBucket, _) => leaky_bucket::check(None, p, cost, now),
+        (Algorithm::LeakyBucket, _) => leaky_bucket::check(None, p, cost, now, alone),
         (Algorithm::FixedWindow, Some(State::FixedWindow(w))) => {
             fixed_window::check(Some(w), p, cost, now)
         }
