@@ -305,6 +305,29 @@ fn threads_racing_on_one_arrival_time_lose_no_update() {
     }
 }
 
+/// A GCRA quota shared by a one-quota set (decided by compare-and-swap
+/// under the read lock) and a two-quota set of the same name (decided under
+/// the write lock) keeps one count: the write path sees every swap.
+#[test]
+fn a_quota_shared_by_the_lock_free_path_and_the_locked_path_keeps_one_count() {
+    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_040));
+    let backend = MemoryBackend::builder().clock(clock).build();
+    let gcra = Quota::gcra(6, 60 * SEC).name("api").build().unwrap();
+    let roomy = Quota::fixed_window(1_000, 60 * SEC)
+        .name("roomy")
+        .build()
+        .unwrap();
+    let alone = Limiter::new(backend.clone(), QuotaSet::new("s", [gcra.clone()]).unwrap());
+    let both = Limiter::new(backend, QuotaSet::new("s", [gcra, roomy]).unwrap());
+    assert_eq!(alone.quotas().state_ids()[0], both.quotas().state_ids()[0]);
+    let mut admitted = 0;
+    for i in 0..12 {
+        let limiter = if i % 2 == 0 { &alone } else { &both };
+        admitted += u32::from(limiter.check_now("k", 1).unwrap().unwrap().allowed());
+    }
+    assert_eq!(admitted, 6, "one count of 6 across both paths");
+}
+
 #[tokio::test]
 async fn memory_stays_within_the_key_bound() {
     let clock = ManualClock::new(Timestamp::from_secs(1_000));
