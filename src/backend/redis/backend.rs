@@ -18,6 +18,7 @@ use crate::backend::{Backend, BackendError, BackendErrorKind, CheckRequest};
 use crate::clock::{Clock, Stopwatch, micros};
 use crate::decision::Decision;
 use crate::metrics::RedisMetrics;
+use crate::quota::Quota;
 use crate::quota_set::QuotaSet;
 
 /// With a test clock, Redis still expires keys on its own clock: keys are
@@ -139,11 +140,7 @@ impl RedisBackend {
         if self.inner.lease.is_none() {
             return Ok(());
         }
-        if let Some(q) = quotas
-            .quotas()
-            .iter()
-            .find(|q| !Lease::leases(q.algorithm()))
-        {
+        if let Some(q) = unleasable(quotas) {
             return Err(RedisConfigError::LeaseUnsupported {
                 quota: q.name().to_owned(),
                 algorithm: q.algorithm(),
@@ -195,7 +192,9 @@ impl RedisBackend {
         if let Some((cache, set)) = cache {
             let (key, cost, commit) = (request.key, request.cost, request.commit);
             policy = inner.lease.as_ref();
-            policy = policy.filter(|_| commit && self.supports_leases(quotas).is_ok());
+            // Elastic sets have no cache id, so the algorithms are all
+            // that can keep a set from leasing here.
+            policy = policy.filter(|_| commit && unleasable(quotas).is_none());
             // While the key's call is out (a lease call, or the call after
             // its denial ran out), wait for it (a few times, within half the
             // timeout) rather than call Redis too: with many concurrent
@@ -203,6 +202,7 @@ impl RedisBackend {
             // request that gives up waiting (its leaders failed or were
             // slow) calls Redis for itself, failure policy included.
             let deadline = tokio::time::Instant::now() + inner.timeout / 2;
+            let limit = micros(inner.timeout);
             for round in 0..=CALL_WAITS {
                 let now = inner.local_now();
                 if let Some(hit) = cache.get(set, key, quotas, cost, commit, now) {
@@ -211,10 +211,16 @@ impl RedisBackend {
                 if !commit {
                     break;
                 }
+                (ask, turn) = cache.claim(set, key, quotas, cost, now, policy, limit);
+                if turn != Turn::Wait {
+                    break;
+                }
+                // Arm the wake-up, then claim again (a claim that waits
+                // changes nothing): a call that ended in between is seen,
+                // and requests that need not wait never touch the `Notify`.
                 let done = cache.call_done(set, key).notified();
                 let mut done = std::pin::pin!(done);
                 done.as_mut().enable();
-                let limit = micros(inner.timeout);
                 (ask, turn) = cache.claim(set, key, quotas, cost, now, policy, limit);
                 if turn != Turn::Wait {
                     break;
@@ -391,6 +397,15 @@ impl Drop for KeyCall<'_> {
 /// holding an elastic quota, which is never cached. One pass, and a
 /// multiply per quota rather than a hasher: the state ids are hashes
 /// already, and this runs on every decision made from a lease.
+/// The first quota of `quotas` whose algorithm needs every arrival and so
+/// cannot be leased.
+fn unleasable(quotas: &QuotaSet) -> Option<&Quota> {
+    quotas
+        .quotas()
+        .iter()
+        .find(|q| !Lease::leases(q.algorithm()))
+}
+
 fn cache_id(quotas: &QuotaSet) -> Option<u64> {
     const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut id = MIX;
