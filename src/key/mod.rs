@@ -405,10 +405,15 @@ impl KeyExtractor for RouteKey {
             .extensions
             .get::<axum::extract::MatchedPath>()
             .map_or(parts.uri.path(), |m| m.as_str());
-        KeyFuture::ready(Ok(Key(compact_str::format_compact!(
-            "route:{} {path}",
-            parts.method
-        ))))
+        KeyFuture::ready(Ok(Key::route(&parts.method, path)))
+    }
+}
+
+impl Key {
+    /// `route:<method> <route>`: the key of a route, from [`RouteKey`] or
+    /// a rule's `route` key part.
+    pub(crate) fn route(method: &http::Method, route: &str) -> Key {
+        Key(compact_str::format_compact!("route:{method} {route}"))
     }
 }
 

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use http::HeaderValue;
 
 use super::headers::{
-    HeaderStyle, Headers, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY, RATELIMIT_REMAINING,
-    X_LIMIT, X_REMAINING, number, sf_string,
+    HeaderStyle, Headers, RATELIMIT, RATELIMIT_POLICY, number, sf_string, single_value_names,
 };
 use crate::backend::{MemorySlots, SlotStore};
 use crate::quota::QuotaError;
@@ -160,9 +159,10 @@ impl ConcurrencyQuota {
                 out.push((RATELIMIT.clone(), state));
                 return out;
             }
-            HeaderStyle::Draft6 => [&RATELIMIT_LIMIT, &RATELIMIT_REMAINING],
-            HeaderStyle::Legacy => [&X_LIMIT, &X_REMAINING],
-            _ => return out,
+            style => match single_value_names(style) {
+                Some([limit, remaining, _]) => [limit, remaining],
+                None => return out,
+            },
         };
         for (name, n) in names.into_iter().zip([self.limit, free]) {
             out.push((name.clone(), number(n)));
@@ -200,6 +200,7 @@ fn policy_header(name: &str, limit: u64) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layer::headers::{RATELIMIT_LIMIT, RATELIMIT_REMAINING, X_LIMIT, X_REMAINING};
 
     #[test]
     fn headers_carry_the_unit_and_no_window() {

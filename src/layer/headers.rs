@@ -179,6 +179,16 @@ pub(crate) fn refusal_wait(decision: &Decision) -> Option<u64> {
         .map(retry_after_secs)
 }
 
+/// The single-value styles' limit, remaining and reset fields; `None` for
+/// the list styles.
+pub(crate) fn single_value_names(style: HeaderStyle) -> Option<[&'static HeaderName; 3]> {
+    match style {
+        HeaderStyle::Draft6 => Some([&RATELIMIT_LIMIT, &RATELIMIT_REMAINING, &RATELIMIT_RESET]),
+        HeaderStyle::Legacy => Some([&X_LIMIT, &X_REMAINING, &X_RESET]),
+        HeaderStyle::Ietf | HeaderStyle::None => None,
+    }
+}
+
 /// The rate-limit headers for `decision`, and `Retry-After: wait` when the
 /// response is a 429 that waits; no `t` points past it (draft-11 section
 /// 6). `pk`, a partition key already formatted as a Byte Sequence, goes on
@@ -221,10 +231,8 @@ pub(crate) fn rate_limit_headers(
             let Some(b) = decision.binding() else {
                 return out;
             };
-            let names = if style == HeaderStyle::Draft6 {
-                [&RATELIMIT_LIMIT, &RATELIMIT_REMAINING, &RATELIMIT_RESET]
-            } else {
-                [&X_LIMIT, &X_REMAINING, &X_RESET]
+            let Some(names) = single_value_names(style) else {
+                return out;
             };
             let values = [b.limit(), b.remaining(), ceil_secs(b.reset())];
             for (name, value) in names.into_iter().zip(values) {
@@ -234,12 +242,17 @@ pub(crate) fn rate_limit_headers(
         HeaderStyle::None => {}
     }
     if let Some(secs) = wait {
-        out.push((RETRY_AFTER, number(secs)));
-        if style == HeaderStyle::Legacy {
-            out.push((X_RETRY_AFTER.clone(), number(secs)));
-        }
+        push_retry_after(&mut out, style, secs);
     }
     out
+}
+
+/// `Retry-After: secs`, and its legacy twin in the legacy style.
+pub(crate) fn push_retry_after(headers: &mut Headers, style: HeaderStyle, secs: u64) {
+    headers.push((RETRY_AFTER, number(secs)));
+    if style == HeaderStyle::Legacy {
+        headers.push((X_RETRY_AFTER.clone(), number(secs)));
+    }
 }
 
 /// Adds a concurrency quota's headers (`more`) to a verdict's. The IETF

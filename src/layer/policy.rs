@@ -165,14 +165,24 @@ async fn within<B: Backend>(
 pub(crate) struct Limit<B> {
     pub limiter: Limiter<B>,
     policy_header: PolicyHeader,
+    /// Whether a quota is elastic, so that the load is read only for sets
+    /// it can change.
+    elastic: bool,
 }
 
 impl<B> Limit<B> {
     pub(crate) fn new(limiter: Limiter<B>) -> Self {
         Limit {
             policy_header: policy_header(limiter.quotas()),
+            elastic: (limiter.quotas().quotas().iter()).any(|q| q.params.elastic_margin > 0),
             limiter,
         }
+    }
+
+    /// Whether the server has room for this limit's elastic quotas' extra,
+    /// as `protect`'s load signal says; no elastic quota, no question.
+    pub(crate) fn room(&self, protect: &Protection) -> bool {
+        self.elastic && protect.room()
     }
 
     /// Charges `cost` to `key` once the response is known, if its status is
@@ -306,7 +316,7 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             );
         };
         // Returning `None` here drops the slot just taken: nothing changed.
-        let room = self.protect.room();
+        let room = limit.room(&self.protect);
         let outcome = limit
             .limiter
             .check_now_with_room(key.as_str(), self.cost(parts), room)?;
@@ -339,7 +349,7 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
                 .finish(admission, Verdict::pass(Headers::new()));
         };
         let cost = self.cost(parts);
-        let room = self.protect.room();
+        let room = limit.room(&self.protect);
         let Some(counts) = &self.count_status else {
             let outcome = check_within(&limit.limiter, &key, cost, self.timeout, room).await;
             let verdict = limit.judge(&self.respond, &key, outcome);

@@ -14,7 +14,7 @@ use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
 use super::concurrency::{ConcurrencyQuota, ELASTIC_ROOM};
-use super::headers::{HeaderStyle, Headers, X_RETRY_AFTER, add_headers, retry_after_secs};
+use super::headers::{Headers, add_headers, push_retry_after, retry_after_secs};
 use super::load::{LoadSignal, MeasuredLoad};
 use super::problem::{QUOTA_EXCEEDED, problem};
 use super::respond::{CONCURRENCY_RETRY_AFTER, Refused, Rejection, ResponsePolicy, with_headers};
@@ -192,11 +192,7 @@ fn admit(
                 }
             };
             let mut headers = headers(in_use);
-            let wait = HeaderValue::from(CONCURRENCY_RETRY_AFTER);
-            if style == HeaderStyle::Legacy {
-                headers.push((X_RETRY_AFTER.clone(), wait.clone()));
-            }
-            headers.push((RETRY_AFTER, wait));
+            push_retry_after(&mut headers, style, CONCURRENCY_RETRY_AFTER);
             Err(Verdict::respond(with_headers(response, headers)))
         }
         Err(error) => {

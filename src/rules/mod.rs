@@ -273,9 +273,9 @@ impl Policy for Rules {
             }
         }
         let mut verdict = Verdict::pass(Headers::new());
-        let room = compiled.protect.room();
         for check in checks {
             let Some(limit) = check.limit else { continue };
+            let room = limit.room(&compiled.protect);
             let outcome =
                 limit
                     .limiter
@@ -310,9 +310,9 @@ impl Policy for Rules {
                 }
             }
             let mut verdict = Verdict::pass(Headers::new());
-            let room = compiled.protect.room();
             for check in checks {
                 let Some(limit) = check.limit else { continue };
+                let room = limit.room(&compiled.protect);
                 let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
                 let outcome = match check.count_status {
                     Some(_) => look_within(limiter, key, cost, compiled.timeout, room).await,

@@ -172,7 +172,7 @@ impl Rule {
         let mut keys: SmallVec<[Key; 2]> = SmallVec::new();
         for part in &self.key {
             keys.push(match part {
-                RuleKey::Route(r) => Key::from(format!("route:{} {r}", parts.method)),
+                RuleKey::Route(r) => Key::route(&parts.method, r),
                 // The built-in extractors never wait.
                 RuleKey::Extract(e) => match e.extract(parts).into_ready() {
                     Ok(key) => key?,
