@@ -345,7 +345,7 @@ async fn failures_a_client_repeats_are_logged_once_with_a_count_to_follow() {
     );
     let log_path = rules.0.with_file_name("gateway.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let gw = Gateway::start_logging_to(&rules.0, None, &[], log);
+    let gw = Gateway::start_logging_to(&rules.0, None, &[], Some(log));
     for _ in 0..100 {
         assert_eq!(status(&raw(gw.addr, &get("", b"")).await), 200);
     }

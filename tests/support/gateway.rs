@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, to_bytes};
@@ -75,38 +75,77 @@ pub struct Gateway {
 
 impl Gateway {
     pub fn start(config: &Path, upstream: Option<SocketAddr>, extra: &[&str]) -> Gateway {
-        Gateway::start_logging_to(config, upstream, extra, Stdio::null())
+        Gateway::start_logging_to(config, upstream, extra, None)
     }
 
-    /// Like `start`, with the gateway's log (its stderr) sent to `log`.
+    /// Like `start`, with the gateway's log (its stderr) copied to `log`.
+    ///
+    /// The gateway listens on a port the kernel picks and the address is
+    /// read from its "tollgate serving" line: a port found free beforehand
+    /// may be taken by another test's server before the gateway binds it,
+    /// and a probe would then find that server instead.
     pub fn start_logging_to(
         config: &Path,
         upstream: Option<SocketAddr>,
         extra: &[&str],
-        log: impl Into<Stdio>,
+        log: Option<std::fs::File>,
     ) -> Gateway {
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
         cmd.arg("serve")
             .arg("--config")
             .arg(config)
             .arg("--listen")
-            .arg(addr.to_string());
+            .arg("127.0.0.1:0");
         if let Some(up) = upstream {
             cmd.arg("--upstream").arg(format!("http://{up}"));
         }
-        cmd.args(extra).stdout(Stdio::null()).stderr(log);
-        let child = cmd.spawn().expect("start tollgate");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "tollgate did not start listening"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start tollgate");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Reads the log to its end, so the gateway never blocks on a full pipe.
+        std::thread::spawn(move || {
+            use std::io::{BufRead, Write};
+            let mut log = log;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = serving_address(&line) {
+                    let _ = tx.send(addr);
+                }
+                if let Some(log) = log.as_mut() {
+                    let _ = writeln!(log, "{line}");
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("tollgate did not start listening");
         Gateway { child, addr }
     }
+}
+
+/// The address in the gateway's "tollgate serving listen=ADDR" line, its
+/// colours taken out.
+fn serving_address(line: &str) -> Option<SocketAddr> {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // An escape sequence ends with a letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    if !plain.contains("tollgate serving") {
+        return None;
+    }
+    let rest = &plain[plain.find("listen=")? + "listen=".len()..];
+    rest.split_whitespace().next()?.parse().ok()
 }
 
 impl Drop for Gateway {
