@@ -166,12 +166,14 @@ impl<B: Backend> Limiter<B> {
 
     /// [`check`](Limiter::check) without waiting, when the backend can
     /// decide synchronously (see [`Backend::check_now`]); `None` otherwise.
+    #[inline]
     pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision, Error>> {
         self.check_now_with_room(key, cost, false)
     }
 
     /// [`check_now`](Limiter::check_now), saying whether the server has room
     /// (see [`check_with_room`](Limiter::check_with_room)).
+    #[inline]
     pub fn check_now_with_room(
         &self,
         key: &str,

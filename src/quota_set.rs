@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{Outcome, State, Update};
+use crate::algorithm::{self, Outcome, State, Update};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
 use crate::quota::Quota;
@@ -237,9 +237,42 @@ impl QuotaSet {
         commit: bool,
         room: bool,
     ) -> (Decision, Update) {
-        let quota = &self.quotas[0];
         // Alone in its set: when it admits, its refusal is never read.
-        let mut outcome = quota.check(state, cost, now, room, true);
+        self.settle_one(|q| q.check(state, cost, now, room, true), commit)
+    }
+
+    /// [`evaluate_one`](QuotaSet::evaluate_one) for a GCRA or leaky-bucket
+    /// quota whose state is the arrival time `tat`: unless it is elastic,
+    /// its algorithm is called directly, so the whole decision inlines into
+    /// the backend's compare-and-swap loop, where what the outcome holds is
+    /// known and nothing of it is dropped or moved at run time.
+    #[inline(always)]
+    pub(crate) fn evaluate_arrival(
+        &self,
+        tat: u64,
+        cost: u64,
+        now: u64,
+        commit: bool,
+        room: bool,
+    ) -> (Decision, Update) {
+        let quota = &self.quotas[0];
+        if quota.params.elastic_margin != 0 {
+            return self.evaluate_one(Some(&State::Tat(tat)), cost, now, commit, room);
+        }
+        self.settle_one(
+            |q| algorithm::check_arrival(q.algorithm(), tat, &q.params, cost, now),
+            commit,
+        )
+    }
+
+    #[inline(always)]
+    fn settle_one(
+        &self,
+        check: impl FnOnce(&Quota) -> Outcome,
+        commit: bool,
+    ) -> (Decision, Update) {
+        let quota = &self.quotas[0];
+        let mut outcome = check(quota);
         let allowed = outcome.allowed || quota.params.shadow;
         let (verdict, update) = settle(&mut outcome, allowed, commit);
         (Decision::one(allowed, verdict.decision(quota)), update)

@@ -189,6 +189,28 @@ pub(crate) fn check(
     }
 }
 
+/// [`check`] of a quota alone in its set whose state is the arrival time
+/// `tat`: GCRA, or the leaky bucket (which adds the delay). Backends call it
+/// for those two only.
+#[inline]
+pub(crate) fn check_arrival(
+    algorithm: Algorithm,
+    tat: u64,
+    p: &Params,
+    cost: u64,
+    now: u64,
+) -> Outcome {
+    debug_assert!(matches!(
+        algorithm,
+        Algorithm::Gcra | Algorithm::LeakyBucket
+    ));
+    if algorithm == Algorithm::LeakyBucket {
+        leaky_bucket::check(Some(tat), p, cost, now, true)
+    } else {
+        gcra::check(Some(tat), p, cost, now, true)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod testing {
     //! Drives one quota through a sequence of requests on a manual timeline.

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use super::table::{Expiring, Locked, Table};
 use super::{Backend, BackendError, CheckRequest};
 use crate::algorithm::{State, Update};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
 use crate::quota::{Algorithm, Params};
@@ -118,8 +118,8 @@ impl Slot {
     fn decide_arrival(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
         let mut tat = self.expires_at.load(Relaxed);
         loop {
-            let (decision, update) = request.quotas.evaluate_one(
-                Some(&State::Tat(tat)),
+            let (decision, update) = request.quotas.evaluate_arrival(
+                tat,
                 request.cost,
                 now,
                 request.commit,
@@ -252,6 +252,10 @@ impl<C: Clock> MemoryBackend<C> {
         self.inner.table.capacity()
     }
 
+    /// The hot path, inlined into the caller so the decision is built where
+    /// it is returned: a stored arrival time decided under the read lock.
+    /// Everything else is [`decide_locked`](Self::decide_locked).
+    #[inline]
     fn decide(&self, request: CheckRequest<'_>) -> Decision {
         let inner = &*self.inner;
         // On the system clock, the limiter's own reading of the counter.
@@ -261,10 +265,7 @@ impl<C: Clock> MemoryBackend<C> {
             inner.clock.now()
         };
         let key = request.key;
-        let ids = request.quotas.state_ids();
-        let quotas = request.quotas.quotas();
-        let mut shard = match (ids, quotas) {
-            // One arrival time: decided under the read lock once stored.
+        let shard = match (request.quotas.state_ids(), request.quotas.quotas()) {
             ([id], [quota])
                 if matches!(quota.algorithm(), Algorithm::Gcra | Algorithm::LeakyBucket) =>
             {
@@ -276,6 +277,22 @@ impl<C: Clock> MemoryBackend<C> {
             }
             _ => inner.table.lock(key),
         };
+        self.decide_locked(request, now, shard)
+    }
+
+    /// Decides under the shard's write lock: a new key, a set of several
+    /// quotas, or an algorithm whose state is more than one number.
+    #[inline(never)]
+    fn decide_locked(
+        &self,
+        request: CheckRequest<'_>,
+        now: Timestamp,
+        mut shard: Locked<'_, Slot>,
+    ) -> Decision {
+        let inner = &*self.inner;
+        let key = request.key;
+        let ids = request.quotas.state_ids();
+        let quotas = request.quotas.quotas();
         // One quota, the common case: one lookup, and the state updated in
         // place.
         if let ([id], [quota]) = (ids, quotas) {
@@ -351,6 +368,7 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         ready(Ok(self.decide(request)))
     }
 
+    #[inline]
     fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
         Some(Ok(self.decide(request)))
     }

@@ -163,6 +163,7 @@ impl<V: Expiring> Table<V> {
     }
 
     /// Locks the shard of `key` to read.
+    #[inline]
     pub(crate) fn read(&self, key: &str) -> Read<'_, V> {
         let (key_hash, index) = self.place(key);
         Read {
