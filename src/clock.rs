@@ -111,6 +111,7 @@ impl Anchor {
     }
 
     /// The epoch time of a reading of the CPU counter.
+    #[inline]
     fn at(raw: u64) -> Timestamp {
         let a = Anchor::get();
         let nanos = a.clock.delta_as_nanos(a.origin, raw);

@@ -182,7 +182,15 @@ impl<B: Backend> Limiter<B> {
     ) -> Option<Result<Decision, Error>> {
         let started = Stopwatch::start();
         let outcome = match self.request(key, cost, true, room, started) {
-            Ok(request) => self.backend.check_now(request)?.map_err(Error::Backend),
+            Ok(request) => match self.backend.check_now(request)? {
+                // Returned as it came, not rewrapped: a Decision is moved
+                // once less.
+                Ok(decision) => {
+                    self.metrics.decided_ok(&decision, started);
+                    return Some(Ok(decision));
+                }
+                Err(e) => Err(Error::Backend(e)),
+            },
             Err(e) => Err(e),
         };
         self.metrics.decided(&outcome, started);

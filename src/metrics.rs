@@ -73,12 +73,27 @@ impl DecisionMetrics {
     /// Counts a decision (or a failure to decide) by its outcome, and records
     /// how long it took since `started`.
     pub(crate) fn decided<E>(&self, outcome: &Result<Decision, E>, started: Stopwatch) {
-        let counter = match outcome {
-            Ok(d) if !d.allowed() => &self.refused,
-            Ok(d) if d.exceeded() => &self.shadow_refused,
-            Ok(_) => &self.allowed,
-            Err(_) => &self.errored,
+        match outcome {
+            Ok(d) => self.decided_ok(d, started),
+            Err(_) => self.counted(&self.errored, started),
+        }
+    }
+
+    /// [`decided`](Self::decided) for a decision.
+    #[inline]
+    pub(crate) fn decided_ok(&self, decision: &Decision, started: Stopwatch) {
+        let counter = if !decision.allowed() {
+            &self.refused
+        } else if decision.exceeded() {
+            &self.shadow_refused
+        } else {
+            &self.allowed
         };
+        self.counted(counter, started);
+    }
+
+    #[inline]
+    fn counted(&self, counter: &Counter, started: Stopwatch) {
         counter.increment(1);
         // The clock is read only if a recorder takes the value: with none
         // installed, timing would be most of what the metrics cost.

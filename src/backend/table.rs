@@ -270,6 +270,29 @@ impl<V: Expiring> Locked<'_, V> {
     }
 }
 
+/// Whether two keys are equal, compared without a call to `memcmp` for
+/// keys of 4 to 32 bytes (an IP key, most API keys): their first and last
+/// chunks overlap, so together they cover every byte.
+#[inline]
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    fn ends<const N: usize>(a: &[u8], b: &[u8]) -> Option<bool> {
+        Some(
+            a.first_chunk::<N>()? == b.first_chunk::<N>()?
+                && a.last_chunk::<N>()? == b.last_chunk::<N>()?,
+        )
+    }
+    if a.len() != b.len() {
+        return false;
+    }
+    match a.len() {
+        16..=32 => ends::<16>(a, b),
+        8..16 => ends::<8>(a, b),
+        4..8 => ends::<4>(a, b),
+        _ => None,
+    }
+    .unwrap_or_else(|| a == b)
+}
+
 impl<V: Expiring> Shard<V> {
     /// The position of `(id, key)`'s entry, whose index hash is `hash`.
     #[inline]
@@ -278,7 +301,7 @@ impl<V: Expiring> Shard<V> {
         self.index
             .find(hash, |&i| {
                 let e = &entries[i as usize];
-                e.id == id && &*e.key == key
+                e.id == id && same_key(e.key.as_bytes(), key.as_bytes())
             })
             .map(|&i| i as usize)
     }
@@ -374,6 +397,23 @@ mod tests {
     impl Expiring for Until {
         fn expires_at(&self) -> u64 {
             self.0
+        }
+    }
+
+    #[test]
+    fn keys_compare_equal_exactly_when_their_bytes_do() {
+        let base: Vec<u8> = (0..40u8).map(|b| b'a' + b % 26).collect();
+        for len in 0..=40 {
+            let a = &base[..len];
+            assert!(same_key(a, a), "{len}");
+            if len > 0 {
+                assert!(!same_key(a, &base[..len - 1]), "{len}");
+            }
+            for at in 0..len {
+                let mut b = a.to_vec();
+                b[at] ^= 1;
+                assert!(!same_key(a, &b), "length {len}, byte {at}");
+            }
         }
     }
 
