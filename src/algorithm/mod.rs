@@ -33,6 +33,7 @@ pub(crate) enum State {
 
 impl State {
     /// The moment after which this state means the same as no state at all.
+    #[inline]
     pub(crate) fn expires_at(&self, p: &Params) -> u64 {
         match self {
             State::TokenBucket(b) => b.full_at(p),

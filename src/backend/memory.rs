@@ -265,32 +265,31 @@ impl<C: Clock> MemoryBackend<C> {
             inner.clock.now()
         };
         let key = request.key;
-        let shard = match (request.quotas.state_ids(), request.quotas.quotas()) {
-            ([id], [quota])
-                if matches!(quota.algorithm(), Algorithm::Gcra | Algorithm::LeakyBucket) =>
-            {
+        if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
+            if matches!(quota.algorithm(), Algorithm::Gcra | Algorithm::LeakyBucket) {
                 let shard = inner.table.read(key);
                 if let Some(slot) = shard.get(*id, key) {
                     return slot.decide_arrival(&request, now.as_micros());
                 }
-                shard.write()
+                return self.decide_locked(request, now, Some(shard.write()));
             }
-            _ => inner.table.lock(key),
-        };
-        self.decide_locked(request, now, shard)
+        }
+        self.decide_locked(request, now, None)
     }
 
-    /// Decides under the shard's write lock: a new key, a set of several
-    /// quotas, or an algorithm whose state is more than one number.
+    /// Decides under the shard's write lock (taken here unless given): a
+    /// new key, a set of several quotas, or an algorithm whose state is
+    /// more than one number.
     #[inline(never)]
     fn decide_locked(
         &self,
         request: CheckRequest<'_>,
         now: Timestamp,
-        mut shard: Locked<'_, Slot>,
+        shard: Option<Locked<'_, Slot>>,
     ) -> Decision {
         let inner = &*self.inner;
         let key = request.key;
+        let mut shard = shard.unwrap_or_else(|| inner.table.lock(key));
         let ids = request.quotas.state_ids();
         let quotas = request.quotas.quotas();
         // One quota, the common case: one lookup, and the state updated in

@@ -140,6 +140,7 @@ impl<V: Expiring> Table<V> {
     }
 
     /// The hash of `key` and the index of its shard.
+    #[inline]
     fn place(&self, key: &str) -> (u64, usize) {
         let key_hash = self.hasher.hash_one(key);
         (
@@ -149,11 +150,13 @@ impl<V: Expiring> Table<V> {
     }
 
     /// Locks the shard of `key` to write.
+    #[inline]
     pub(crate) fn lock(&self, key: &str) -> Locked<'_, V> {
         let (key_hash, index) = self.place(key);
         self.lock_at(index, key_hash)
     }
 
+    #[inline]
     fn lock_at(&self, index: usize, key_hash: u64) -> Locked<'_, V> {
         Locked {
             shard: write(&self.shards[index].0),
@@ -200,6 +203,7 @@ impl<'a, V: Expiring> Read<'a, V> {
 impl<V: Expiring> Locked<'_, V> {
     /// Where `(id, key)`'s entry is, for [`at`](Self::at) and
     /// [`at_mut`](Self::at_mut): valid until the next insert or removal.
+    #[inline]
     pub(crate) fn position(&self, id: u64, key: &str) -> Option<usize> {
         self.shard.find(entry_hash(self.key_hash, id), id, key)
     }
@@ -220,6 +224,7 @@ impl<V: Expiring> Locked<'_, V> {
         Some(&self.shard.entries[i].value)
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, id: u64, key: &str) -> Option<&mut V> {
         let i = self.position(id, key)?;
         Some(&mut self.shard.entries[i].value)
