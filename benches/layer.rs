@@ -11,6 +11,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tollgate::key::PeerIp;
 use tollgate::{HeaderStyle, Limiter, MemoryBackend, Quota, RateLimitLayer};
+use tower::util::BoxCloneService;
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 
 #[path = "support/peers.rs"]
@@ -76,6 +77,32 @@ fn bench(c: &mut Criterion) {
     let allocs = allocations(&rt, &mut governed) - allocations(&rt, &mut bare);
     println!("allocations per request added by tower_governor, headers on: {allocs:.1}");
     g.finish();
+    // Over a boxed service with state (a route of an axum app with state, a
+    // tonic client): cloning it allocates.
+    let state: std::sync::Arc<str> = "state".into();
+    let boxed = || {
+        let state = state.clone();
+        BoxCloneService::new(service_fn(move |r| {
+            black_box(&state);
+            hello(r)
+        }))
+    };
+    let mut bare = boxed();
+    let limiter = Limiter::new(MemoryBackend::new(), quota.clone());
+    let mut svc = ServiceBuilder::new()
+        .layer(RateLimitLayer::new(limiter, PeerIp::new()))
+        .service(boxed());
+    let allocs = allocations(&rt, &mut svc) - allocations(&rt, &mut bare);
+    println!(
+        "allocations per request added by tollgate over a boxed service with state, ietf headers: {allocs:.1}"
+    );
+    let mut governed = ServiceBuilder::new()
+        .layer(peers::governor_layer())
+        .service(boxed());
+    let allocs = allocations(&rt, &mut governed) - allocations(&rt, &mut bare);
+    println!(
+        "allocations per request added by tower_governor over a boxed service with state, headers on: {allocs:.1}"
+    );
 }
 
 /// Heap allocations per request through `svc`, the request's own included.

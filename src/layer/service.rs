@@ -73,15 +73,11 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The clone is left behind; the instance that was polled ready serves
-        // this request.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
         let (parts, body) = request.into_parts();
         let grpc = is_grpc(&parts.headers);
         let Some(verdict) = self.policy.decide_now(&parts) else {
             let policy = Arc::clone(&self.policy);
-            return ResponseFuture::deciding(inner, async move {
+            return ResponseFuture::deciding(self.take_ready(), async move {
                 let verdict = for_grpc(grpc, policy.decide(&parts).await);
                 after_delay(verdict, Request::from_parts(parts, body)).await
             });
@@ -89,19 +85,32 @@ where
         let verdict = for_grpc(grpc, verdict);
         let request = Request::from_parts(parts, body);
         match verdict.0 {
+            // Decided at once: the service polled ready is called now, and
+            // not cloned (for axum, a boxed route: an allocation).
             VerdictKind::Pass {
                 headers,
                 delay,
                 charge,
                 held,
             } if delay.is_zero() => {
-                ResponseFuture::inner(inner.call(request), headers, charge, held)
+                ResponseFuture::inner(self.inner.call(request), headers, charge, held)
             }
             VerdictKind::Respond(response) => ResponseFuture::respond(response),
-            pass_later => {
-                ResponseFuture::deciding(inner, after_delay(Verdict(pass_later), request))
-            }
+            pass_later => ResponseFuture::deciding(
+                self.take_ready(),
+                after_delay(Verdict(pass_later), request),
+            ),
         }
+    }
+}
+
+impl<S: Clone, P> RateLimit<S, P> {
+    /// The service polled ready, for a request called later: a clone is
+    /// left in its place, as tower's contract asks of a service that calls
+    /// its inner one after `call` returns.
+    fn take_ready(&mut self) -> S {
+        let clone = self.inner.clone();
+        std::mem::replace(&mut self.inner, clone)
     }
 }
 
