@@ -184,9 +184,9 @@ pub(crate) fn check(
         }
         (Algorithm::SlidingWindow, _) => sliding_window::check(None, p, cost, now, alone),
         (Algorithm::SlidingLog, Some(State::SlidingLog(l))) => {
-            sliding_log::check(Some(l), p, cost, now)
+            sliding_log::check(Some(l), p, cost, now, alone)
         }
-        (Algorithm::SlidingLog, _) => sliding_log::check(None, p, cost, now),
+        (Algorithm::SlidingLog, _) => sliding_log::check(None, p, cost, now, alone),
     }
 }
 

@@ -12,22 +12,32 @@ use std::collections::VecDeque;
 use super::{Branch, Outcome, Update};
 use crate::quota::Params;
 
-/// How many of `log`'s entries still count at `now`.
-fn live(log: &VecDeque<u64>, period: u64, now: u64) -> usize {
-    log.len() - log.partition_point(|&t| t + period <= now)
+/// The position of `log`'s oldest entry still counted at `now` (the
+/// length, when none is): the entries from there on are live.
+fn first_live(log: &VecDeque<u64>, period: u64, now: u64) -> usize {
+    log.partition_point(|&t| t + period <= now)
 }
 
-/// Microseconds until the oldest live entry of `log` expires and frees a
-/// place; `otherwise` when no entry is live.
-fn replenish(log: &VecDeque<u64>, period: u64, now: u64, otherwise: u64) -> u64 {
-    log.get(log.len() - live(log, period, now))
+/// Microseconds until the oldest live entry of `log` (at `first`) expires
+/// and frees a place; `otherwise` when no entry is live.
+fn replenish(log: &VecDeque<u64>, first: usize, period: u64, now: u64, otherwise: u64) -> u64 {
+    log.get(first)
         .map_or(otherwise, |t| (t + period).saturating_sub(now))
 }
 
-pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64) -> Outcome {
+/// `alone`: see [`check`](super::check).
+pub(crate) fn check(
+    log: Option<&VecDeque<u64>>,
+    p: &Params,
+    cost: u64,
+    now: u64,
+    alone: bool,
+) -> Outcome {
     let empty = VecDeque::new();
     let log = log.unwrap_or(&empty);
-    let n = live(log, p.period, now) as u64;
+    // One search for the live entries serves every number below.
+    let first = first_live(log, p.period, now);
+    let n = (log.len() - first) as u64;
     let newest = log.back().copied();
     let reset = |newest: Option<u64>| newest.map_or(0, |t| (t + p.period).saturating_sub(now));
     let append = Update::Log { now, count: cost };
@@ -36,13 +46,17 @@ pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64
         let admit = Branch {
             remaining: p.capacity - n - cost,
             reset: reset(Some(logged_at)),
-            replenish: replenish(log, p.period, now, logged_at + p.period - now),
+            replenish: replenish(log, first, p.period, now, logged_at + p.period - now),
             update: append,
         };
         let refuse = Branch {
             remaining: p.capacity - n,
-            reset: reset(newest),
-            replenish: replenish(log, p.period, now, p.period),
+            reset: if alone { 0 } else { reset(newest) },
+            replenish: if alone {
+                0
+            } else {
+                replenish(log, first, p.period, now, p.period)
+            },
             update: Update::Keep,
         };
         return Outcome::allow(0, admit, refuse);
@@ -52,12 +66,11 @@ pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64
     let (refuse, wait) = if p.count_rejected {
         let mut after = log.clone();
         append_entries(&mut after, p, now, cost);
+        let first = first_live(&after, p.period, now);
         let view = Branch {
-            remaining: p
-                .capacity
-                .saturating_sub(live(&after, p.period, now) as u64),
+            remaining: p.capacity.saturating_sub((after.len() - first) as u64),
             reset: reset(after.back().copied()),
-            replenish: replenish(&after, p.period, now, p.period),
+            replenish: replenish(&after, first, p.period, now, p.period),
             update: append,
         };
         (view, oldest_blocking(&after, p, cost))
@@ -65,7 +78,7 @@ pub(crate) fn check(log: Option<&VecDeque<u64>>, p: &Params, cost: u64, now: u64
         let view = Branch {
             remaining: p.capacity - n.min(p.capacity),
             reset: reset(newest),
-            replenish: replenish(log, p.period, now, p.period),
+            replenish: replenish(log, first, p.period, now, p.period),
             update: Update::Keep,
         };
         (view, oldest_blocking(log, p, cost))
@@ -83,8 +96,7 @@ fn oldest_blocking(log: &VecDeque<u64>, p: &Params, cost: u64) -> u64 {
 
 /// Logs `count` entries at `now` into a stored log.
 pub(crate) fn append(log: &mut VecDeque<u64>, p: &Params, now: u64, count: u64) {
-    let expired = log.len() - live(log, p.period, now);
-    log.drain(..expired);
+    log.drain(..first_live(log, p.period, now));
     append_entries(log, p, now, count);
 }
 
