@@ -155,8 +155,8 @@ impl ConcurrencyQuota {
                     .and_then(|i| self.states.get(i))
                     .cloned()
                     .unwrap_or_else(|| state(&self.name, free));
-                out.push((RATELIMIT_POLICY.clone(), self.policy_header.clone()));
-                out.push((RATELIMIT.clone(), state));
+                out.push((&RATELIMIT_POLICY, self.policy_header.clone()));
+                out.push((&RATELIMIT, state));
                 return out;
             }
             style => match single_value_names(style) {
@@ -165,7 +165,7 @@ impl ConcurrencyQuota {
             },
         };
         for (name, n) in names.into_iter().zip([self.limit, free]) {
-            out.push((name.clone(), number(n)));
+            out.push((name, number(n)));
         }
         out
     }
@@ -209,15 +209,15 @@ mod tests {
         assert_eq!(h[0].1, "\"a \\\"b\\\"\";q=3;qu=\"concurrent-requests\"");
         assert_eq!(h[1].1, "\"a \\\"b\\\"\";r=2");
         let h = q.headers(1, HeaderStyle::Draft6);
-        assert_eq!((&h[0].0, h[0].1.to_str().unwrap()), (&RATELIMIT_LIMIT, "3"));
+        assert_eq!((h[0].0, h[0].1.to_str().unwrap()), (&RATELIMIT_LIMIT, "3"));
         assert_eq!(
-            (&h[1].0, h[1].1.to_str().unwrap()),
+            (h[1].0, h[1].1.to_str().unwrap()),
             (&RATELIMIT_REMAINING, "2")
         );
         assert_eq!(h.len(), 2, "no reset");
         let h = q.headers(5, HeaderStyle::Legacy);
-        assert_eq!((&h[0].0, h[0].1.to_str().unwrap()), (&X_LIMIT, "3"));
-        assert_eq!((&h[1].0, h[1].1.to_str().unwrap()), (&X_REMAINING, "0"));
+        assert_eq!((h[0].0, h[0].1.to_str().unwrap()), (&X_LIMIT, "3"));
+        assert_eq!((h[1].0, h[1].1.to_str().unwrap()), (&X_REMAINING, "0"));
         assert!(q.headers(1, HeaderStyle::None).is_empty());
         assert!(ConcurrencyQuota::new(0).is_err());
         assert!(ConcurrencyQuota::new(3).unwrap().elastic(2).is_err());

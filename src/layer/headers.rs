@@ -5,7 +5,6 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use http::header::RETRY_AFTER;
 use http::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
@@ -42,7 +41,7 @@ pub enum HeaderStyle {
 /// The headers a response gains. Two (the IETF pair) fit without
 /// allocating; more would make every verdict and response future larger, and
 /// they are moved a few times per request.
-pub(crate) type Headers = SmallVec<[(HeaderName, HeaderValue); 2]>;
+pub(crate) type Headers = SmallVec<[(&'static HeaderName, HeaderValue); 2]>;
 
 pub(crate) static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub(crate) static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -53,6 +52,7 @@ pub(crate) static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-lim
 pub(crate) static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 pub(crate) static X_RETRY_AFTER: HeaderName = HeaderName::from_static("x-ratelimit-retry-after");
+static RETRY_AFTER: HeaderName = http::header::RETRY_AFTER;
 
 /// Whole seconds, rounded up: a client told to wait 0 s retries straight
 /// into another refusal.
@@ -223,8 +223,8 @@ pub(crate) fn rate_limit_headers(
                 }
             }
             if let Some(state) = state.value() {
-                out.push((RATELIMIT_POLICY.clone(), policy.value.clone()));
-                out.push((RATELIMIT.clone(), state));
+                out.push((&RATELIMIT_POLICY, policy.value.clone()));
+                out.push((&RATELIMIT, state));
             }
         }
         HeaderStyle::Draft6 | HeaderStyle::Legacy => {
@@ -236,7 +236,7 @@ pub(crate) fn rate_limit_headers(
             };
             let values = [b.limit(), b.remaining(), ceil_secs(b.reset())];
             for (name, value) in names.into_iter().zip(values) {
-                out.push((name.clone(), number(value)));
+                out.push((name, number(value)));
             }
         }
         HeaderStyle::None => {}
@@ -249,9 +249,9 @@ pub(crate) fn rate_limit_headers(
 
 /// `Retry-After: secs`, and its legacy twin in the legacy style.
 pub(crate) fn push_retry_after(headers: &mut Headers, style: HeaderStyle, secs: u64) {
-    headers.push((RETRY_AFTER, number(secs)));
+    headers.push((&RETRY_AFTER, number(secs)));
     if style == HeaderStyle::Legacy {
-        headers.push((X_RETRY_AFTER.clone(), number(secs)));
+        headers.push((&X_RETRY_AFTER, number(secs)));
     }
 }
 
@@ -261,7 +261,7 @@ pub(crate) fn push_retry_after(headers: &mut Headers, style: HeaderStyle, secs: 
 pub(crate) fn add_headers(headers: &mut Headers, more: Headers) {
     let remaining = |h: &Headers| {
         h.iter()
-            .find(|(n, _)| *n == RATELIMIT_REMAINING || *n == X_REMAINING)
+            .find(|(n, _)| **n == RATELIMIT_REMAINING || **n == X_REMAINING)
             .and_then(|(_, v)| v.to_str().ok()?.parse::<u64>().ok())
     };
     match (remaining(headers), remaining(&more)) {
@@ -275,7 +275,7 @@ pub(crate) fn add_headers(headers: &mut Headers, more: Headers) {
                 &X_REMAINING,
                 &X_RESET,
             ];
-            headers.retain(|(n, _)| !single.contains(&&*n));
+            headers.retain(|(n, _)| !single.contains(n));
             headers.extend(more);
         }
         _ => headers.extend(more),
@@ -287,10 +287,10 @@ pub(crate) fn add_headers(headers: &mut Headers, more: Headers) {
 /// one's; the single-value styles show the outermost layer's numbers.
 pub(crate) fn apply(headers: Headers, to: &mut http::HeaderMap) {
     for (name, value) in headers {
-        if name == RATELIMIT || name == RATELIMIT_POLICY {
-            to.append(name, value);
+        if *name == RATELIMIT || *name == RATELIMIT_POLICY {
+            to.append(name.clone(), value);
         } else {
-            to.insert(name, value);
+            to.insert(name.clone(), value);
         }
     }
 }
@@ -303,9 +303,9 @@ mod tests {
     fn single_value_styles_show_the_quota_with_less_remaining() {
         let set = |limit: u64, remaining: u64, reset: Option<u64>| {
             let mut h = Headers::new();
-            h.push((RATELIMIT_LIMIT.clone(), number(limit)));
-            h.push((RATELIMIT_REMAINING.clone(), number(remaining)));
-            h.extend(reset.map(|r| (RATELIMIT_RESET.clone(), number(r))));
+            h.push((&RATELIMIT_LIMIT, number(limit)));
+            h.push((&RATELIMIT_REMAINING, number(remaining)));
+            h.extend(reset.map(|r| (&RATELIMIT_RESET, number(r))));
             h
         };
         let mut rate = set(10, 3, Some(6));

@@ -224,8 +224,8 @@ impl ResponsePolicy {
 /// Adds headers the response does not set itself.
 pub(crate) fn with_headers(mut response: Response<Bytes>, headers: Headers) -> Response<Bytes> {
     for (name, value) in headers {
-        if !response.headers().contains_key(&name) {
-            response.headers_mut().insert(name, value);
+        if !response.headers().contains_key(name) {
+            response.headers_mut().insert(name.clone(), value);
         }
     }
     response
