@@ -73,14 +73,18 @@ impl Clock for SystemClock {
 struct Anchor {
     clock: quanta::Clock,
     origin: u64,
+    /// Microseconds per tick of the counter, times 2^64: quanta's own
+    /// scale, read once, so a reading maps to microseconds with one
+    /// multiplication.
+    scale: u64,
     /// Epoch microseconds at `origin`, as of the last wall-clock reading.
     offset: AtomicU64,
-    /// Nanoseconds since `origin` at which to read the wall clock again.
+    /// Microseconds since `origin` at which to read the wall clock again.
     next: AtomicU64,
 }
 
 /// How long an offset serves before the wall clock is read again.
-const REANCHOR_NANOS: u64 = 4_000_000_000;
+const REANCHOR_MICROS: u64 = 4_000_000;
 
 fn wall_micros() -> u64 {
     // A clock before 1970 is a misconfigured host; treat it as the epoch
@@ -97,10 +101,18 @@ impl Anchor {
         static ANCHOR: std::sync::OnceLock<Anchor> = std::sync::OnceLock::new();
         ANCHOR.get_or_init(|| {
             let clock = quanta::Clock::new();
+            // quanta maps ticks to nanoseconds linearly; its nanoseconds
+            // for 2^32 ticks give the scale to within a part in 10^9, far
+            // below a microsecond over a re-anchoring interval. (A counter
+            // slower than a tick a microsecond, which quanta never uses,
+            // would saturate.)
+            let nanos_per_2_32 = u128::from(clock.delta_as_nanos(0, 1 << 32));
+            let scale = u64::try_from((nanos_per_2_32 << 32) / 1_000).unwrap_or(u64::MAX);
             Anchor {
                 origin: clock.raw(),
+                scale,
                 offset: AtomicU64::new(wall_micros()),
-                next: AtomicU64::new(REANCHOR_NANOS),
+                next: AtomicU64::new(REANCHOR_MICROS),
                 clock,
             }
         })
@@ -114,16 +126,19 @@ impl Anchor {
     #[inline]
     fn at(raw: u64) -> Timestamp {
         let a = Anchor::get();
-        let nanos = a.clock.delta_as_nanos(a.origin, raw);
-        if nanos >= a.next.load(Ordering::Relaxed) {
-            a.next.store(nanos + REANCHOR_NANOS, Ordering::Relaxed);
+        // A reading before the origin (another core's counter a hair
+        // behind) counts as the origin.
+        let ticks = u128::from(raw.saturating_sub(a.origin));
+        let micros = ((ticks * u128::from(a.scale)) >> 64) as u64;
+        if micros >= a.next.load(Ordering::Relaxed) {
+            a.next.store(micros + REANCHOR_MICROS, Ordering::Relaxed);
             // Follow the wall clock forward (NTP slewing, the counter's
             // drift), never back: time read here does not step back when the
             // wall clock does, and racing re-anchors keep the later one.
-            let offset = wall_micros().saturating_sub(nanos / 1_000);
+            let offset = wall_micros().saturating_sub(micros);
             a.offset.fetch_max(offset, Ordering::Relaxed);
         }
-        Timestamp(a.offset.load(Ordering::Relaxed) + nanos / 1_000)
+        Timestamp(a.offset.load(Ordering::Relaxed) + micros)
     }
 }
 
@@ -191,5 +206,31 @@ impl Clock for ManualClock {
 impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> Timestamp {
         (**self).now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_system_clock_keeps_to_the_wall_clock_and_never_steps_back() {
+        let wall = wall_micros();
+        let now = SystemClock.now().as_micros();
+        assert!(now.abs_diff(wall) < 5_000, "{now} vs wall {wall}");
+        let mut last = now;
+        for _ in 0..10_000 {
+            let t = SystemClock.now().as_micros();
+            assert!(t >= last, "stepped back from {last} to {t}");
+            last = t;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let slept = SystemClock.now().as_micros() - now;
+        assert!(
+            (50_000..1_000_000).contains(&slept),
+            "50 ms read as {slept} us"
+        );
+        let wall = wall_micros();
+        assert!(SystemClock.now().as_micros().abs_diff(wall) < 5_000);
     }
 }

@@ -183,11 +183,18 @@ impl QuotaSet {
         decision
     }
 
-    /// The first quota that could never admit `cost`, if any.
+    /// The first quota that could never admit `cost`, if any: one
+    /// comparison, inline, for the costs every quota admits.
+    #[inline]
     pub(crate) fn too_costly(&self, cost: u64) -> Option<&Quota> {
         if cost <= self.max_cost {
             return None;
         }
+        self.first_too_costly(cost)
+    }
+
+    #[cold]
+    fn first_too_costly(&self, cost: u64) -> Option<&Quota> {
         self.quotas.iter().find(|q| cost > q.max_cost())
     }
 
