@@ -18,8 +18,8 @@ if [ ${#cases[@]} -eq 0 ]; then
   cases=(governor/gcra tollgate/gcra tollgate/token_bucket tollgate/leaky_bucket
          tollgate/fixed_window tollgate/sliding_window tollgate/sliding_log tollgate/three_quotas)
 fi
-short=${SHORT:-100000}
-long=${LONG:-1100000}
+short=${SHORT:-1000000}
+long=${LONG:-5000000}
 
 count() {
   valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |
