@@ -99,7 +99,11 @@ impl Gateway {
         if let Some(up) = upstream {
             cmd.arg("--upstream").arg(format!("http://{up}"));
         }
-        cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::piped());
+        // RUST_LOG would override the level that prints the serving line.
+        cmd.args(extra)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("start tollgate");
         let stderr = child.stderr.take().expect("piped stderr");
         let (tx, rx) = std::sync::mpsc::channel();
