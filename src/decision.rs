@@ -1,5 +1,6 @@
 //! What a limiter answers.
 
+use std::fmt;
 use std::time::Duration;
 
 use smallvec::SmallVec;
@@ -7,19 +8,31 @@ use smallvec::SmallVec;
 /// One quota's answer to one request.
 ///
 /// Kept as the algorithm's integers (microseconds for times); the durations
-/// are made when read, so a caller that only asks
+/// are made when read, and for GCRA and the leaky bucket decided alone so
+/// are `remaining` and `replenish`, so a caller that only asks
 /// [`Decision::allowed`] pays for none of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub struct QuotaDecision {
     limit: u64,
-    remaining: u64,
     reset: u64,
-    replenish: u64,
     /// Allowed: the delay before its turn (leaky bucket); refused: the
     /// retry-after. One field, since a decision has only one of them.
     wait: u64,
+    /// What `remaining` and `replenish` are made of (see [`Left`]).
+    left: (u64, u64),
     allowed: bool,
     shadow: bool,
+    form: Left,
+}
+
+/// How a [`QuotaDecision`] keeps what is left of its quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Left {
+    /// `left` is `(remaining, replenish)`.
+    Counted,
+    /// `left` is an arrival time's `(tolerance, interval)`: remaining and
+    /// replenish follow from them and `reset`, as GCRA computes them.
+    Arrival,
 }
 
 impl QuotaDecision {
@@ -37,12 +50,56 @@ impl QuotaDecision {
     ) -> Self {
         QuotaDecision {
             limit,
-            remaining,
             reset,
-            replenish,
             wait: if allowed { delay } else { retry_after },
+            left: (remaining, replenish),
             allowed,
             shadow,
+            form: Left::Counted,
+        }
+    }
+
+    /// The answer of an arrival-time quota (GCRA, leaky bucket) whose
+    /// remaining and replenish are computed only when read, from its
+    /// `tolerance` (capacity times interval) and `interval`; `limit` is the
+    /// capacity reported (soft mode's margin off).
+    #[inline]
+    #[allow(clippy::too_many_arguments)] // as `new`, with the two numbers `left` keeps
+    pub(crate) fn arrival(
+        allowed: bool,
+        shadow: bool,
+        limit: u64,
+        reset: u64,
+        retry_after: u64,
+        delay: u64,
+        tolerance: u64,
+        interval: u64,
+    ) -> Self {
+        QuotaDecision {
+            limit,
+            reset,
+            wait: if allowed { delay } else { retry_after },
+            left: (tolerance, interval),
+            allowed,
+            shadow,
+            form: Left::Arrival,
+        }
+    }
+
+    /// `(remaining, replenish)` in microseconds. For an arrival time, as
+    /// `gcra::schedule` reports them, with soft mode's margin taken off the
+    /// remaining units.
+    fn left(&self) -> (u64, u64) {
+        match self.form {
+            Left::Counted => self.left,
+            Left::Arrival => {
+                let (tolerance, interval) = self.left;
+                let interval = interval.max(1);
+                let effective = tolerance.saturating_sub(self.reset) / interval;
+                let replenish = (self.reset + (effective + 1) * interval).saturating_sub(tolerance);
+                let soft_margin = (tolerance / interval).saturating_sub(self.limit);
+                (effective.saturating_sub(soft_margin), replenish)
+            }
         }
     }
 
@@ -60,7 +117,7 @@ impl QuotaDecision {
 
     /// Units left after this request (before it, when nothing was spent).
     pub fn remaining(&self) -> u64 {
-        self.remaining
+        self.left().0
     }
 
     /// Time until the quota is fully restored, with no further traffic.
@@ -76,7 +133,7 @@ impl QuotaDecision {
     /// sliding log, until the oldest live entry expires. (The README has the
     /// table, with what `r` means for each.)
     pub fn replenish(&self) -> Duration {
-        Duration::from_micros(self.replenish)
+        Duration::from_micros(self.left().1)
     }
 
     /// When refused: time until the same request would pass.
@@ -108,13 +165,53 @@ impl QuotaDecision {
         } else {
             self.wait.saturating_sub(elapsed)
         };
+        let (remaining, replenish) = self.left();
         QuotaDecision {
             reset: self.reset.saturating_sub(elapsed),
-            replenish: self.replenish.saturating_sub(elapsed),
+            left: (remaining, replenish.saturating_sub(elapsed)),
+            form: Left::Counted,
             allowed: self.allowed || retry_after == 0,
             wait: retry_after,
             ..*self
         }
+    }
+
+    /// What a caller can read of it, for equality and `Debug`: the same
+    /// answer compares equal however it is kept.
+    fn seen(&self) -> (bool, bool, u64, u64, u64, u64, u64) {
+        let (remaining, replenish) = self.left();
+        (
+            self.allowed,
+            self.shadow,
+            self.limit,
+            remaining,
+            self.reset,
+            replenish,
+            self.wait,
+        )
+    }
+}
+
+impl PartialEq for QuotaDecision {
+    fn eq(&self, other: &Self) -> bool {
+        self.seen() == other.seen()
+    }
+}
+
+impl Eq for QuotaDecision {}
+
+impl fmt::Debug for QuotaDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (remaining, replenish) = self.left();
+        f.debug_struct("QuotaDecision")
+            .field("limit", &self.limit)
+            .field("remaining", &remaining)
+            .field("reset", &self.reset)
+            .field("replenish", &replenish)
+            .field("wait", &self.wait)
+            .field("allowed", &self.allowed)
+            .field("shadow", &self.shadow)
+            .finish()
     }
 }
 
@@ -205,11 +302,11 @@ impl Decision {
     pub fn binding(&self) -> Option<&QuotaDecision> {
         self.quotas
             .iter()
-            .min_by(|a, b| a.remaining.cmp(&b.remaining).then(b.reset.cmp(&a.reset)))
+            .min_by_key(|q| (q.remaining(), std::cmp::Reverse(q.reset)))
     }
 
     /// Units left on the binding quota.
     pub fn remaining(&self) -> u64 {
-        self.binding().map_or(0, |q| q.remaining)
+        self.binding().map_or(0, QuotaDecision::remaining)
     }
 }

@@ -245,7 +245,11 @@ impl QuotaSet {
         room: bool,
     ) -> (Decision, Update) {
         // Alone in its set: when it admits, its refusal is never read.
-        self.settle_one(|q| q.check(state, cost, now, room, true), commit)
+        self.settle_one(
+            |q| q.check(state, cost, now, room, true),
+            commit,
+            RawQuotaDecision::decision,
+        )
     }
 
     /// [`evaluate_one`](QuotaSet::evaluate_one) for a GCRA or leaky-bucket
@@ -266,9 +270,13 @@ impl QuotaSet {
         if quota.params.elastic_margin != 0 {
             return self.evaluate_one(Some(&State::Tat(tat)), cost, now, commit, room);
         }
+        // Remaining and replenish are left to be computed when read: the
+        // division they take is then never made for a caller that does
+        // not read them.
         self.settle_one(
             |q| algorithm::check_arrival(q.algorithm(), tat, &q.params, cost, now),
             commit,
+            RawQuotaDecision::arrival_decision,
         )
     }
 
@@ -277,12 +285,13 @@ impl QuotaSet {
         &self,
         check: impl FnOnce(&Quota) -> Outcome,
         commit: bool,
+        report: impl FnOnce(&RawQuotaDecision, &Quota) -> QuotaDecision,
     ) -> (Decision, Update) {
         let quota = &self.quotas[0];
         let mut outcome = check(quota);
         let allowed = outcome.allowed || quota.params.shadow;
         let (verdict, update) = settle(&mut outcome, allowed, commit);
-        (Decision::one(allowed, verdict.decision(quota)), update)
+        (Decision::one(allowed, report(&verdict, quota)), update)
     }
 
     /// Whether a request passes, given whether each quota admits it: every
@@ -369,6 +378,24 @@ impl RawQuotaDecision {
             self.delay,
         )
     }
+
+    /// [`decision`](Self::decision) for an arrival-time quota decided
+    /// alone, whose `remaining` and `replenish` are not read here: the
+    /// decision derives them from the reset when asked.
+    #[inline]
+    fn arrival_decision(&self, q: &Quota) -> QuotaDecision {
+        let p = &q.params;
+        QuotaDecision::arrival(
+            self.allowed,
+            p.shadow,
+            p.reported_capacity,
+            self.reset,
+            self.retry_after,
+            self.delay,
+            p.capacity * p.interval,
+            p.interval,
+        )
+    }
 }
 
 impl From<Quota> for QuotaSet {
@@ -405,6 +432,58 @@ mod tests {
     use super::*;
     use crate::quota::Mode;
     use std::time::Duration;
+
+    #[test]
+    fn an_arrival_time_reports_when_read_what_the_algorithm_computes() {
+        // Each request is decided both ways on the same state: the decision
+        // whose remaining and replenish are derived when read must report
+        // what the general path computed, in every mode and on refusals.
+        let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
+        for mode in modes {
+            for leaky in [false, true] {
+                let builder = if leaky {
+                    Quota::leaky_bucket(4, Duration::from_secs(2))
+                } else {
+                    Quota::gcra(4, Duration::from_secs(2))
+                };
+                let set = QuotaSet::single(builder.burst(3).mode(mode).build().unwrap());
+                let mut tat = None;
+                let mut seen = [false; 2];
+                for (i, cost) in [1, 1, 2, 1, 3, 1, 1, 2, 1, 1].into_iter().enumerate() {
+                    let now = 1_000_000 + i as u64 * 170_000;
+                    let state = tat.map(State::Tat);
+                    let (general, update) =
+                        set.evaluate_one(state.as_ref(), cost, now, true, false);
+                    let (derived, same) =
+                        set.evaluate_arrival(tat.unwrap_or(0), cost, now, true, false);
+                    assert_eq!(update, same, "{mode:?}, request {i}");
+                    let [g] = general.quotas() else {
+                        panic!("one quota")
+                    };
+                    let [d] = derived.quotas() else {
+                        panic!("one quota")
+                    };
+                    let read = |q: &QuotaDecision| {
+                        (
+                            q.allowed(),
+                            q.remaining(),
+                            q.reset(),
+                            q.replenish(),
+                            q.retry_after(),
+                            q.delay(),
+                        )
+                    };
+                    assert_eq!(read(g), read(d), "{mode:?}, leaky {leaky}, request {i}");
+                    assert_eq!(general, derived);
+                    seen[usize::from(g.allowed())] = true;
+                    if let Update::Set(State::Tat(next)) = update {
+                        tat = Some(next);
+                    }
+                }
+                assert_eq!(seen, [true, true], "admissions and refusals both checked");
+            }
+        }
+    }
 
     #[test]
     fn sets_refuse_duplicates_and_emptiness() {
