@@ -102,7 +102,7 @@ impl Slot {
         &self.state
     }
 
-    #[inline]
+    #[inline(always)]
     fn update(&mut self, update: Update, p: &Params) {
         if update != Update::Keep {
             update.apply_to(&mut self.state, p);
