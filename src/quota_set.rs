@@ -280,6 +280,8 @@ impl QuotaSet {
         )
     }
 
+    /// A set of one quota decided: its outcome settled into the update to
+    /// store and the decision, in the form `report` gives it.
     #[inline(always)]
     fn settle_one(
         &self,
