@@ -17,7 +17,7 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use support::gateway::{Gateway, RulesFile, free_port, upstream};
+use support::gateway::{Gateway, RulesFile, upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const RULES: &str = r#"
@@ -94,11 +94,11 @@ fn metrics_gateway(
     upstream: SocketAddr,
     extra: &[&str],
 ) -> (Gateway, SocketAddr) {
-    let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let listen = metrics.to_string();
-    let mut args = vec!["--metrics-listen", listen.as_str()];
+    let mut args = vec!["--metrics-listen", "127.0.0.1:0"];
     args.extend_from_slice(extra);
-    (Gateway::start(&rules.0, Some(upstream), &args), metrics)
+    let gateway = Gateway::start(&rules.0, Some(upstream), &args);
+    let metrics = gateway.metrics_addr();
+    (gateway, metrics)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

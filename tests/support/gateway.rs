@@ -71,6 +71,15 @@ pub fn free_port() -> u16 {
 pub struct Gateway {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The addresses the gateway logs as it binds them, after its own
+    /// (behind a lock, so a `&Gateway` can be shared between tasks).
+    listening: Mutex<std::sync::mpsc::Receiver<Listening>>,
+}
+
+/// A listener the gateway logged, with the address the kernel gave it.
+enum Listening {
+    Serving(SocketAddr),
+    Metrics(SocketAddr),
 }
 
 impl Gateway {
@@ -113,24 +122,60 @@ impl Gateway {
             let mut log = log;
             for line in std::io::BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
-                if let Some(addr) = serving_address(&line) {
-                    let _ = tx.send(addr);
+                if let Some(addr) = listen_address(&line, "tollgate serving") {
+                    let _ = tx.send(Listening::Serving(addr));
+                } else if let Some(addr) = listen_address(&line, "metrics at /metrics") {
+                    let _ = tx.send(Listening::Metrics(addr));
                 }
                 if let Some(log) = log.as_mut() {
                     let _ = writeln!(log, "{line}");
                 }
             }
         });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("tollgate did not start listening");
-        Gateway { child, addr }
+        let mut metrics = None;
+        let addr = loop {
+            match rx.recv_timeout(Duration::from_secs(20)) {
+                Ok(Listening::Serving(addr)) => break addr,
+                Ok(Listening::Metrics(addr)) => metrics = Some(addr),
+                Err(_) => panic!("tollgate did not start listening"),
+            }
+        };
+        let (again, listening) = std::sync::mpsc::channel();
+        if let Some(addr) = metrics {
+            let _ = again.send(Listening::Metrics(addr));
+        }
+        // Later lines keep coming on the first channel: pass them on.
+        std::thread::spawn(move || {
+            for event in rx {
+                if again.send(event).is_err() {
+                    break;
+                }
+            }
+        });
+        Gateway {
+            child,
+            addr,
+            listening: Mutex::new(listening),
+        }
+    }
+
+    /// Where the gateway serves its metrics (`--metrics-listen`, given
+    /// port 0), from its log.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        let listening = self.listening.lock().unwrap();
+        loop {
+            match listening.recv_timeout(Duration::from_secs(20)) {
+                Ok(Listening::Metrics(addr)) => return addr,
+                Ok(Listening::Serving(_)) => {}
+                Err(_) => panic!("tollgate did not serve its metrics"),
+            }
+        }
     }
 }
 
-/// The address in the gateway's "tollgate serving listen=ADDR" line, its
-/// colours taken out.
-fn serving_address(line: &str) -> Option<SocketAddr> {
+/// The address in a gateway log line `message listen=ADDR`, its colours
+/// taken out.
+fn listen_address(line: &str, message: &str) -> Option<SocketAddr> {
     let mut plain = String::with_capacity(line.len());
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
@@ -145,7 +190,7 @@ fn serving_address(line: &str) -> Option<SocketAddr> {
             plain.push(c);
         }
     }
-    if !plain.contains("tollgate serving") {
+    if !plain.contains(message) {
         return None;
     }
     let rest = &plain[plain.find("listen=")? + "listen=".len()..];
