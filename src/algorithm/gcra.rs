@@ -37,12 +37,7 @@ pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone:
     let step = if next - now <= tolerance {
         let admit = branch(next - now, Update::Set(State::Tat(next)));
         let refuse = if alone {
-            Branch {
-                remaining: 0,
-                reset: 0,
-                replenish: 0,
-                update: Update::Keep,
-            }
+            Branch::unread()
         } else {
             branch(start - now, Update::Keep)
         };

@@ -112,6 +112,20 @@ pub(crate) struct Branch {
     pub update: Update,
 }
 
+impl Branch {
+    /// The refusal branch of an admission that decides alone: never read,
+    /// so none of its numbers is computed.
+    #[inline]
+    pub(crate) fn unread() -> Branch {
+        Branch {
+            remaining: 0,
+            reset: 0,
+            replenish: 0,
+            update: Update::Keep,
+        }
+    }
+}
+
 /// An algorithm's outcome for one request on one quota: whether it admits
 /// it, and what to report and store in either case.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,9 +180,9 @@ pub(crate) fn check(
 ) -> Outcome {
     match (algorithm, state) {
         (Algorithm::TokenBucket, Some(State::TokenBucket(b))) => {
-            token_bucket::check(Some(b), p, cost, now)
+            token_bucket::check(Some(b), p, cost, now, alone)
         }
-        (Algorithm::TokenBucket, _) => token_bucket::check(None, p, cost, now),
+        (Algorithm::TokenBucket, _) => token_bucket::check(None, p, cost, now, alone),
         (Algorithm::Gcra, Some(State::Tat(t))) => gcra::check(Some(*t), p, cost, now, alone),
         (Algorithm::Gcra, _) => gcra::check(None, p, cost, now, alone),
         (Algorithm::LeakyBucket, Some(State::Tat(t))) => {

@@ -49,15 +49,15 @@ pub(crate) fn check(
             replenish: replenish(log, first, p.period, now, logged_at + p.period - now),
             update: append,
         };
-        let refuse = Branch {
-            remaining: p.capacity - n,
-            reset: if alone { 0 } else { reset(newest) },
-            replenish: if alone {
-                0
-            } else {
-                replenish(log, first, p.period, now, p.period)
-            },
-            update: Update::Keep,
+        let refuse = if alone {
+            Branch::unread()
+        } else {
+            Branch {
+                remaining: p.capacity - n,
+                reset: reset(newest),
+                replenish: replenish(log, first, p.period, now, p.period),
+                update: Update::Keep,
+            }
         };
         return Outcome::allow(0, admit, refuse);
     }
