@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use crate::algorithm::gcra;
+
 /// One quota's answer to one request.
 ///
 /// Kept as the algorithm's integers (microseconds for times); the durations
@@ -37,7 +39,8 @@ enum Left {
 
 impl QuotaDecision {
     /// A quota's answer from its numbers, times in microseconds.
-    #[allow(clippy::too_many_arguments)] // one per field, all named at the one caller
+    #[inline]
+    #[allow(clippy::too_many_arguments)] // one per field
     pub(crate) fn new(
         allowed: bool,
         shadow: bool,
@@ -76,13 +79,9 @@ impl QuotaDecision {
         interval: u64,
     ) -> Self {
         QuotaDecision {
-            limit,
-            reset,
-            wait: if allowed { delay } else { retry_after },
             left: (tolerance, interval),
-            allowed,
-            shadow,
             form: Left::Arrival,
+            ..QuotaDecision::new(allowed, shadow, limit, 0, reset, 0, retry_after, delay)
         }
     }
 
@@ -95,8 +94,7 @@ impl QuotaDecision {
             Left::Arrival => {
                 let (tolerance, interval) = self.left;
                 let interval = interval.max(1);
-                let effective = tolerance.saturating_sub(self.reset) / interval;
-                let replenish = (self.reset + (effective + 1) * interval).saturating_sub(tolerance);
+                let (effective, replenish) = gcra::left(self.reset, tolerance, interval);
                 let soft_margin = (tolerance / interval).saturating_sub(self.limit);
                 (effective.saturating_sub(soft_margin), replenish)
             }

@@ -16,6 +16,19 @@ pub(crate) struct Schedule {
     pub outcome: Outcome,
 }
 
+/// What is left of an arrival-time quota whose TAT is `reset` ahead of
+/// now: the units that still fit in the `tolerance`, and the microseconds
+/// until the next one returns, when the TAT falls one more `interval` below
+/// the tolerance (reset + (remaining + 1) intervals - tolerance). Also what
+/// a [`QuotaDecision`](crate::QuotaDecision) kept in that form reports
+/// when read.
+#[inline]
+pub(crate) fn left(reset: u64, tolerance: u64, interval: u64) -> (u64, u64) {
+    let remaining = tolerance.saturating_sub(reset) / interval;
+    let replenish = (reset + (remaining + 1) * interval).saturating_sub(tolerance);
+    (remaining, replenish)
+}
+
 /// `alone`: see [`check`](super::check); an admission then leaves its
 /// refusal branch's numbers at 0, which saves a division.
 #[inline]
@@ -23,14 +36,12 @@ pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone:
     let tolerance = p.capacity * p.interval;
     let start = tat.unwrap_or(now).max(now);
     let next = start + cost * p.interval;
-    // The next unit returns when the TAT falls one more interval below the
-    // tolerance: reset + (remaining + 1) intervals - tolerance.
     let branch = |reset: u64, update| {
-        let remaining = tolerance.saturating_sub(reset) / p.interval;
+        let (remaining, replenish) = left(reset, tolerance, p.interval);
         Branch {
             remaining,
             reset,
-            replenish: (reset + (remaining + 1) * p.interval).saturating_sub(tolerance),
+            replenish,
             update,
         }
     };

@@ -391,12 +391,6 @@ impl Drop for KeyCall<'_> {
     }
 }
 
-/// What tells one quota set's cached denials from another's: the state ids,
-/// and which quotas are shadows (which the state ids leave out, and which
-/// change what is refused). `None` for a set counting refused attempts or
-/// holding an elastic quota, which is never cached. One pass, and a
-/// multiply per quota rather than a hasher: the state ids are hashes
-/// already, and this runs on every decision made from a lease.
 /// The first quota of `quotas` whose algorithm needs every arrival and so
 /// cannot be leased.
 fn unleasable(quotas: &QuotaSet) -> Option<&Quota> {
@@ -406,6 +400,12 @@ fn unleasable(quotas: &QuotaSet) -> Option<&Quota> {
         .find(|q| !Lease::leases(q.algorithm()))
 }
 
+/// What tells one quota set's cached denials from another's: the state ids,
+/// and which quotas are shadows (which the state ids leave out, and which
+/// change what is refused). `None` for a set counting refused attempts or
+/// holding an elastic quota, which is never cached. One pass, and a
+/// multiply per quota rather than a hasher: the state ids are hashes
+/// already, and this runs on every decision made from a lease.
 fn cache_id(quotas: &QuotaSet) -> Option<u64> {
     const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut id = MIX;
