@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use smallvec::SmallVec;
 
-use super::table::{Expiring, Locked, Table};
+use super::table::{Expiring, Found, Locked, Position, Table};
 use super::{Backend, BackendError, CheckRequest};
 use crate::algorithm::{State, Update};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -56,7 +56,7 @@ pub struct MemoryBackend<C = SystemClock> {
 }
 
 struct Inner<C> {
-    table: Table<Slot>,
+    table: Table<Slot, Arrival>,
     clock: C,
     metrics: MemoryMetrics,
 }
@@ -68,55 +68,72 @@ impl<C> Drop for Inner<C> {
     }
 }
 
-/// One quota's state for one key, with the moment it stops mattering.
-///
-/// GCRA and the leaky bucket keep one number, the theoretical arrival time,
-/// which is also their expiry: for them `expires_at` is the state, updated
-/// by compare-and-swap under the shard's read lock, and the copy in `state`
-/// is brought up to date only under the write lock, before it is read.
+/// One quota's state for one key, with the moment it stops mattering: a
+/// wide entry, for every state but an arrival time (and for one that became
+/// an arrival time when its quota's algorithm changed).
 struct Slot {
-    expires_at: AtomicU64,
+    expires_at: u64,
     state: State,
 }
 
 impl Expiring for Slot {
     fn expires_at(&self) -> u64 {
-        self.expires_at.load(Relaxed)
+        self.expires_at
     }
 }
 
 impl Slot {
-    fn new(state: State, p: &Params) -> Self {
-        Slot {
-            expires_at: AtomicU64::new(state.expires_at(p)),
-            state,
-        }
-    }
-
-    /// The state, as the write lock's holder sees it.
-    #[inline]
-    fn current(&mut self) -> &State {
-        if let State::Tat(tat) = &mut self.state {
-            *tat = *self.expires_at.get_mut();
-        }
-        &self.state
-    }
-
     #[inline(always)]
     fn update(&mut self, update: Update, p: &Params) {
         if update != Update::Keep {
             update.apply_to(&mut self.state, p);
-            *self.expires_at.get_mut() = self.state.expires_at(p);
+            self.expires_at = self.state.expires_at(p);
+        }
+    }
+}
+
+/// The theoretical arrival time of a GCRA or leaky-bucket quota: a narrow
+/// entry, 40 bytes with the key instead of 72. It is also the state's
+/// expiry, and it is updated by compare-and-swap under the shard's read
+/// lock.
+struct Arrival(AtomicU64);
+
+impl Expiring for Arrival {
+    fn expires_at(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+impl Arrival {
+    /// The state it holds, for the algorithms.
+    fn state(&self) -> State {
+        State::Tat(self.0.load(Relaxed))
+    }
+
+    /// Applies `update` under the write lock, if the result is still an
+    /// arrival time; else hands back the state it makes, to be stored wide.
+    fn update(&mut self, update: Update, p: &Params) -> Option<State> {
+        match update {
+            Update::Keep => None,
+            Update::Set(State::Tat(tat)) => {
+                *self.0.get_mut() = tat;
+                None
+            }
+            update => {
+                let mut state = Some(self.state());
+                update.apply(&mut state, p);
+                state
+            }
         }
     }
 
-    /// Decides a one-quota request on a theoretical arrival time without
-    /// the write lock: the time is read, the quota decided on it, and the
-    /// new time swapped in only if nobody moved it meanwhile (else decided
-    /// again on the newer time), as governor does.
+    /// Decides a one-quota request on the arrival time without the write
+    /// lock: the time is read, the quota decided on it, and the new time
+    /// swapped in only if nobody moved it meanwhile (else decided again on
+    /// the newer time), as governor does.
     #[inline]
-    fn decide_arrival(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
-        let mut tat = self.expires_at.load(Relaxed);
+    fn decide(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
+        let mut tat = self.0.load(Relaxed);
         loop {
             let (decision, update) = request.quotas.evaluate_arrival(
                 tat,
@@ -129,10 +146,7 @@ impl Slot {
             let Update::Set(State::Tat(next)) = update else {
                 return decision;
             };
-            match self
-                .expires_at
-                .compare_exchange_weak(tat, next, Relaxed, Relaxed)
-            {
+            match self.0.compare_exchange_weak(tat, next, Relaxed, Relaxed) {
                 Ok(_) => return decision,
                 Err(moved) => tat = moved,
             }
@@ -140,9 +154,32 @@ impl Slot {
     }
 }
 
+type Entries<'a> = Locked<'a, Slot, Arrival>;
+
+/// Stores a state for a key's quota that has no entry: an arrival time
+/// narrow, anything else wide.
+fn store(
+    shard: &mut Entries<'_>,
+    metrics: &MemoryMetrics,
+    id: u64,
+    key: &str,
+    state: State,
+    p: &Params,
+    now: u64,
+) {
+    let gained = match state {
+        State::Tat(tat) => shard.insert_narrow(id, key, Arrival(AtomicU64::new(tat)), now),
+        state => {
+            let expires_at = state.expires_at(p);
+            shard.insert(id, key, Slot { expires_at, state }, now)
+        }
+    };
+    metrics.states_changed(gained);
+}
+
 /// Stores the first state of a key's quota, if the update makes one.
 fn store_new(
-    shard: &mut Locked<'_, Slot>,
+    shard: &mut Entries<'_>,
     metrics: &MemoryMetrics,
     id: u64,
     key: &str,
@@ -153,9 +190,24 @@ fn store_new(
     let mut state = None;
     if update.apply(&mut state, p) {
         if let Some(state) = state {
-            metrics.states_changed(shard.insert(id, key, Slot::new(state, p), now));
+            store(shard, metrics, id, key, state, p, now);
         }
     }
+}
+
+/// Moves an arrival time whose quota now keeps another kind of state (its
+/// algorithm changed) to a wide entry.
+fn widen(
+    shard: &mut Entries<'_>,
+    metrics: &MemoryMetrics,
+    id: u64,
+    key: &str,
+    state: State,
+    p: &Params,
+    now: u64,
+) {
+    metrics.states_changed(shard.remove(id, key));
+    store(shard, metrics, id, key, state, p, now);
 }
 
 impl<C> fmt::Debug for MemoryBackend<C> {
@@ -268,8 +320,8 @@ impl<C: Clock> MemoryBackend<C> {
         if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
             if matches!(quota.algorithm(), Algorithm::Gcra | Algorithm::LeakyBucket) {
                 let shard = inner.table.read(key);
-                if let Some(slot) = shard.get(*id, key) {
-                    return slot.decide_arrival(&request, now.as_micros());
+                if let Some(arrival) = shard.narrow(*id, key) {
+                    return arrival.decide(&request, now.as_micros());
                 }
                 return self.decide_locked(request, now, Some(shard.write()));
             }
@@ -285,75 +337,90 @@ impl<C: Clock> MemoryBackend<C> {
         &self,
         request: CheckRequest<'_>,
         now: Timestamp,
-        shard: Option<Locked<'_, Slot>>,
+        shard: Option<Entries<'_>>,
     ) -> Decision {
         let inner = &*self.inner;
         let key = request.key;
+        let now_micros = now.as_micros();
         let mut shard = shard.unwrap_or_else(|| inner.table.lock(key));
         let ids = request.quotas.state_ids();
         let quotas = request.quotas.quotas();
         // One quota, the common case: one lookup, and the state updated in
         // place.
         if let ([id], [quota]) = (ids, quotas) {
-            let mut slot = shard.get_mut(*id, key);
-            let state = slot.as_deref_mut().map(Slot::current);
+            let p = &quota.params;
+            let at = shard.position(*id, key);
+            let found = at.and_then(|at| shard.at_mut(at));
+            let arrival;
+            let state = match &found {
+                Some(Found::Wide(slot)) => Some(&slot.state),
+                Some(Found::Narrow(a)) => {
+                    arrival = a.state();
+                    Some(&arrival)
+                }
+                None => None,
+            };
             let (decision, update) = request.quotas.evaluate_one(
                 state,
                 request.cost,
-                now.as_micros(),
+                now_micros,
                 request.commit,
                 request.room,
             );
-            match slot {
-                Some(slot) => slot.update(update, &quota.params),
-                None => store_new(
-                    &mut shard,
-                    &inner.metrics,
-                    *id,
-                    key,
-                    update,
-                    &quota.params,
-                    now.as_micros(),
-                ),
+            match found {
+                Some(Found::Wide(slot)) => slot.update(update, p),
+                Some(Found::Narrow(a)) => {
+                    if let Some(state) = a.update(update, p) {
+                        widen(&mut shard, &inner.metrics, *id, key, state, p, now_micros);
+                    }
+                }
+                None => store_new(&mut shard, &inner.metrics, *id, key, update, p, now_micros),
             }
             return decision;
         }
         // Each quota's entry found once: updated in place where it exists,
         // and only then the new ones stored, since an insert may sweep or
         // evict and so move entries.
-        let mut positions = SmallVec::<[Option<usize>; 4]>::new();
+        let mut positions = SmallVec::<[Option<Position>; 4]>::new();
+        let mut arrivals = SmallVec::<[Option<State>; 4]>::new();
         for &id in ids {
             let at = shard.position(id, key);
-            if let Some(slot) = at.and_then(|at| shard.at_mut(at)) {
-                slot.current();
-            }
+            arrivals.push(match at.and_then(|at| shard.at(at)) {
+                Some(Found::Narrow(a)) => Some(a.state()),
+                _ => None,
+            });
             positions.push(at);
         }
         let (decision, updates) = request.quotas.evaluate(
-            |i| positions[i].and_then(|at| shard.at(at)).map(|s| &s.state),
+            |i| match positions[i].and_then(|at| shard.at(at))? {
+                Found::Wide(slot) => Some(&slot.state),
+                Found::Narrow(_) => arrivals[i].as_ref(),
+            },
             request.cost,
             now,
             request.commit,
             request.room,
         );
         let mut new = SmallVec::<[(u64, Update, &Params); 4]>::new();
+        let mut widened = SmallVec::<[(u64, State, &Params); 4]>::new();
         for (((update, &id), quota), at) in updates.into_iter().zip(ids).zip(quotas).zip(&positions)
         {
+            let p = &quota.params;
             match at.and_then(|at| shard.at_mut(at)) {
-                Some(slot) => slot.update(update, &quota.params),
-                None => new.push((id, update, &quota.params)),
+                Some(Found::Wide(slot)) => slot.update(update, p),
+                Some(Found::Narrow(a)) => {
+                    if let Some(state) = a.update(update, p) {
+                        widened.push((id, state, p));
+                    }
+                }
+                None => new.push((id, update, p)),
             }
         }
-        for (id, update, params) in new {
-            store_new(
-                &mut shard,
-                &inner.metrics,
-                id,
-                key,
-                update,
-                params,
-                now.as_micros(),
-            );
+        for (id, state, p) in widened {
+            widen(&mut shard, &inner.metrics, id, key, state, p, now_micros);
+        }
+        for (id, update, p) in new {
+            store_new(&mut shard, &inner.metrics, id, key, update, p, now_micros);
         }
         decision
     }
@@ -378,5 +445,73 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 
     fn name(&self) -> &'static str {
         "memory"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::fixed_window::Window;
+    use crate::{Limiter, Quota, QuotaSet};
+    use std::time::Duration;
+
+    fn kind(backend: &MemoryBackend, id: u64, key: &str) -> Option<&'static str> {
+        let shard = backend.inner.table.lock(key);
+        match shard.at(shard.position(id, key)?)? {
+            Found::Wide(_) => Some("wide"),
+            Found::Narrow(_) => Some("narrow"),
+        }
+    }
+
+    #[test]
+    fn arrival_times_are_stored_narrow_and_other_states_wide() {
+        let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
+        let window = Quota::fixed_window(5, Duration::from_secs(1))
+            .name("window")
+            .build()
+            .unwrap();
+        let set = QuotaSet::new("both", [gcra.clone(), window]).unwrap();
+        let backend = MemoryBackend::new();
+        let both = Limiter::new(backend.clone(), set.clone());
+        let alone = Limiter::new(backend.clone(), gcra);
+        for _ in 0..5 {
+            assert!(both.check_now("k", 1).unwrap().unwrap().allowed());
+            assert!(alone.check_now("k", 1).unwrap().unwrap().allowed());
+        }
+        assert!(!both.check_now("k", 1).unwrap().unwrap().allowed());
+        assert!(!alone.check_now("k", 1).unwrap().unwrap().allowed());
+        let ids = set.state_ids();
+        assert_eq!(kind(&backend, ids[0], "k"), Some("narrow"));
+        assert_eq!(kind(&backend, ids[1], "k"), Some("wide"));
+        let alone_id = alone.quotas().state_ids()[0];
+        assert_eq!(kind(&backend, alone_id, "k"), Some("narrow"));
+        assert_eq!(backend.len(), 3);
+    }
+
+    #[test]
+    fn an_arrival_time_whose_update_is_another_state_moves_wide() {
+        let window = Quota::fixed_window(5, Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let p = &window.params;
+        let mut arrival = Arrival(AtomicU64::new(7));
+        assert_eq!(arrival.update(Update::Keep, p), None);
+        assert_eq!(arrival.update(Update::Set(State::Tat(9)), p), None);
+        assert_eq!(arrival.expires_at(), 9);
+        let state = State::FixedWindow(Window { start: 0, count: 1 });
+        assert_eq!(
+            arrival.update(Update::Set(state.clone()), p),
+            Some(state.clone())
+        );
+        let backend = MemoryBackend::new();
+        let inner = &*backend.inner;
+        let mut shard = inner.table.lock("k");
+        shard.insert_narrow(1, "k", Arrival(AtomicU64::new(7)), 0);
+        widen(&mut shard, &inner.metrics, 1, "k", state.clone(), p, 0);
+        drop(shard);
+        assert_eq!(kind(&backend, 1, "k"), Some("wide"));
+        assert_eq!(backend.len(), 1);
+        let shard = inner.table.lock("k");
+        assert_eq!(shard.get(1, "k").map(|s| &s.state), Some(&state));
     }
 }

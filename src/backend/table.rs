@@ -2,7 +2,10 @@
 //! expired and, when full, evicts fairly: what the memory backend keeps its
 //! states in, and the Redis backend its denials.
 //!
-//! Entries live in a vector per shard, found through an index of positions,
+//! Values come in two kinds, each in its own vector per shard: wide ones
+//! (`V`) and narrow ones (`N`, a one-word arrival time in the memory
+//! backend), so that the common one-word value does not take the space of
+//! the widest. Entries are found through one index of positions per shard,
 //! so that a victim can be sampled at random positions (a hash table's own
 //! order would always offer the same first entries, which a flood fills).
 //!
@@ -27,6 +30,9 @@ const PURGE_EVERY: u64 = 1_000_000;
 /// hold the id to evict from.
 const SAMPLE: usize = 16;
 const MAX_SAMPLE: usize = 256;
+/// The bit of a position that says the entry is narrow; the rest is its
+/// place in its vector.
+const NARROW: u32 = 1 << 31;
 
 /// A value that stops mattering at a known moment.
 pub(crate) trait Expiring {
@@ -34,8 +40,8 @@ pub(crate) trait Expiring {
     fn expires_at(&self) -> u64;
 }
 
-pub(crate) struct Table<V> {
-    shards: Box<[Padded<RwLock<Shard<V>>>]>,
+pub(crate) struct Table<V, N = V> {
+    shards: Box<[Padded<RwLock<Shard<V, N>>>]>,
     hasher: foldhash::fast::RandomState,
     capacity: usize,
 }
@@ -44,11 +50,11 @@ pub(crate) struct Table<V> {
 #[repr(align(128))]
 struct Padded<T>(T);
 
-pub(crate) struct Shard<V> {
-    /// The most entries this shard keeps.
+pub(crate) struct Shard<V, N> {
+    /// The most entries this shard keeps, of both kinds.
     bound: usize,
-    entries: Vec<Entry<V>>,
-    /// Positions in `entries`, by the entry's hash.
+    entries: Entries<V, N>,
+    /// [`Position`]s in `entries`, by the entry's hash.
     index: HashTable<u32>,
     /// Entries per id, for the eviction budget.
     counts: HashMap<u64, u32, foldhash::fast::RandomState>,
@@ -56,6 +62,12 @@ pub(crate) struct Shard<V> {
     /// xorshift state for sampling; seeded at random, so a client cannot
     /// predict which positions are looked at.
     rng: u64,
+}
+
+/// A shard's entries, wide and narrow.
+struct Entries<V, N> {
+    wide: Vec<Entry<V>>,
+    narrow: Vec<Entry<N>>,
 }
 
 struct Entry<V> {
@@ -66,10 +78,21 @@ struct Entry<V> {
     value: V,
 }
 
+/// Where an entry is in its shard: its vector ([`NARROW`] set or not) and
+/// its place there. Valid until the next insert or removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Position(u32);
+
+/// A value found in the table, of either kind.
+pub(crate) enum Found<W, N> {
+    Wide(W),
+    Narrow(N),
+}
+
 /// One key's shard, locked to write: all of a key's ids live in the same
 /// shard, so a decision over several of them is atomic.
-pub(crate) struct Locked<'a, V> {
-    shard: RwLockWriteGuard<'a, Shard<V>>,
+pub(crate) struct Locked<'a, V, N = V> {
+    shard: RwLockWriteGuard<'a, Shard<V, N>>,
     hasher: &'a foldhash::fast::RandomState,
     key_hash: u64,
 }
@@ -77,9 +100,9 @@ pub(crate) struct Locked<'a, V> {
 /// One key's shard, locked to read: other readers of the shard go on at the
 /// same time, so a value that updates itself atomically (a compare-and-swap)
 /// is decided on without excluding anyone.
-pub(crate) struct Read<'a, V> {
-    shard: RwLockReadGuard<'a, Shard<V>>,
-    table: &'a Table<V>,
+pub(crate) struct Read<'a, V, N> {
+    shard: RwLockReadGuard<'a, Shard<V, N>>,
+    table: &'a Table<V, N>,
     index: usize,
     key_hash: u64,
 }
@@ -90,14 +113,13 @@ fn entry_hash(key_hash: u64, id: u64) -> u64 {
 }
 
 impl<V> Entry<V> {
-    /// Its place in the index, worked out again (not stored: 8 bytes per
-    /// entry saved, for a hash only when entries move).
-    fn hash(&self, hasher: &foldhash::fast::RandomState) -> u64 {
-        entry_hash(hasher.hash_one(&*self.key), self.id)
+    #[inline]
+    fn is(&self, id: u64, key: &str) -> bool {
+        self.id == id && same_key(self.key.as_bytes(), key.as_bytes())
     }
 }
 
-impl<V: Expiring> Table<V> {
+impl<V: Expiring, N: Expiring> Table<V, N> {
     /// A table of at most `capacity` entries (at least one) over `shards`
     /// shards (rounded up to a power of two, and down to at most
     /// `capacity`). The bound is exact: the shards' own bounds add up to it.
@@ -109,8 +131,13 @@ impl<V: Expiring> Table<V> {
         let shards = (0..shards)
             .map(|i| {
                 Padded(RwLock::new(Shard {
-                    bound: capacity / shards + usize::from(i < capacity % shards),
-                    entries: Vec::new(),
+                    // A shard's positions have 31 bits.
+                    bound: (capacity / shards + usize::from(i < capacity % shards))
+                        .min(NARROW as usize - 1),
+                    entries: Entries {
+                        wide: Vec::new(),
+                        narrow: Vec::new(),
+                    },
                     index: HashTable::new(),
                     counts: HashMap::with_hasher(hasher.clone()),
                     next_purge: 0,
@@ -151,13 +178,13 @@ impl<V: Expiring> Table<V> {
 
     /// Locks the shard of `key` to write.
     #[inline]
-    pub(crate) fn lock(&self, key: &str) -> Locked<'_, V> {
+    pub(crate) fn lock(&self, key: &str) -> Locked<'_, V, N> {
         let (key_hash, index) = self.place(key);
         self.lock_at(index, key_hash)
     }
 
     #[inline]
-    fn lock_at(&self, index: usize, key_hash: u64) -> Locked<'_, V> {
+    fn lock_at(&self, index: usize, key_hash: u64) -> Locked<'_, V, N> {
         Locked {
             shard: write(&self.shards[index].0),
             hasher: &self.hasher,
@@ -167,7 +194,7 @@ impl<V: Expiring> Table<V> {
 
     /// Locks the shard of `key` to read.
     #[inline]
-    pub(crate) fn read(&self, key: &str) -> Read<'_, V> {
+    pub(crate) fn read(&self, key: &str) -> Read<'_, V, N> {
         let (key_hash, index) = self.place(key);
         Read {
             shard: read(&self.shards[index].0),
@@ -178,17 +205,18 @@ impl<V: Expiring> Table<V> {
     }
 }
 
-impl<'a, V: Expiring> Read<'a, V> {
-    /// The entry of `(id, key)`, if there is one.
+impl<'a, V: Expiring, N: Expiring> Read<'a, V, N> {
+    /// The narrow entry of `(id, key)`, if there is one.
     #[inline]
-    pub(crate) fn get(&self, id: u64, key: &str) -> Option<&V> {
-        let i = self.shard.find(entry_hash(self.key_hash, id), id, key)?;
-        Some(&self.shard.entries[i].value)
+    pub(crate) fn narrow(&self, id: u64, key: &str) -> Option<&N> {
+        let shard = &*self.shard;
+        let at = shard.find(entry_hash(self.key_hash, id), id, key)?;
+        Some(&shard.entries.narrow.get(at.narrow()?)?.value)
     }
 
     /// The same shard locked to write instead (another writer may come
     /// between): for a key whose entry must be made.
-    pub(crate) fn write(self) -> Locked<'a, V> {
+    pub(crate) fn write(self) -> Locked<'a, V, N> {
         let Read {
             shard,
             table,
@@ -200,48 +228,86 @@ impl<'a, V: Expiring> Read<'a, V> {
     }
 }
 
-impl<V: Expiring> Locked<'_, V> {
+impl<V: Expiring, N: Expiring> Locked<'_, V, N> {
     /// Where `(id, key)`'s entry is, for [`at`](Self::at) and
-    /// [`at_mut`](Self::at_mut): valid until the next insert or removal.
+    /// [`at_mut`](Self::at_mut).
     #[inline]
-    pub(crate) fn position(&self, id: u64, key: &str) -> Option<usize> {
+    pub(crate) fn position(&self, id: u64, key: &str) -> Option<Position> {
         self.shard.find(entry_hash(self.key_hash, id), id, key)
     }
 
     /// The entry at a position found since the last insert or removal.
-    pub(crate) fn at(&self, position: usize) -> Option<&V> {
-        self.shard.entries.get(position).map(|e| &e.value)
+    pub(crate) fn at(&self, at: Position) -> Option<Found<&V, &N>> {
+        let entries = &self.shard.entries;
+        Some(match at.narrow() {
+            None => Found::Wide(&entries.wide.get(at.place())?.value),
+            Some(i) => Found::Narrow(&entries.narrow.get(i)?.value),
+        })
     }
 
     /// The entry at a position found since the last insert or removal.
-    pub(crate) fn at_mut(&mut self, position: usize) -> Option<&mut V> {
-        self.shard.entries.get_mut(position).map(|e| &mut e.value)
+    #[inline]
+    pub(crate) fn at_mut(&mut self, at: Position) -> Option<Found<&mut V, &mut N>> {
+        let entries = &mut self.shard.entries;
+        Some(match at.narrow() {
+            None => Found::Wide(&mut entries.wide.get_mut(at.place())?.value),
+            Some(i) => Found::Narrow(&mut entries.narrow.get_mut(i)?.value),
+        })
     }
 
+    /// The wide entry of `(id, key)`, if there is one.
     #[cfg(test)]
     pub(crate) fn get(&self, id: u64, key: &str) -> Option<&V> {
-        let i = self.position(id, key)?;
-        Some(&self.shard.entries[i].value)
-    }
-
-    #[inline]
-    pub(crate) fn get_mut(&mut self, id: u64, key: &str) -> Option<&mut V> {
-        let i = self.position(id, key)?;
-        Some(&mut self.shard.entries[i].value)
-    }
-
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only the Redis cache removes
-    pub(crate) fn remove(&mut self, id: u64, key: &str) {
-        if let Some(i) = self.position(id, key) {
-            self.shard.remove_at(i, self.hasher);
+        match self.at(self.position(id, key)?)? {
+            Found::Wide(v) => Some(v),
+            Found::Narrow(_) => None,
         }
     }
 
-    /// Stores a new entry (the caller found none for `(id, key)`), first
-    /// sweeping expired entries when it is time to and evicting one if the
-    /// shard is still full. Returns how many entries the table gained (1
+    /// The wide entry of `(id, key)`, if there is one.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // the Redis cache's
+    #[inline]
+    pub(crate) fn get_mut(&mut self, id: u64, key: &str) -> Option<&mut V> {
+        match self.at_mut(self.position(id, key)?)? {
+            Found::Wide(v) => Some(v),
+            Found::Narrow(_) => None,
+        }
+    }
+
+    /// Removes `(id, key)`'s entry, of either kind, if there is one.
+    /// Returns how many entries the table gained (0 or -1).
+    pub(crate) fn remove(&mut self, id: u64, key: &str) -> isize {
+        match self.position(id, key) {
+            Some(at) => {
+                self.shard.remove_at(at, self.hasher);
+                -1
+            }
+            None => 0,
+        }
+    }
+
+    /// Stores a new wide entry (the caller found none for `(id, key)`),
+    /// first sweeping expired entries when it is time to and evicting one if
+    /// the shard is still full. Returns how many entries the table gained (1
     /// less those swept or evicted), so a size can be kept without a scan.
     pub(crate) fn insert(&mut self, id: u64, key: &str, value: V, now: u64) -> isize {
+        self.insert_in(id, key, value, now, |e| &mut e.wide, 0)
+    }
+
+    /// [`insert`](Self::insert), for a narrow entry.
+    pub(crate) fn insert_narrow(&mut self, id: u64, key: &str, value: N, now: u64) -> isize {
+        self.insert_in(id, key, value, now, |e| &mut e.narrow, NARROW)
+    }
+
+    fn insert_in<T>(
+        &mut self,
+        id: u64,
+        key: &str,
+        value: T,
+        now: u64,
+        column: fn(&mut Entries<V, N>) -> &mut Vec<Entry<T>>,
+        kind: u32,
+    ) -> isize {
         let shard = &mut *self.shard;
         let hasher = self.hasher;
         let before = shard.entries.len();
@@ -252,29 +318,99 @@ impl<V: Expiring> Locked<'_, V> {
         if shard.entries.len() >= shard.bound {
             shard.evict_for(id, hasher);
         }
-        if shard.entries.len() == shard.entries.capacity() {
+        let room = shard.bound.saturating_sub(shard.entries.len()).max(1);
+        let column = column(&mut shard.entries);
+        if column.len() == column.capacity() {
             // Grow by half, never past the bound: doubling would leave up to
-            // half the vector unused for good, at 60-odd bytes an entry.
-            let room = shard.bound.saturating_sub(shard.entries.len()).max(1);
-            let more = (shard.entries.len() / 2).max(4).min(room);
-            shard.entries.reserve_exact(more);
+            // half the vector unused for good.
+            let more = (column.len() / 2).max(4).min(room);
+            column.reserve_exact(more);
         }
-        let hash = entry_hash(self.key_hash, id);
-        let position = shard.entries.len() as u32;
-        shard.entries.push(Entry {
+        let at = kind | column.len() as u32;
+        column.push(Entry {
             id,
             key: CompactString::new(key),
             value,
         });
         let entries = &shard.entries;
-        shard
-            .index
-            .insert_unique(hash, position, |&i| entries[i as usize].hash(hasher));
+        shard.index.insert_unique(entry_hash(self.key_hash, id), at, |&at| {
+            entries.hash(at, hasher)
+        });
         *shard.counts.entry(id).or_default() += 1;
         shard.entries.len() as isize - before as isize
     }
 }
 
+impl Position {
+    /// The place in the narrow vector, if the entry is narrow.
+    #[inline]
+    fn narrow(self) -> Option<usize> {
+        (self.0 & NARROW != 0).then_some((self.0 & !NARROW) as usize)
+    }
+
+    /// The place in its vector.
+    #[inline]
+    fn place(self) -> usize {
+        (self.0 & !NARROW) as usize
+    }
+}
+
+impl<V: Expiring, N: Expiring> Entries<V, N> {
+    fn len(&self) -> usize {
+        self.wide.len() + self.narrow.len()
+    }
+
+    /// The position of the `i`th entry, wide ones counted first.
+    fn nth(&self, i: usize) -> Position {
+        match i.checked_sub(self.wide.len()) {
+            None => Position(i as u32),
+            Some(n) => Position(NARROW | n as u32),
+        }
+    }
+
+    /// Whether the entry at `at` is `(id, key)`'s.
+    #[inline]
+    fn is(&self, at: u32, id: u64, key: &str) -> bool {
+        match Position(at).narrow() {
+            None => self.wide.get(at as usize).is_some_and(|e| e.is(id, key)),
+            Some(i) => self.narrow.get(i).is_some_and(|e| e.is(id, key)),
+        }
+    }
+
+    /// The id, key and expiry of the entry at `at`.
+    fn meta(&self, at: Position) -> Option<(u64, &str, u64)> {
+        fn of<T: Expiring>(e: &Entry<T>) -> (u64, &str, u64) {
+            (e.id, &e.key, e.value.expires_at())
+        }
+        match at.narrow() {
+            None => self.wide.get(at.place()).map(of),
+            Some(i) => self.narrow.get(i).map(of),
+        }
+    }
+
+    /// The index hash of the entry at `at`, worked out again (not stored:
+    /// 8 bytes per entry saved, for a hash only when entries move).
+    fn hash(&self, at: u32, hasher: &foldhash::fast::RandomState) -> u64 {
+        self.meta(Position(at))
+            .map_or(0, |(id, key, _)| entry_hash(hasher.hash_one(key), id))
+    }
+
+    /// Removes the entry at `at`, moving the last of its vector into its
+    /// place. Returns the moved entry's former position, if one moved.
+    fn swap_remove(&mut self, at: Position) -> Option<u32> {
+        fn take<T>(column: &mut Vec<Entry<T>>, i: usize, kind: u32) -> Option<u32> {
+            if i >= column.len() {
+                return None;
+            }
+            column.swap_remove(i);
+            (i < column.len()).then_some(kind | column.len() as u32)
+        }
+        match at.narrow() {
+            None => take(&mut self.wide, at.place(), 0),
+            Some(i) => take(&mut self.narrow, i, NARROW),
+        }
+    }
+}
 /// Whether two keys are equal, compared without a call to `memcmp` for
 /// keys of 4 to 32 bytes (an IP key, most API keys): their first and last
 /// chunks overlap, so together they cover every byte.
@@ -298,47 +434,49 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
     .unwrap_or_else(|| a == b)
 }
 
-impl<V: Expiring> Shard<V> {
+impl<V: Expiring, N: Expiring> Shard<V, N> {
     /// The position of `(id, key)`'s entry, whose index hash is `hash`.
     #[inline]
-    fn find(&self, hash: u64, id: u64, key: &str) -> Option<usize> {
+    fn find(&self, hash: u64, id: u64, key: &str) -> Option<Position> {
         let entries = &self.entries;
         self.index
-            .find(hash, |&i| {
-                let e = &entries[i as usize];
-                e.id == id && same_key(e.key.as_bytes(), key.as_bytes())
-            })
-            .map(|&i| i as usize)
+            .find(hash, |&at| entries.is(at, id, key))
+            .map(|&at| Position(at))
     }
 
-    /// Removes the entry at `position`, moving the last one into its place.
-    fn remove_at(&mut self, position: usize, hasher: &foldhash::fast::RandomState) {
-        let hash = self.entries[position].hash(hasher);
-        if let Ok(slot) = self.index.find_entry(hash, |&i| i as usize == position) {
+    /// Removes the entry at `at`, moving the last of its kind into its
+    /// place.
+    fn remove_at(&mut self, at: Position, hasher: &foldhash::fast::RandomState) {
+        let Some((id, _, _)) = self.entries.meta(at) else {
+            return;
+        };
+        let hash = self.entries.hash(at.0, hasher);
+        if let Ok(slot) = self.index.find_entry(hash, |&i| i == at.0) {
             slot.remove();
         }
-        let removed = self.entries.swap_remove(position);
-        if let Some(count) = self.counts.get_mut(&removed.id) {
-            *count -= 1;
-            if *count == 0 {
-                self.counts.remove(&removed.id);
+        if let Some(old) = self.entries.swap_remove(at) {
+            let hash = self.entries.hash(at.0, hasher);
+            if let Some(slot) = self.index.find_mut(hash, |&i| i == old) {
+                *slot = at.0;
             }
         }
-        if let Some(moved) = self.entries.get(position) {
-            let old = self.entries.len() as u32;
-            if let Some(slot) = self.index.find_mut(moved.hash(hasher), |&i| i == old) {
-                *slot = position as u32;
+        if let Some(count) = self.counts.get_mut(&id) {
+            *count -= 1;
+            if *count == 0 {
+                self.counts.remove(&id);
             }
         }
     }
 
     fn purge(&mut self, now: u64, hasher: &foldhash::fast::RandomState) {
-        let mut i = 0;
-        while i < self.entries.len() {
-            if self.entries[i].value.expires_at() <= now {
-                self.remove_at(i, hasher);
-            } else {
-                i += 1;
+        for kind in [0, NARROW] {
+            let mut i = 0;
+            while let Some((_, _, expires_at)) = self.entries.meta(Position(kind | i)) {
+                if expires_at <= now {
+                    self.remove_at(Position(kind | i), hasher);
+                } else {
+                    i += 1;
+                }
             }
         }
     }
@@ -364,32 +502,37 @@ impl<V: Expiring> Shard<V> {
 
     /// The position of the entry of `id` that expires first among random
     /// positions; the whole shard is looked at only if sampling finds none.
-    fn sample(&mut self, id: u64) -> Option<usize> {
+    fn sample(&mut self, id: u64) -> Option<Position> {
         let len = self.entries.len();
         if len <= 2 * SAMPLE {
             return self.soonest(0..len, id);
         }
-        let mut best: Option<(u64, usize)> = None;
+        let mut best: Option<(u64, Position)> = None;
         let mut looked = 0;
         while looked < MAX_SAMPLE && (looked < SAMPLE || best.is_none()) {
             self.rng ^= self.rng << 13;
             self.rng ^= self.rng >> 7;
             self.rng ^= self.rng << 17;
-            let i = (self.rng % len as u64) as usize;
-            let e = &self.entries[i];
-            if e.id == id && best.is_none_or(|(at, _)| e.value.expires_at() < at) {
-                best = Some((e.value.expires_at(), i));
+            let at = self.entries.nth((self.rng % len as u64) as usize);
+            if let Some((of, _, expires_at)) = self.entries.meta(at) {
+                if of == id && best.is_none_or(|(soonest, _)| expires_at < soonest) {
+                    best = Some((expires_at, at));
+                }
             }
             looked += 1;
         }
-        best.map(|(_, i)| i).or_else(|| self.soonest(0..len, id))
+        best.map(|(_, at)| at).or_else(|| self.soonest(0..len, id))
     }
 
-    /// The position of the entry of `id` that expires first in `positions`.
-    fn soonest(&self, positions: std::ops::Range<usize>, id: u64) -> Option<usize> {
-        positions
-            .filter(|&i| self.entries[i].id == id)
-            .min_by_key(|&i| self.entries[i].value.expires_at())
+    /// The position of the entry of `id` that expires first among the
+    /// entries numbered `range` (wide ones counted first).
+    fn soonest(&self, range: std::ops::Range<usize>, id: u64) -> Option<Position> {
+        range
+            .map(|i| self.entries.nth(i))
+            .filter_map(|at| Some((at, self.entries.meta(at)?)))
+            .filter(|&(_, (of, _, _))| of == id)
+            .min_by_key(|&(_, (_, _, expires_at))| expires_at)
+            .map(|(at, _)| at)
     }
 }
 
@@ -424,7 +567,7 @@ mod tests {
 
     #[test]
     fn entries_are_found_updated_and_removed() {
-        let table = Table::new(100, 4);
+        let table: Table<Until> = Table::new(100, 4);
         let mut shard = table.lock("k");
         shard.insert(1, "k", Until(10), 0);
         shard.insert(2, "k", Until(20), 0);
@@ -444,9 +587,69 @@ mod tests {
         assert_eq!(table.len(), 1);
     }
 
+    /// The value at `(id, key)`, and whether it is narrow.
+    fn value(table: &Table<Until>, id: u64, key: &str) -> Option<(u64, bool)> {
+        let shard = table.lock(key);
+        match shard.at(shard.position(id, key)?)? {
+            Found::Wide(v) => Some((v.0, false)),
+            Found::Narrow(v) => Some((v.0, true)),
+        }
+    }
+
+    #[test]
+    fn wide_and_narrow_entries_share_the_index_the_bound_and_the_sweep() {
+        let table: Table<Until> = Table::new(1_000, 1);
+        for i in 0..300u64 {
+            let key = i.to_string();
+            let mut shard = table.lock(&key);
+            shard.insert(1, &key, Until(1_000 + i), 0);
+            shard.insert_narrow(2, &key, Until(2_000 + i), 0);
+        }
+        assert_eq!(table.len(), 600);
+        assert_eq!(table.read("7").narrow(2, "7").map(|v| v.0), Some(2_007));
+        assert!(table.read("7").narrow(1, "7").is_none(), "a wide entry");
+        // Removals move the last entry of each vector into the gap.
+        for i in (0..300u64).step_by(3) {
+            let key = i.to_string();
+            assert_eq!(table.lock(&key).remove(1, &key), -1);
+            assert_eq!(table.lock(&key).remove(2, &key), -1);
+            assert_eq!(table.lock(&key).remove(2, &key), 0);
+        }
+        for i in 0..300u64 {
+            let key = i.to_string();
+            let kept = i % 3 != 0;
+            assert_eq!(value(&table, 1, &key), kept.then_some((1_000 + i, false)));
+            assert_eq!(value(&table, 2, &key), kept.then_some((2_000 + i, true)));
+        }
+        // Both kinds count toward the bound, and both are evicted.
+        let table: Table<Until> = Table::new(64, 1);
+        for i in 0..1_000u64 {
+            let key = i.to_string();
+            let mut shard = table.lock(&key);
+            if i % 2 == 0 {
+                shard.insert(1, &key, Until(u64::MAX), 0);
+            } else {
+                shard.insert_narrow(1, &key, Until(u64::MAX), 0);
+            }
+        }
+        assert_eq!(table.len(), 64);
+        // Both kinds are swept once expired.
+        let table: Table<Until> = Table::new(64, 1);
+        for i in 0..10u64 {
+            let key = i.to_string();
+            table.lock(&key).insert(1, &key, Until(5), 0);
+            table.lock(&key).insert_narrow(2, &key, Until(5), 0);
+        }
+        table
+            .lock("late")
+            .insert_narrow(2, "late", Until(u64::MAX), PURGE_EVERY);
+        assert_eq!(table.len(), 1);
+        assert_eq!(value(&table, 2, "late"), Some((u64::MAX, true)));
+    }
+
     #[test]
     fn the_bound_holds_and_expired_entries_are_swept() {
-        let table = Table::new(64, 1);
+        let table: Table<Until> = Table::new(64, 1);
         for i in 0..1_000u64 {
             table
                 .lock(&i.to_string())
@@ -455,7 +658,7 @@ mod tests {
         assert_eq!(table.len(), 64);
         assert_eq!(table.capacity(), 64);
         for (max, shards) in [(10, 64), (1_000, 64), (1, 8), (5_003, 64)] {
-            let table = Table::new(max, shards);
+            let table: Table<Until> = Table::new(max, shards);
             for i in 0..20 * max as u64 + 200 {
                 table
                     .lock(&i.to_string())
@@ -463,7 +666,7 @@ mod tests {
             }
             assert_eq!(table.len(), max, "the bound is exact");
         }
-        let table = Table::new(64, 1);
+        let table: Table<Until> = Table::new(64, 1);
         for i in 0..10u64 {
             table
                 .lock(&i.to_string())
@@ -477,7 +680,7 @@ mod tests {
 
     #[test]
     fn a_flood_under_one_id_does_not_evict_another_ids_entries() {
-        let table = Table::new(100, 1);
+        let table: Table<Until> = Table::new(100, 1);
         // Another rule's 10 entries, expiring soonest of all.
         for i in 0..10u64 {
             let key = format!("login:{i}");
@@ -496,7 +699,7 @@ mod tests {
 
     #[test]
     fn within_an_id_the_entry_closest_to_expiry_is_evicted() {
-        let table = Table::new(16, 1);
+        let table: Table<Until> = Table::new(16, 1);
         for i in 0..16u64 {
             let key = i.to_string();
             table.lock(&key).insert(1, &key, Until(100 + i), 0);
