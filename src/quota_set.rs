@@ -164,13 +164,7 @@ impl QuotaSet {
         commit: bool,
         room: bool,
     ) -> Decision {
-        let (decision, updates) = self.evaluate(
-            |i| states.get(i).and_then(Option::as_ref).map(|s| &s.0),
-            cost,
-            now,
-            commit,
-            room,
-        );
+        let (decision, updates) = self.evaluate(&*states, cost, now, commit, room);
         for ((update, slot), quota) in updates
             .into_iter()
             .zip(states.iter_mut())
@@ -198,22 +192,23 @@ impl QuotaSet {
         self.quotas.iter().find(|q| cost > q.max_cost())
     }
 
-    /// Decides one request against the stored states (`state(i)` is quota
-    /// `i`'s) and says how each state changes. `commit: false` is a peek;
-    /// `room`: whether elastic quotas may use their extra.
-    pub(crate) fn evaluate<'s>(
+    /// Decides one request against the stored states and says how each
+    /// state changes. `commit: false` is a peek; `room`: whether elastic
+    /// quotas may use their extra.
+    pub(crate) fn evaluate(
         &self,
-        state: impl Fn(usize) -> Option<&'s State>,
+        states: &(impl States + ?Sized),
         cost: u64,
         now: Timestamp,
         commit: bool,
         room: bool,
     ) -> (Decision, SmallVec<[Update; SET_INLINE]>) {
         let now = now.as_micros();
-        let check = |i: usize| self.quotas[i].check(state(i), cost, now, room, false);
+        let check = |i: usize| states.with(i, |s| self.quotas[i].check(s, cost, now, room, false));
         let mut updates = SmallVec::new();
         if let [_] = &*self.quotas {
-            let (decision, update) = self.evaluate_one(state(0), cost, now, commit, room);
+            let (decision, update) =
+                states.with(0, |s| self.evaluate_one(s, cost, now, commit, room));
             updates.push(update);
             return (decision, updates);
         }
@@ -409,6 +404,20 @@ impl From<Quota> for QuotaSet {
 /// FNV-1a over what gives a quota's state its meaning. Stable across
 /// processes and versions, unlike `std`'s hashers, because Redis keys are
 /// named by it.
+/// The stored states a decision reads, quota by quota: borrowed where a
+/// store keeps them as [`State`]s, or made for the call where it keeps them
+/// otherwise (the memory backend's arrival times).
+pub(crate) trait States {
+    /// Calls `f` with quota `i`'s state, if there is one.
+    fn with<R>(&self, i: usize, f: impl FnOnce(Option<&State>) -> R) -> R;
+}
+
+impl States for [Option<QuotaState>] {
+    fn with<R>(&self, i: usize, f: impl FnOnce(Option<&State>) -> R) -> R {
+        f(self.get(i).and_then(Option::as_ref).map(|s| &s.0))
+    }
+}
+
 fn fingerprint(set: &str, q: &Quota) -> u64 {
     let p = &q.params;
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

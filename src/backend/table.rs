@@ -333,9 +333,11 @@ impl<V: Expiring, N: Expiring> Locked<'_, V, N> {
             value,
         });
         let entries = &shard.entries;
-        shard.index.insert_unique(entry_hash(self.key_hash, id), at, |&at| {
-            entries.hash(at, hasher)
-        });
+        shard
+            .index
+            .insert_unique(entry_hash(self.key_hash, id), at, |&at| {
+                entries.hash(at, hasher)
+            });
         *shard.counts.entry(id).or_default() += 1;
         shard.entries.len() as isize - before as isize
     }
