@@ -187,8 +187,8 @@ async fn without_an_upstream_it_answers_itself_and_a_dead_upstream_is_a_502() {
         "{text}"
     );
 
-    let dead = support::gateway::free_port();
-    let gw = Gateway::start(&rules.0, Some(([127, 0, 0, 1], dead).into()), &[]);
+    let dead = support::gateway::dead_port();
+    let gw = Gateway::start(&rules.0, Some(dead.addr), &[]);
     let a = call(&gw, "GET", "/api/x", &[("x-api-key", "dave")], Bytes::new()).await;
     assert_eq!(a.status, StatusCode::BAD_GATEWAY);
     assert_eq!(

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::gateway::{Gateway, RulesFile, free_port, upstream};
+use support::gateway::{Gateway, RulesFile, dead_port, upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -305,8 +305,8 @@ async fn a_silent_or_unconnectable_upstream_is_a_504_and_an_unreachable_one_a_50
     assert!(answer.contains("did not accept a connection"), "{answer}");
     assert!(started.elapsed() < Duration::from_secs(5));
 
-    let dead: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let gw = Gateway::start(&rules.0, Some(dead), &[]);
+    let dead = dead_port();
+    let gw = Gateway::start(&rules.0, Some(dead.addr), &[]);
     let answer = raw(gw.addr, &get("", b"")).await;
     assert_eq!(status(&answer), 502, "{answer}");
     assert!(answer.contains("\"status\":502"), "{answer}");
@@ -336,7 +336,8 @@ async fn every_forwarded_for_line_reaches_the_upstream_with_the_peer_appended() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_a_client_repeats_are_logged_once_with_a_count_to_follow() {
-    let dead_redis = free_port();
+    let dead = dead_port();
+    let dead_redis = dead.addr.port();
     let rules = RulesFile::new(
         "logs",
         &format!(

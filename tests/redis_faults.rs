@@ -225,3 +225,22 @@ async fn paused_redis_costs_each_check_at_most_the_timeout() {
     }
     assert!(!backend.stats().circuit_open);
 }
+
+/// The harness itself: a server whose port another process took between
+/// the port's choice and the bind starts on another port, and the harness
+/// talks to it, not to whoever holds the first port.
+#[test]
+fn a_test_server_whose_port_was_taken_starts_on_another() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let first = AtomicBool::new(true);
+    let server = RedisServer::start_with(Vec::new(), || {
+        if first.swap(false, Ordering::Relaxed) {
+            port
+        } else {
+            redis_support::free_port(None)
+        }
+    });
+    assert_ne!(server.port(), port);
+    assert_eq!(server.cli(&["PING"]), "PONG");
+}

@@ -59,12 +59,21 @@ pub async fn upstream() -> Upstream {
     Upstream { addr, seen }
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A loopback port that refuses connections for as long as this lives: a
+/// socket bound to it that never listens, so nobody else can take it.
+pub struct DeadPort {
+    _socket: tokio::net::TcpSocket,
+    pub addr: SocketAddr,
+}
+
+pub fn dead_port() -> DeadPort {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(([127, 0, 0, 1], 0).into()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    DeadPort {
+        _socket: socket,
+        addr,
+    }
 }
 
 /// A `tollgate serve` process, stopped on drop.

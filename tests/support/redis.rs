@@ -50,21 +50,31 @@ pub fn free_port(also_free_at_offset: Option<u16>) -> u16 {
 impl RedisServer {
     /// Starts a standalone server.
     pub fn start() -> RedisServer {
-        Self::start_with(Vec::new(), free_port(None))
+        Self::start_with(Vec::new(), || free_port(None))
     }
 
-    fn start_with(extra: Vec<String>, port: u16) -> RedisServer {
+    /// Starts a server on a port from `port`, on another one if something
+    /// took that port between its choice and the server's bind (another
+    /// test's server, bound to port 0, can).
+    pub fn start_with(extra: Vec<String>, port: impl Fn() -> u16) -> RedisServer {
         let mut server = RedisServer {
             child: None,
-            port,
+            port: port(),
             dir: temp_dir("redis"),
             extra,
         };
-        server.spawn();
-        server
+        for _ in 0..5 {
+            if server.spawn() {
+                return server;
+            }
+            server.kill();
+            server.port = port();
+        }
+        panic!("redis-server never started on a free port");
     }
 
-    fn spawn(&mut self) {
+    /// Starts the process; true once it answers on its port itself.
+    fn spawn(&mut self) -> bool {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
@@ -77,14 +87,23 @@ impl RedisServer {
             .spawn()
             .expect("start redis-server (is it installed at /usr/bin?)");
         self.child = Some(child);
-        self.wait_for_ping();
+        self.wait_for_ping()
     }
 
-    fn wait_for_ping(&self) {
+    /// Waits until the port answers PING, and says whether it is this
+    /// process that answers (its `process_id`), not one that took the port.
+    fn wait_for_ping(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
+            let Some(child) = self.child.as_mut() else {
+                return false;
+            };
+            if !matches!(child.try_wait(), Ok(None)) {
+                return false;
+            }
             if ping(self.port) {
-                return;
+                let pid = format!("process_id:{}", child.id());
+                return self.cli(&["INFO", "server"]).contains(&pid);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -112,7 +131,11 @@ impl RedisServer {
     /// Starts it again on the same port (empty: nothing was persisted).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        assert!(
+            self.spawn(),
+            "redis-server did not restart on port {}",
+            self.port
+        );
     }
 
     /// Runs `redis-cli` against it and returns what it printed.
@@ -190,8 +213,6 @@ impl RedisCluster {
     pub fn start() -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                // The cluster bus listens on port + 10000.
-                let port = free_port(Some(10_000));
                 RedisServer::start_with(
                     [
                         "--cluster-enabled",
@@ -203,7 +224,8 @@ impl RedisCluster {
                     ]
                     .map(String::from)
                     .to_vec(),
-                    port,
+                    // The cluster bus listens on port + 10000.
+                    || free_port(Some(10_000)),
                 )
             })
             .collect();
