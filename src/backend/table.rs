@@ -41,10 +41,12 @@ pub(crate) trait Expiring {
 }
 
 pub(crate) struct Table<V, N = V> {
-    shards: Box<[Padded<RwLock<Shard<V, N>>>]>,
+    shards: Box<[Padded<ShardLock<V, N>>]>,
     hasher: foldhash::fast::RandomState,
     capacity: usize,
 }
+
+type ShardLock<V, N> = RwLock<Shard<V, N>>;
 
 /// Keeps each shard's lock on its own cache line.
 #[repr(align(128))]
