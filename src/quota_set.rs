@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 use crate::algorithm::{self, Outcome, State, Update};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
-use crate::quota::Quota;
+use crate::quota::{Params, Quota};
 use crate::state::QuotaState;
 
 /// Quotas per set decided without a heap allocation (on the stack; a set of
@@ -164,17 +164,7 @@ impl QuotaSet {
         commit: bool,
         room: bool,
     ) -> Decision {
-        let (decision, updates) = self.evaluate(&*states, cost, now, commit, room);
-        for ((update, slot), quota) in updates
-            .into_iter()
-            .zip(states.iter_mut())
-            .zip(&*self.quotas)
-        {
-            let mut state = slot.take().map(|s| s.0);
-            update.apply(&mut state, &quota.params);
-            *slot = state.map(QuotaState);
-        }
-        decision
+        self.evaluate(states, cost, now, commit, room)
     }
 
     /// The first quota that could never admit `cost`, if any: one
@@ -192,40 +182,45 @@ impl QuotaSet {
         self.quotas.iter().find(|q| cost > q.max_cost())
     }
 
-    /// Decides one request against the stored states and says how each
-    /// state changes. `commit: false` is a peek; `room`: whether elastic
-    /// quotas may use their extra.
+    /// Decides one request against the stored states and hands each
+    /// quota's update to [`States::store`]. `commit: false` is a peek;
+    /// `room`: whether elastic quotas may use their extra.
     pub(crate) fn evaluate(
         &self,
-        states: &(impl States + ?Sized),
+        states: &mut (impl States + ?Sized),
         cost: u64,
         now: Timestamp,
         commit: bool,
         room: bool,
-    ) -> (Decision, SmallVec<[Update; SET_INLINE]>) {
+    ) -> Decision {
         let now = now.as_micros();
-        let check = |i: usize| states.with(i, |s| self.quotas[i].check(s, cost, now, room, false));
-        let mut updates = SmallVec::new();
-        if let [_] = &*self.quotas {
+        if let [quota] = &*self.quotas {
             let (decision, update) =
                 states.with(0, |s| self.evaluate_one(s, cost, now, commit, room));
-            updates.push(update);
-            return (decision, updates);
+            states.store(0, update, &quota.params);
+            return decision;
         }
         // Outcomes are large (two branches, each with its state): pushed
         // once and settled in place, never moved again.
         let mut outcomes = SmallVec::<[Outcome; SET_INLINE]>::new();
-        for i in 0..self.quotas.len() {
-            outcomes.push(check(i));
+        for (i, quota) in self.quotas.iter().enumerate() {
+            outcomes.push(states.with(i, |s| quota.check(s, cost, now, room, false)));
         }
         let allowed = self.admits(outcomes.iter().map(|s| s.allowed));
-        let mut verdicts = SmallVec::<[RawQuotaDecision; SET_INLINE]>::new();
-        for outcome in &mut outcomes {
-            let (verdict, update) = settle(outcome, allowed, commit);
-            verdicts.push(verdict);
-            updates.push(update);
-        }
-        (self.decision_from(&verdicts), updates)
+        // Each verdict turned into its decision, and its update stored, as
+        // it settles: no list of either between.
+        self.decision_of(
+            allowed,
+            outcomes
+                .iter_mut()
+                .zip(&*self.quotas)
+                .enumerate()
+                .map(|(i, (outcome, quota))| {
+                    let (verdict, update) = settle(outcome, allowed, commit);
+                    states.store(i, update, &quota.params);
+                    verdict
+                }),
+        )
     }
 
     /// [`evaluate`](QuotaSet::evaluate) for a set of one quota, the common
@@ -303,8 +298,19 @@ impl QuotaSet {
     /// The decision reported for the quotas' verdicts (one per quota, in
     /// order), however they were computed: in this process or by the Redis
     /// script, which returns the same numbers.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // the Redis backend's
     pub(crate) fn decision_from(&self, verdicts: &[RawQuotaDecision]) -> Decision {
         let allowed = self.admits(verdicts.iter().map(|v| v.allowed));
+        self.decision_of(allowed, verdicts.iter().copied())
+    }
+
+    /// The decision of a set that `allowed` or not, from its quotas'
+    /// verdicts in order.
+    fn decision_of(
+        &self,
+        allowed: bool,
+        verdicts: impl ExactSizeIterator<Item = RawQuotaDecision>,
+    ) -> Decision {
         // One allocation for a set of several, not one per doubling.
         let mut decisions = SmallVec::with_capacity(verdicts.len());
         for (q, v) in self.quotas.iter().zip(verdicts) {
@@ -404,17 +410,29 @@ impl From<Quota> for QuotaSet {
 /// FNV-1a over what gives a quota's state its meaning. Stable across
 /// processes and versions, unlike `std`'s hashers, because Redis keys are
 /// named by it.
-/// The stored states a decision reads, quota by quota: borrowed where a
-/// store keeps them as [`State`]s, or made for the call where it keeps them
-/// otherwise (the memory backend's arrival times).
+/// The stored states a decision reads and updates, quota by quota: kept as
+/// [`State`]s and lent, or kept otherwise (the memory backend's arrival
+/// times) and made for the call.
 pub(crate) trait States {
     /// Calls `f` with quota `i`'s state, if there is one.
     fn with<R>(&self, i: usize, f: impl FnOnce(Option<&State>) -> R) -> R;
+
+    /// Stores what the decision made of quota `i`'s state (`p`, its
+    /// params).
+    fn store(&mut self, i: usize, update: Update, p: &Params);
 }
 
 impl States for [Option<QuotaState>] {
     fn with<R>(&self, i: usize, f: impl FnOnce(Option<&State>) -> R) -> R {
         f(self.get(i).and_then(Option::as_ref).map(|s| &s.0))
+    }
+
+    fn store(&mut self, i: usize, update: Update, p: &Params) {
+        if let Some(slot) = self.get_mut(i) {
+            let mut state = slot.take().map(|s| s.0);
+            update.apply(&mut state, p);
+            *slot = state.map(QuotaState);
+        }
     }
 }
 

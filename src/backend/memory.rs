@@ -159,10 +159,15 @@ impl Arrival {
 
 type Entries<'a> = Locked<'a, Slot, Arrival>;
 
-/// The states of a set's quotas, at the positions found for them.
+/// The states of a set's quotas, at the positions found for them, and the
+/// updates that make new entries, kept until the decision is over (an
+/// insert may sweep or evict, and so move entries).
 struct Stored<'a, 'b> {
-    shard: &'a Entries<'b>,
+    shard: &'a mut Entries<'b>,
     positions: &'a [Option<Position>],
+    /// (quota, the update to store anew, whether it replaces a narrow
+    /// entry)
+    new: SmallVec<[(usize, Update, bool); 4]>,
 }
 
 impl States for Stored<'_, '_> {
@@ -173,6 +178,20 @@ impl States for Stored<'_, '_> {
             Some(Found::Wide(slot)) => f(Some(&slot.state)),
             Some(Found::Narrow(arrival)) => f(Some(&arrival.state())),
             None => f(None),
+        }
+    }
+
+    #[inline]
+    fn store(&mut self, i: usize, update: Update, p: &Params) {
+        let at = self.positions.get(i).copied().flatten();
+        match at.and_then(|at| self.shard.at_mut(at)) {
+            Some(Found::Wide(slot)) => slot.update(update, p),
+            Some(Found::Narrow(a)) => {
+                if let Some(state) = a.update(update, p) {
+                    self.new.push((i, Update::Set(state), true));
+                }
+            }
+            None => self.new.push((i, update, false)),
         }
     }
 }
@@ -387,43 +406,37 @@ impl<C: Clock> MemoryBackend<C> {
             return decision;
         }
         // Each quota's entry found once: updated in place where it exists,
-        // and only then the new ones stored, since an insert may sweep or
-        // evict and so move entries.
+        // and only then the new ones stored.
         let mut positions = SmallVec::<[Option<Position>; 4]>::new();
         for &id in ids {
             positions.push(shard.position(id, key));
         }
-        let (decision, updates) = request.quotas.evaluate(
-            &Stored {
-                shard: &shard,
-                positions: &positions,
-            },
-            request.cost,
-            now,
-            request.commit,
-            request.room,
-        );
-        // (id, the update to store anew, its params, whether a narrow entry
-        // it replaces goes first)
-        let mut new = SmallVec::<[(u64, Update, &Params, bool); 4]>::new();
-        for (((update, &id), quota), at) in updates.into_iter().zip(ids).zip(quotas).zip(&positions)
-        {
-            let p = &quota.params;
-            match at.and_then(|at| shard.at_mut(at)) {
-                Some(Found::Wide(slot)) => slot.update(update, p),
-                Some(Found::Narrow(a)) => {
-                    if let Some(state) = a.update(update, p) {
-                        new.push((id, Update::Set(state), p, true));
-                    }
-                }
-                None => new.push((id, update, p, false)),
-            }
-        }
-        for (id, update, p, replaces) in new {
+        let mut stored = Stored {
+            shard: &mut shard,
+            positions: &positions,
+            new: SmallVec::new(),
+        };
+        let decision =
+            request
+                .quotas
+                .evaluate(&mut stored, request.cost, now, request.commit, request.room);
+        for (i, update, replaces) in stored.new {
+            let (Some(&id), Some(quota)) = (ids.get(i), quotas.get(i)) else {
+                continue;
+            };
             if replaces {
+                // Its algorithm changed: it moves to a wide entry.
                 inner.metrics.states_changed(shard.remove(id, key));
             }
-            store_new(&mut shard, &inner.metrics, id, key, update, p, now_micros);
+            store_new(
+                &mut shard,
+                &inner.metrics,
+                id,
+                key,
+                update,
+                &quota.params,
+                now_micros,
+            );
         }
         decision
     }
