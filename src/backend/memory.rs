@@ -159,6 +159,39 @@ impl Arrival {
 
 type Entries<'a> = Locked<'a, Slot, Arrival>;
 
+/// Stores the first state of a key's quota, if the update makes one: an
+/// arrival time narrow, anything else wide. `replaces`: the quota has a
+/// narrow entry that the state no longer fits (its algorithm changed),
+/// removed first.
+#[allow(clippy::too_many_arguments)]
+fn store_new(
+    shard: &mut Entries<'_>,
+    metrics: &MemoryMetrics,
+    id: u64,
+    key: &str,
+    update: Update,
+    p: &Params,
+    now: u64,
+    replaces: bool,
+) {
+    if replaces {
+        metrics.states_changed(shard.remove(id, key));
+    }
+    let mut state = None;
+    if !update.apply(&mut state, p) {
+        return;
+    }
+    let gained = match state {
+        Some(State::Tat(tat)) => shard.insert_narrow(id, key, Arrival(AtomicU64::new(tat)), now),
+        Some(state) => {
+            let expires_at = state.expires_at(p);
+            shard.insert(id, key, Slot { expires_at, state }, now)
+        }
+        None => return,
+    };
+    metrics.states_changed(gained);
+}
+
 /// The states of a set's quotas, at the positions found for them, and the
 /// updates that make new entries, kept until the decision is over (an
 /// insert may sweep or evict, and so move entries).
@@ -192,45 +225,6 @@ impl States for Stored<'_, '_> {
                 }
             }
             None => self.new.push((i, update, false)),
-        }
-    }
-}
-
-/// Stores a state for a key's quota that has no entry: an arrival time
-/// narrow, anything else wide.
-fn store(
-    shard: &mut Entries<'_>,
-    metrics: &MemoryMetrics,
-    id: u64,
-    key: &str,
-    state: State,
-    p: &Params,
-    now: u64,
-) {
-    let gained = match state {
-        State::Tat(tat) => shard.insert_narrow(id, key, Arrival(AtomicU64::new(tat)), now),
-        state => {
-            let expires_at = state.expires_at(p);
-            shard.insert(id, key, Slot { expires_at, state }, now)
-        }
-    };
-    metrics.states_changed(gained);
-}
-
-/// Stores the first state of a key's quota, if the update makes one.
-fn store_new(
-    shard: &mut Entries<'_>,
-    metrics: &MemoryMetrics,
-    id: u64,
-    key: &str,
-    update: Update,
-    p: &Params,
-    now: u64,
-) {
-    let mut state = None;
-    if update.apply(&mut state, p) {
-        if let Some(state) = state {
-            store(shard, metrics, id, key, state, p, now);
         }
     }
 }
@@ -396,12 +390,29 @@ impl<C: Clock> MemoryBackend<C> {
                 Some(Found::Wide(slot)) => slot.update(update, p),
                 Some(Found::Narrow(a)) => {
                     if let Some(state) = a.update(update, p) {
-                        // Its algorithm changed: it moves to a wide entry.
-                        inner.metrics.states_changed(shard.remove(*id, key));
-                        store(&mut shard, &inner.metrics, *id, key, state, p, now_micros);
+                        let update = Update::Set(state);
+                        store_new(
+                            &mut shard,
+                            &inner.metrics,
+                            *id,
+                            key,
+                            update,
+                            p,
+                            now_micros,
+                            true,
+                        );
                     }
                 }
-                None => store_new(&mut shard, &inner.metrics, *id, key, update, p, now_micros),
+                None => store_new(
+                    &mut shard,
+                    &inner.metrics,
+                    *id,
+                    key,
+                    update,
+                    p,
+                    now_micros,
+                    false,
+                ),
             }
             return decision;
         }
@@ -421,22 +432,19 @@ impl<C: Clock> MemoryBackend<C> {
                 .quotas
                 .evaluate(&mut stored, request.cost, now, request.commit, request.room);
         for (i, update, replaces) in stored.new {
-            let (Some(&id), Some(quota)) = (ids.get(i), quotas.get(i)) else {
-                continue;
-            };
-            if replaces {
-                // Its algorithm changed: it moves to a wide entry.
-                inner.metrics.states_changed(shard.remove(id, key));
+            if let (Some(&id), Some(quota)) = (ids.get(i), quotas.get(i)) {
+                let p = &quota.params;
+                store_new(
+                    &mut shard,
+                    &inner.metrics,
+                    id,
+                    key,
+                    update,
+                    p,
+                    now_micros,
+                    replaces,
+                );
             }
-            store_new(
-                &mut shard,
-                &inner.metrics,
-                id,
-                key,
-                update,
-                &quota.params,
-                now_micros,
-            );
         }
         decision
     }

@@ -124,7 +124,8 @@ impl<V> Entry<V> {
 impl<V: Expiring, N: Expiring> Table<V, N> {
     /// A table of at most `capacity` entries (at least one) over `shards`
     /// shards (rounded up to a power of two, and down to at most
-    /// `capacity`). The bound is exact: the shards' own bounds add up to it.
+    /// `capacity`). The bound is exact: the shards' own bounds add up to it
+    /// (each at most 2^31 - 1, which positions can address).
     pub(crate) fn new(capacity: usize, shards: usize) -> Self {
         let capacity = capacity.max(1);
         let most = 1 << capacity.ilog2();
@@ -133,7 +134,6 @@ impl<V: Expiring, N: Expiring> Table<V, N> {
         let shards = (0..shards)
             .map(|i| {
                 Padded(RwLock::new(Shard {
-                    // A shard's positions have 31 bits.
                     bound: (capacity / shards + usize::from(i < capacity % shards))
                         .min(NARROW as usize - 1),
                     entries: Entries {
