@@ -287,7 +287,8 @@ pub(crate) fn add_headers(headers: &mut Headers, more: Headers) {
 /// one's; the single-value styles show the outermost layer's numbers.
 pub(crate) fn apply(headers: Headers, to: &mut http::HeaderMap) {
     for (name, value) in headers {
-        if *name == RATELIMIT || *name == RATELIMIT_POLICY {
+        // The names are this module's statics: their addresses say which.
+        if std::ptr::eq(name, &RATELIMIT) || std::ptr::eq(name, &RATELIMIT_POLICY) {
             to.append(name.clone(), value);
         } else {
             to.insert(name.clone(), value);
