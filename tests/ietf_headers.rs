@@ -376,3 +376,52 @@ async fn a_queued_429_has_no_t_past_its_retry_after() {
         assert!(item.t <= wait, "{item:?}");
     }
 }
+
+/// Two layers on one route: the IETF lists carry both layers' policies
+/// (the outer one's appended), and the single-value styles show the outer
+/// layer's numbers only.
+#[tokio::test]
+async fn nested_layers_append_their_policies_and_single_values_are_the_outer_ones() {
+    let key = || HeaderKey::new(HeaderName::from_static("x-api-key"));
+    let limiter = |name: &str, limit: u64| {
+        let quota = Quota::gcra(limit, 60 * SEC).name(name).build().unwrap();
+        Limiter::new(MemoryBackend::new(), quota)
+    };
+    let nested = |style: HeaderStyle| {
+        let inner = RateLimitLayer::builder(limiter("route", 5), key())
+            .header_style(style)
+            .build();
+        let outer = RateLimitLayer::builder(limiter("global", 100), key())
+            .header_style(style)
+            .build();
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(inner)
+            .layer(outer)
+    };
+    let c = client();
+    let ietf = serve(nested(HeaderStyle::Ietf)).await;
+    let reply = fetch(&c, ietf, "/", &[("x-api-key", b"alice")]).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let seen: Vec<(String, u64)> = items(&reply).into_iter().map(|i| (i.name, i.r)).collect();
+    assert_eq!(
+        seen,
+        [("route".to_owned(), 4), ("global".to_owned(), 99)],
+        "inner first, outer appended"
+    );
+    let policies: Vec<String> = list(&reply, "ratelimit-policy")
+        .into_iter()
+        .map(|entry| match entry {
+            ListEntry::Item(item) => item.bare_item.as_string().unwrap().as_str().to_owned(),
+            ListEntry::InnerList(_) => panic!("an inner list in RateLimit-Policy"),
+        })
+        .collect();
+    assert_eq!(policies, ["route", "global"]);
+
+    let legacy = serve(nested(HeaderStyle::Legacy)).await;
+    let reply = fetch(&c, legacy, "/", &[("x-api-key", b"alice")]).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.headers.get_all("x-ratelimit-limit").iter().count(), 1);
+    assert_eq!(reply.header("x-ratelimit-limit"), Some("100"));
+    assert_eq!(reply.header("x-ratelimit-remaining"), Some("99"));
+}
