@@ -68,6 +68,17 @@ fn items(reply: &Reply) -> Vec<Item> {
         .collect()
 }
 
+/// The policy names `RateLimit-Policy` lists.
+fn policies(reply: &Reply) -> Vec<String> {
+    list(reply, "ratelimit-policy")
+        .into_iter()
+        .map(|entry| match entry {
+            ListEntry::Item(item) => item.bare_item.as_string().unwrap().as_str().to_owned(),
+            ListEntry::InnerList(_) => panic!("an inner list in RateLimit-Policy"),
+        })
+        .collect()
+}
+
 fn retry_after(reply: &Reply) -> u64 {
     reply.header("retry-after").unwrap().parse().unwrap()
 }
@@ -202,14 +213,7 @@ async fn on_a_refusal_no_t_points_past_retry_after() {
         assert!(item.t <= wait, "{item:?}");
     }
     // RateLimit-Policy parses too, and names the same policies.
-    let policies: Vec<String> = list(&refused, "ratelimit-policy")
-        .into_iter()
-        .map(|e| match e {
-            ListEntry::Item(i) => i.bare_item.as_string().unwrap().as_str().to_owned(),
-            ListEntry::InnerList(_) => panic!("inner list"),
-        })
-        .collect();
-    assert_eq!(policies, ["burst", "daily"]);
+    assert_eq!(policies(&refused), ["burst", "daily"]);
 }
 
 #[tokio::test]
@@ -409,14 +413,7 @@ async fn nested_layers_append_their_policies_and_single_values_are_the_outer_one
         [("route".to_owned(), 4), ("global".to_owned(), 99)],
         "inner first, outer appended"
     );
-    let policies: Vec<String> = list(&reply, "ratelimit-policy")
-        .into_iter()
-        .map(|entry| match entry {
-            ListEntry::Item(item) => item.bare_item.as_string().unwrap().as_str().to_owned(),
-            ListEntry::InnerList(_) => panic!("an inner list in RateLimit-Policy"),
-        })
-        .collect();
-    assert_eq!(policies, ["route", "global"]);
+    assert_eq!(policies(&reply), ["route", "global"]);
 
     let legacy = serve(nested(HeaderStyle::Legacy)).await;
     let reply = fetch(&c, legacy, "/", &[("x-api-key", b"alice")]).await;
