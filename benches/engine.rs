@@ -101,7 +101,8 @@ fn many_keys(c: &mut Criterion) {
 
 /// The three quotas on one key (10 a minute, 2 per 3 s, a 1 s
 /// minimum interval) beside one GCRA quota and governor, every check after
-/// the first refused, as it would be.
+/// the first refused, as it would be; and the same three algorithms with
+/// limits never reached, every check admitted.
 fn three_quotas(c: &mut Criterion) {
     let mut g = c.benchmark_group("three_quotas");
     let set = peers::three_quotas();
@@ -109,6 +110,10 @@ fn three_quotas(c: &mut Criterion) {
     let three = Limiter::new(MemoryBackend::new(), set);
     g.bench_function("tollgate/three_quotas", |b| {
         b.iter(|| black_box(three.check_now(black_box(&key), 1)))
+    });
+    let admitted = Limiter::new(MemoryBackend::new(), peers::three_quotas_admitted());
+    g.bench_function("tollgate/three_quotas_admitted", |b| {
+        b.iter(|| black_box(admitted.check_now(black_box(&key), 1)))
     });
     let one = tollgate(Algorithm::Gcra);
     g.bench_function("tollgate/gcra", |b| {

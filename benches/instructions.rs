@@ -48,6 +48,7 @@ fn main() {
     }
     let quotas = match case.strip_prefix("tollgate/") {
         Some("three_quotas") => peers::three_quotas(),
+        Some("three_quotas_admitted") => peers::three_quotas_admitted(),
         Some(name) => match Algorithm::ALL.iter().find(|a| a.name() == name) {
             Some(&a) => single(a),
             None => return eprintln!("unknown case {case}"),

@@ -33,6 +33,29 @@ pub fn three_quotas() -> QuotaSet {
     .expect("valid set")
 }
 
+/// The same three algorithms with limits a hot key never reaches: every
+/// check admitted, as most are in service.
+pub fn three_quotas_admitted() -> QuotaSet {
+    QuotaSet::new(
+        "three-admitted",
+        [
+            Quota::sliding_window(1_000_000_000, Duration::from_secs(60))
+                .name("minute")
+                .build()
+                .expect("valid"),
+            Quota::fixed_window(1_000_000_000, Duration::from_secs(3))
+                .name("burst")
+                .build()
+                .expect("valid"),
+            Quota::gcra(1_000_000, Duration::from_secs(1))
+                .name("interval")
+                .build()
+                .expect("valid"),
+        ],
+    )
+    .expect("valid set")
+}
+
 /// tower_governor at a million a second per peer IP, headers on: a limit
 /// the benchmarks never reach.
 pub fn governor_layer() -> GovernorLayer<
