@@ -200,15 +200,15 @@ impl Eq for QuotaDecision {}
 
 impl fmt::Debug for QuotaDecision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (remaining, replenish) = self.left();
+        let (allowed, shadow, limit, remaining, reset, replenish, wait) = self.seen();
         f.debug_struct("QuotaDecision")
-            .field("limit", &self.limit)
+            .field("limit", &limit)
             .field("remaining", &remaining)
-            .field("reset", &self.reset)
+            .field("reset", &reset)
             .field("replenish", &replenish)
-            .field("wait", &self.wait)
-            .field("allowed", &self.allowed)
-            .field("shadow", &self.shadow)
+            .field("wait", &wait)
+            .field("allowed", &allowed)
+            .field("shadow", &shadow)
             .finish()
     }
 }

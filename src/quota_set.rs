@@ -407,9 +407,6 @@ impl From<Quota> for QuotaSet {
     }
 }
 
-/// FNV-1a over what gives a quota's state its meaning. Stable across
-/// processes and versions, unlike `std`'s hashers, because Redis keys are
-/// named by it.
 /// The stored states a decision reads and updates, quota by quota: kept as
 /// [`State`]s and lent, or kept otherwise (the memory backend's arrival
 /// times) and made for the call.
@@ -436,6 +433,9 @@ impl States for [Option<QuotaState>] {
     }
 }
 
+/// FNV-1a over what gives a quota's state its meaning. Stable across
+/// processes and versions, unlike `std`'s hashers, because Redis keys are
+/// named by it.
 fn fingerprint(set: &str, q: &Quota) -> u64 {
     let p = &q.params;
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

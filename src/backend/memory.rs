@@ -207,25 +207,53 @@ impl States for Stored<'_, '_> {
     #[inline]
     fn with<R>(&self, i: usize, f: impl FnOnce(Option<&State>) -> R) -> R {
         let at = self.positions.get(i).copied().flatten();
-        match at.and_then(|at| self.shard.at(at)) {
-            Some(Found::Wide(slot)) => f(Some(&slot.state)),
-            Some(Found::Narrow(arrival)) => f(Some(&arrival.state())),
-            None => f(None),
-        }
+        lend(at.and_then(|at| self.shard.at(at)), f)
     }
 
     #[inline]
     fn store(&mut self, i: usize, update: Update, p: &Params) {
         let at = self.positions.get(i).copied().flatten();
-        match at.and_then(|at| self.shard.at_mut(at)) {
-            Some(Found::Wide(slot)) => slot.update(update, p),
-            Some(Found::Narrow(a)) => {
-                if let Some(state) = a.update(update, p) {
-                    self.new.push((i, Update::Set(state), true));
-                }
-            }
-            None => self.new.push((i, update, false)),
+        if let Some((update, replaces)) =
+            update_found(at.and_then(|at| self.shard.at_mut(at)), update, p)
+        {
+            self.new.push((i, update, replaces));
         }
+    }
+}
+
+/// Calls `f` with the state of an entry found: a wide entry's, lent, or an
+/// arrival time made into one.
+#[inline]
+fn lend<R>(found: Option<Found<&Slot, &Arrival>>, f: impl FnOnce(Option<&State>) -> R) -> R {
+    let arrival;
+    // One call of `f`, not one per arm: it inlines a whole decision.
+    let state = match found {
+        Some(Found::Wide(slot)) => Some(&slot.state),
+        Some(Found::Narrow(a)) => {
+            arrival = a.state();
+            Some(&arrival)
+        }
+        None => None,
+    };
+    f(state)
+}
+
+/// Applies `update` to the entry found for a quota, in place. Returns what
+/// must be stored as a new entry instead, if anything, and whether it
+/// replaces the narrow entry found (one whose algorithm changed).
+#[inline]
+fn update_found(
+    found: Option<Found<&mut Slot, &mut Arrival>>,
+    update: Update,
+    p: &Params,
+) -> Option<(Update, bool)> {
+    match found {
+        Some(Found::Wide(slot)) => {
+            slot.update(update, p);
+            None
+        }
+        Some(Found::Narrow(a)) => a.update(update, p).map(|state| (Update::Set(state), true)),
+        None => Some((update, false)),
     }
 }
 
@@ -370,49 +398,21 @@ impl<C: Clock> MemoryBackend<C> {
             let p = &quota.params;
             let at = shard.position(*id, key);
             let found = at.and_then(|at| shard.at_mut(at));
-            let arrival;
-            let state = match &found {
-                Some(Found::Wide(slot)) => Some(&slot.state),
-                Some(Found::Narrow(a)) => {
-                    arrival = a.state();
-                    Some(&arrival)
-                }
-                None => None,
-            };
-            let (decision, update) = request.quotas.evaluate_one(
-                state,
-                request.cost,
-                now_micros,
-                request.commit,
-                request.room,
-            );
-            match found {
-                Some(Found::Wide(slot)) => slot.update(update, p),
-                Some(Found::Narrow(a)) => {
-                    if let Some(state) = a.update(update, p) {
-                        let update = Update::Set(state);
-                        store_new(
-                            &mut shard,
-                            &inner.metrics,
-                            *id,
-                            key,
-                            update,
-                            p,
-                            now_micros,
-                            true,
-                        );
-                    }
-                }
-                None => store_new(
-                    &mut shard,
-                    &inner.metrics,
-                    *id,
-                    key,
-                    update,
-                    p,
+            let (decision, update) = lend(found.as_ref().map(Found::shared), |state| {
+                let q = request.quotas;
+                q.evaluate_one(
+                    state,
+                    request.cost,
                     now_micros,
-                    false,
-                ),
+                    request.commit,
+                    request.room,
+                )
+            });
+            if let Some((update, replaces)) = update_found(found, update, p) {
+                let metrics = &inner.metrics;
+                store_new(
+                    &mut shard, metrics, *id, key, update, p, now_micros, replaces,
+                );
             }
             return decision;
         }

@@ -91,6 +91,16 @@ pub(crate) enum Found<W, N> {
     Narrow(N),
 }
 
+impl<W, N> Found<&mut W, &mut N> {
+    /// The same entry, to read.
+    pub(crate) fn shared(&self) -> Found<&W, &N> {
+        match self {
+            Found::Wide(w) => Found::Wide(w),
+            Found::Narrow(n) => Found::Narrow(n),
+        }
+    }
+}
+
 /// One key's shard, locked to write: all of a key's ids live in the same
 /// shard, so a decision over several of them is atomic.
 pub(crate) struct Locked<'a, V, N = V> {

@@ -288,7 +288,9 @@ pub(crate) fn add_headers(headers: &mut Headers, more: Headers) {
 pub(crate) fn apply(headers: Headers, to: &mut http::HeaderMap) {
     for (name, value) in headers {
         // The names are this module's statics: their addresses say which.
-        if std::ptr::eq(name, &RATELIMIT) || std::ptr::eq(name, &RATELIMIT_POLICY) {
+        let list = std::ptr::eq(name, &RATELIMIT) || std::ptr::eq(name, &RATELIMIT_POLICY);
+        debug_assert_eq!(list, *name == RATELIMIT || *name == RATELIMIT_POLICY);
+        if list {
             to.append(name.clone(), value);
         } else {
             to.insert(name.clone(), value);
