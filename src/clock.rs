@@ -51,8 +51,11 @@ pub trait Clock: Send + Sync + 'static {
 ///
 /// Wall time (not a monotonic clock) because fixed windows are aligned to the
 /// Unix epoch and because state shared through Redis must mean the same on
-/// every server. A clock that steps backwards is tolerated: the algorithms
-/// treat a time earlier than their state as "no time has passed".
+/// every server. A clock that steps backwards is tolerated: the windows and
+/// the log treat a time earlier than their state as "no time has passed";
+/// the buckets and GCRA, whose state is when they are full again, find
+/// themselves that much further from full (spends recorded later still
+/// count).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 

@@ -469,13 +469,17 @@ mod tests {
         // what the general path computed, in every mode and on refusals.
         let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
         for mode in modes {
-            for leaky in [false, true] {
-                let builder = if leaky {
-                    Quota::leaky_bucket(4, Duration::from_secs(2))
-                } else {
-                    Quota::gcra(4, Duration::from_secs(2))
-                };
-                let set = QuotaSet::single(builder.burst(3).mode(mode).build().unwrap());
+            // A token bucket of 4 per 3 s (6 in soft mode) refills one unit
+            // a microsecond: it is kept as an arrival time too.
+            let builders = [
+                Quota::gcra(4, Duration::from_secs(2)),
+                Quota::leaky_bucket(4, Duration::from_secs(2)),
+                Quota::token_bucket(4, Duration::from_secs(3)),
+            ];
+            for builder in builders {
+                let quota = builder.burst(3).mode(mode).build().unwrap();
+                assert!(quota.kept_as_arrival());
+                let set = QuotaSet::single(quota);
                 let mut tat = None;
                 let mut seen = [false; 2];
                 for (i, cost) in [1, 1, 2, 1, 3, 1, 1, 2, 1, 1].into_iter().enumerate() {
@@ -502,7 +506,7 @@ mod tests {
                             q.delay(),
                         )
                     };
-                    assert_eq!(read(g), read(d), "{mode:?}, leaky {leaky}, request {i}");
+                    assert_eq!(read(g), read(d), "{mode:?}, {set:?}, request {i}");
                     assert_eq!(general, derived);
                     seen[usize::from(g.allowed())] = true;
                     if let Update::Set(State::Tat(next)) = update {

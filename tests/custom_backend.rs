@@ -98,6 +98,7 @@ traces!(
     many_requests_in_one_microsecond_are_all_logged,
     costs_peeks_and_too_costly_requests_match,
     a_billion_a_second_is_counted_exactly,
+    a_clock_behind_the_state_is_decided_alike,
     random_traces_match,
     elastic_quotas_match_with_room_and_without,
 );

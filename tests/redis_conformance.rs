@@ -53,6 +53,12 @@ fn fixture_with(lease: Lease) -> Fixture {
 }
 
 #[tokio::test]
+async fn a_clock_behind_the_state_is_decided_alike() {
+    let f = fixture();
+    conformance::a_clock_behind_the_state_is_decided_alike(&f.redis, &f.clock).await;
+}
+
+#[tokio::test]
 async fn a_billion_a_second_is_counted_exactly() {
     let f = fixture();
     conformance::a_billion_a_second_is_counted_exactly(&f.redis, &f.clock).await;

@@ -21,7 +21,9 @@ use crate::quota::{Algorithm, Params};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum State {
     TokenBucket(token_bucket::Bucket),
-    /// GCRA and leaky bucket: the theoretical arrival time.
+    /// GCRA, the leaky bucket, and a token bucket with one unit refilled
+    /// per microsecond: the theoretical arrival time (for the token bucket,
+    /// the moment it is full again).
     Tat(u64),
     FixedWindow(fixed_window::Window),
     SlidingWindow(sliding_window::Counters),
@@ -179,10 +181,7 @@ pub(crate) fn check(
     alone: bool,
 ) -> Outcome {
     match (algorithm, state) {
-        (Algorithm::TokenBucket, Some(State::TokenBucket(b))) => {
-            token_bucket::check(Some(b), p, cost, now, alone)
-        }
-        (Algorithm::TokenBucket, _) => token_bucket::check(None, p, cost, now, alone),
+        (Algorithm::TokenBucket, state) => token_bucket::check(state, p, cost, now, alone),
         (Algorithm::Gcra, Some(State::Tat(t))) => gcra::check(Some(*t), p, cost, now, alone),
         (Algorithm::Gcra, _) => gcra::check(None, p, cost, now, alone),
         (Algorithm::LeakyBucket, Some(State::Tat(t))) => {
@@ -205,8 +204,9 @@ pub(crate) fn check(
 }
 
 /// [`check`] of a quota alone in its set whose state is the arrival time
-/// `tat`: GCRA, or the leaky bucket (which adds the delay). Backends call it
-/// for those two only.
+/// `tat`: GCRA, the leaky bucket (which adds the delay), or a token bucket
+/// kept as one (see [`token_bucket`]). Backends call it for those only
+/// ([`Quota::kept_as_arrival`](crate::Quota)).
 #[inline]
 pub(crate) fn check_arrival(
     algorithm: Algorithm,
@@ -215,10 +215,10 @@ pub(crate) fn check_arrival(
     cost: u64,
     now: u64,
 ) -> Outcome {
-    debug_assert!(matches!(
-        algorithm,
-        Algorithm::Gcra | Algorithm::LeakyBucket
-    ));
+    debug_assert!(
+        matches!(algorithm, Algorithm::Gcra | Algorithm::LeakyBucket)
+            || algorithm == Algorithm::TokenBucket && token_bucket::kept_as_arrival(p)
+    );
     if algorithm == Algorithm::LeakyBucket {
         leaky_bucket::check(Some(tat), p, cost, now, true)
     } else {

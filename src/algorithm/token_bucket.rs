@@ -4,11 +4,24 @@
 //! The level is kept in exact fractions of a token: units of
 //! `1/unit` token, `refill` units per microsecond (see `Params`), so no
 //! rounding ever creates or loses a token.
+//!
+//! The bucket is decided by its deficit at `now`: the units it lacks to be
+//! full, which is the time until it is full, times the refill. A clock
+//! behind the state (it stepped back, or another thread stored a later
+//! moment first) finds the deficit larger by the refill between the two
+//! moments, as an arrival time would: spends recorded later still count.
+//!
+//! With one unit refilled per microsecond (`refill` 1: a token is a whole
+//! number of microseconds, as in 100 a second or 1 000 a minute), the
+//! bucket is one number, the moment it is full again, and the algorithm is
+//! GCRA's with `unit` as its interval: a level `l` at `now` is an arrival
+//! time `now + full - l`. It is kept so ([`State::Tat`]), and a backend
+//! decides it as it decides an arrival time.
 
-use super::{Branch, Outcome, State, Update};
+use super::{Branch, Outcome, State, Update, gcra};
 use crate::quota::Params;
 
-/// The stored bucket.
+/// The stored bucket, when a unit is less than a microsecond's refill.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Bucket {
     /// Tokens, in units of `1/unit` token.
@@ -25,57 +38,214 @@ impl Bucket {
     }
 }
 
+/// Whether the bucket is kept as the moment it is full again: see the
+/// module's docs.
 #[inline]
-/// `alone`: see [`check`](super::check); an admission then leaves its
-/// refusal branch uncomputed, which saves four divisions.
+pub(crate) fn kept_as_arrival(p: &Params) -> bool {
+    p.refill == 1
+}
+
+/// `state`: a [`Bucket`], or the moment the bucket is full again; either
+/// is read, and the one [`kept_as_arrival`] says is stored. `alone`: see
+/// [`check`](super::check); an admission then leaves its refusal branch
+/// uncomputed, which saves divisions.
+#[inline]
 pub(crate) fn check(
-    state: Option<&Bucket>,
+    state: Option<&State>,
     p: &Params,
     cost: u64,
     now: u64,
     alone: bool,
 ) -> Outcome {
     let full = p.capacity * p.unit;
-    let (level, at) = match state {
-        None => (full, now),
-        // A clock that stepped back refills nothing until it catches up.
-        Some(b) => {
-            let gained = now.saturating_sub(b.at).saturating_mul(p.refill);
-            (full.min(b.level.saturating_add(gained)), b.at.max(now))
+    if kept_as_arrival(p) {
+        // `unit` is then `interval`, and `full` GCRA's tolerance.
+        let full_at = match state {
+            Some(State::Tat(t)) => Some(*t),
+            Some(State::TokenBucket(b)) => Some(b.full_at(p)),
+            _ => None,
+        };
+        return gcra::check(full_at, p, cost, now, alone);
+    }
+    let deficit = match state {
+        Some(State::TokenBucket(b)) => {
+            let lacking = full.saturating_sub(b.level);
+            if now >= b.at {
+                lacking.saturating_sub((now - b.at).saturating_mul(p.refill))
+            } else {
+                lacking.saturating_add((b.at - now).saturating_mul(p.refill))
+            }
         }
+        Some(State::Tat(full_at)) => full_at.saturating_sub(now).saturating_mul(p.refill),
+        _ => 0,
     };
     let need = cost * p.unit;
-    let time_to_fill = |level: u64| (full - level).div_ceil(p.refill) + (at - now);
-    // The next whole token: from `level` up to the next multiple of a unit.
-    let branch = |level: u64, update| Branch {
-        remaining: level / p.unit,
-        reset: time_to_fill(level),
-        replenish: ((level / p.unit + 1) * p.unit - level).div_ceil(p.refill) + (at - now),
-        update,
+    // A deficit past `full` is a level below zero: no token until it
+    // climbs back to one.
+    let branch = |deficit: u64, update| {
+        let remaining = full.saturating_sub(deficit) / p.unit;
+        let next_token = ((remaining + 1) * p.unit).saturating_add(deficit) - full;
+        Branch {
+            remaining,
+            reset: deficit.div_ceil(p.refill),
+            replenish: next_token.div_ceil(p.refill),
+            update,
+        }
     };
-    if level >= need {
-        let left = level - need;
+    let after = deficit.saturating_add(need);
+    if after <= full {
+        let level = full - after;
         let admit = branch(
-            left,
-            Update::Set(State::TokenBucket(Bucket { level: left, at })),
+            after,
+            Update::Set(State::TokenBucket(Bucket { level, at: now })),
         );
         let refuse = if alone {
             Branch::unread()
         } else {
-            branch(level, Update::Keep)
+            branch(deficit, Update::Keep)
         };
         Outcome::allow(0, admit, refuse)
     } else {
-        let refuse = branch(level, Update::Keep);
-        Outcome::deny((need - level).div_ceil(p.refill) + (at - now), refuse)
+        Outcome::deny(
+            (after - full).div_ceil(p.refill),
+            branch(deficit, Update::Keep),
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{Bucket, check};
     use crate::Quota;
     use crate::algorithm::testing::{S, Sim};
+    use crate::algorithm::{Outcome, State, Update};
     use std::time::Duration;
+
+    /// The bucket as the level and the moment it was measured, decided on
+    /// a clock that never steps back: the reference both forms must match.
+    fn by_level(b: Option<Bucket>, q: &Quota, cost: u64, now: u64) -> (bool, u64, [u64; 3]) {
+        let p = &q.params;
+        let full = p.capacity * p.unit;
+        let level = b.map_or(full, |b| full.min(b.level + (now - b.at) * p.refill));
+        let need = cost * p.unit;
+        let left = if level >= need { level - need } else { level };
+        let report = [
+            left / p.unit,
+            (full - left).div_ceil(p.refill),
+            ((left / p.unit + 1) * p.unit - left).div_ceil(p.refill),
+        ];
+        let retry = if level >= need {
+            0
+        } else {
+            (need - level).div_ceil(p.refill).max(1)
+        };
+        (level >= need, retry, report)
+    }
+
+    /// What a caller reads of an outcome.
+    fn seen(o: &Outcome) -> (bool, u64, [u64; 3]) {
+        let b = if o.allowed { &o.admit } else { &o.refuse };
+        (
+            o.allowed,
+            o.retry_after,
+            [b.remaining, b.reset, b.replenish],
+        )
+    }
+
+    #[test]
+    fn both_forms_decide_as_the_level_does_on_a_clock_that_never_steps_back() {
+        // 100 a second is one unit a microsecond, kept as the moment the
+        // bucket is full; 3 per 10 s and 7 a minute are not.
+        let quotas = [
+            Quota::token_bucket(100, Duration::from_secs(1)).burst(5),
+            Quota::token_bucket(3, Duration::from_secs(10)).burst(4),
+            Quota::token_bucket(7, Duration::from_secs(60)),
+        ];
+        for q in quotas {
+            let q = q.build().unwrap();
+            let one_number = super::kept_as_arrival(&q.params);
+            let (mut state, mut level) = (None::<State>, None::<Bucket>);
+            let mut now = 5 * S;
+            let mut x = 0x2545_f491_4f6c_dd1d_u64;
+            let mut allowed = [0; 2];
+            for i in 0..2000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // About a token a step, two or so a request.
+                now += x % (2 * q.params.period / q.params.limit);
+                let cost = 1 + x % 3;
+                let o = check(state.as_ref(), &q.params, cost, now, false);
+                let expected = by_level(level, &q, cost, now);
+                assert_eq!(seen(&o), expected, "{q:?}, request {i}");
+                allowed[usize::from(o.allowed)] += 1;
+                if o.allowed {
+                    let p = &q.params;
+                    let full = p.capacity * p.unit;
+                    let before =
+                        level.map_or(full, |b| full.min(b.level + (now - b.at) * p.refill));
+                    level = Some(Bucket {
+                        level: before - cost * p.unit,
+                        at: now,
+                    });
+                    match &o.admit.update {
+                        Update::Set(State::Tat(_)) => assert!(one_number, "{q:?}"),
+                        Update::Set(State::TokenBucket(_)) => assert!(!one_number, "{q:?}"),
+                        other => panic!("{other:?}"),
+                    }
+                    o.admit.update.clone().apply(&mut state, &q.params);
+                }
+            }
+            assert!(allowed[0] > 100 && allowed[1] > 100, "{q:?}: {allowed:?}");
+        }
+    }
+
+    #[test]
+    fn a_clock_behind_the_state_finds_the_bucket_further_from_full() {
+        // A token about every second, two at most, in both forms: 2 per 2 s
+        // (one unit a microsecond) and 2 per 2.000001 s (two units).
+        for period in [2 * S, 2 * S + 1] {
+            let q = Quota::token_bucket(2, Duration::from_micros(period))
+                .build()
+                .unwrap();
+            let mut b = Sim::new(q);
+            assert!(b.at(10 * S, 2).allowed);
+            // Half a second earlier, the bucket is half a token further from
+            // full than when it was emptied: a token comes 1.5 s later.
+            let behind = b.at(10 * S - S / 2, 1);
+            assert!(!behind.allowed);
+            assert_eq!(behind.refuse.remaining, 0);
+            assert!(
+                behind.retry_after.abs_diff(S + S / 2) <= 1,
+                "{period}: {behind:?}"
+            );
+            assert!(
+                behind.refuse.reset.abs_diff(2 * S + S / 2) <= 2,
+                "{period}: {behind:?}"
+            );
+            // A whole token later than that, one is there.
+            assert!(b.allowed(11 * S + 1));
+        }
+    }
+
+    #[test]
+    fn an_arrival_time_and_a_bucket_of_the_same_moment_mean_the_same() {
+        // A state of either form, as a store may hold from before, is read.
+        let q = Quota::token_bucket(10, Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let p = &q.params;
+        let bucket = Bucket {
+            level: 4 * p.unit,
+            at: 20 * S,
+        };
+        let full_at = State::Tat(bucket.full_at(p));
+        for now in [20 * S, 21 * S + 3, 30 * S] {
+            let a = check(Some(&State::TokenBucket(bucket)), p, 3, now, false);
+            let b = check(Some(&full_at), p, 3, now, false);
+            assert_eq!(a, b);
+        }
+    }
 
     #[test]
     fn bursts_to_capacity_then_refills_continuously() {

@@ -14,14 +14,16 @@ use crate::algorithm::{State, Update};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
-use crate::quota::{Algorithm, Params};
+use crate::quota::Params;
 use crate::quota_set::States;
 
 /// Rate-limit state in this process's memory.
 ///
 /// - **Concurrent**: keys are spread over many shards, each behind its own
-///   read-write lock. A key with one GCRA or leaky-bucket quota, once
-///   stored, is decided under the read lock: its one number is updated by
+///   read-write lock. A key with one GCRA or leaky-bucket quota, or a token
+///   bucket refilled by whole microseconds per token (100 a second, not 3
+///   per 10 s), once stored, is decided under the read lock: its one number
+///   is updated by
 ///   compare-and-swap, so threads on the same key or shard never wait for
 ///   each other. Other decisions take the write lock for the few hundred
 ///   nanoseconds they last; a hot key stalls only the keys of its shard. All
@@ -41,8 +43,9 @@ use crate::quota_set::States;
 /// - **No background task**: the sweeping happens on the insert path.
 ///
 /// Memory per state, measured by `tests/memory_footprint.rs` (100 000 keys of
-/// eight bytes, 64-bit target), the key included: about 61 bytes for GCRA
-/// and the leaky bucket, whose state is one number kept in a 40-byte entry
+/// eight bytes, 64-bit target), the key included: about 61 bytes for GCRA,
+/// the leaky bucket and such a token bucket, whose state is one number kept
+/// in a 40-byte entry
 /// (state id, the key inline up to 24 bytes, the arrival time), and about
 /// 105 bytes for the other fixed-size algorithms, whose 72-byte entry also
 /// holds an expiry and a 32-byte state. Entries are in vectors grown by
@@ -95,8 +98,9 @@ impl Slot {
     }
 }
 
-/// The theoretical arrival time of a GCRA or leaky-bucket quota: a narrow
-/// entry, 40 bytes with the key instead of 72. It is also the state's
+/// The theoretical arrival time of a GCRA or leaky-bucket quota, or the
+/// moment a token bucket is full again (see `algorithm::token_bucket`): a
+/// narrow entry, 40 bytes with the key instead of 72. It is also the state's
 /// expiry, and it is updated by compare-and-swap under the shard's read
 /// lock.
 struct Arrival(AtomicU64);
@@ -145,7 +149,7 @@ impl Arrival {
                 request.commit,
                 request.room,
             );
-            // GCRA and the leaky bucket only ever keep or set the time.
+            // An arrival-time quota only ever keeps or sets the time.
             let Update::Set(State::Tat(next)) = update else {
                 return decision;
             };
@@ -365,7 +369,7 @@ impl<C: Clock> MemoryBackend<C> {
         };
         let key = request.key;
         if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
-            if matches!(quota.algorithm(), Algorithm::Gcra | Algorithm::LeakyBucket) {
+            if quota.kept_as_arrival() {
                 let shard = inner.table.read(key);
                 if let Some(arrival) = shard.narrow(*id, key) {
                     return arrival.decide(&request, now.as_micros());
@@ -509,6 +513,19 @@ mod tests {
         let alone_id = alone.quotas().state_ids()[0];
         assert_eq!(kind(&backend, alone_id, "k"), Some("narrow"));
         assert_eq!(backend.len(), 3);
+        // A token bucket is one number when a token is whole microseconds.
+        for (limit, kept) in [(5, "narrow"), (3, "wide")] {
+            let q = Quota::token_bucket(limit, Duration::from_secs(10))
+                .build()
+                .unwrap();
+            let bucket = Limiter::new(backend.clone(), q);
+            for _ in 0..limit {
+                assert!(bucket.check_now("k", 1).unwrap().unwrap().allowed());
+            }
+            assert!(!bucket.check_now("k", 1).unwrap().unwrap().allowed());
+            let id = bucket.quotas().state_ids()[0];
+            assert_eq!(kind(&backend, id, "k"), Some(kept), "{limit} per 10 s");
+        }
     }
 
     #[test]

@@ -66,6 +66,18 @@ pub struct Quota {
 }
 
 impl Quota {
+    /// Whether the state is one arrival time (GCRA, the leaky bucket, and a
+    /// token bucket with one unit refilled per microsecond), which a
+    /// backend may decide without a lock.
+    #[inline]
+    pub(crate) fn kept_as_arrival(&self) -> bool {
+        match self.algorithm {
+            Algorithm::Gcra | Algorithm::LeakyBucket => true,
+            Algorithm::TokenBucket => crate::algorithm::token_bucket::kept_as_arrival(&self.params),
+            _ => false,
+        }
+    }
+
     /// The name clients see in headers and problem details.
     pub fn name(&self) -> &str {
         &self.name

@@ -303,6 +303,42 @@ pub async fn leaky_bucket_delays_and_refusals_match<B: Backend + Clone>(
     );
 }
 
+pub async fn a_clock_behind_the_state_is_decided_alike<B: Backend + Clone>(
+    other: &B,
+    clock: &ManualClock,
+) {
+    // One unit of two spent at T0 + 10 s, then one asked for at 9.5 s (a
+    // clock that stepped back, or a server whose clock runs behind), then
+    // more later.
+    let two = Duration::from_secs(2);
+    let quotas = [
+        Quota::token_bucket(2, two),
+        // 2 per 2.000001 s: two units a microsecond, kept as a level.
+        Quota::token_bucket(2, two + Duration::from_micros(1)),
+        Quota::gcra(2, two),
+        Quota::leaky_bucket(2, two),
+        Quota::fixed_window(2, two),
+        Quota::sliding_window(2, two),
+        Quota::sliding_log(2, two),
+    ];
+    for (i, quota) in quotas.into_iter().enumerate() {
+        let quota = quota.build().unwrap();
+        let bucket = quota.algorithm() == Algorithm::TokenBucket;
+        let mut t = Twin::new(other, clock, set([quota]), &format!("behind{i}:"));
+        assert!(t.at(T0 + 10 * S).check("k", 1).await.allowed());
+        let behind = t.at(T0 + 10 * S - S / 2).check("k", 1).await;
+        if bucket {
+            // Half a token further from full than it was at 10 s: half a
+            // token short.
+            assert!(!behind.allowed());
+            let retry = behind.retry_after().unwrap().as_micros();
+            assert!(retry.abs_diff(500_000) <= 1, "{retry}");
+        }
+        t.at(T0 + 11 * S - S / 4).check("k", 1).await;
+        t.at(T0 + 12 * S + 1).check("k", 2).await;
+    }
+}
+
 pub async fn many_requests_in_one_microsecond_are_all_logged<B: Backend + Clone>(
     other: &B,
     clock: &ManualClock,

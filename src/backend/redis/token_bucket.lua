@@ -2,41 +2,37 @@
 -- 1/unit token, t = when it was measured.
 algorithms.token_bucket = function(key, p)
   local full = p.capacity * p.unit
-  local level, at = full, now
+  -- The units the bucket lacks at `now`. A clock behind the stored moment
+  -- finds it lower by the refill in between: spends recorded later count.
+  local deficit = 0
   local stored = redis.call('HMGET', key, 'l', 't')
   if stored[1] then
     local l, t = tonumber(stored[1]), tonumber(stored[2])
-    local elapsed = math.max(now - t, 0)
-    -- Past 2^53 the sum is inexact, but then it is past `full` too.
-    level = math.min(full, l + elapsed * p.refill)
-    at = math.max(t, now)
+    -- Past 2^53 the product is inexact, but then the bucket is full.
+    deficit = math.max(math.max(full - l, 0) + (t - now) * p.refill, 0)
   end
   local need = cost * p.unit
-  local function time_to_fill(lv)
-    return ceil_div(full - lv, p.refill) + (at - now)
-  end
-  local function replenish(lv)
-    return ceil_div((idiv(lv, p.unit) + 1) * p.unit - lv, p.refill) + (at - now)
-  end
-  local refuse = {
-    remaining = idiv(level, p.unit),
-    reset = time_to_fill(level),
-    replenish = replenish(level),
-  }
-  if level >= need then
-    local left = level - need
-    local admit = {
-      remaining = idiv(left, p.unit),
-      reset = time_to_fill(left),
-      replenish = replenish(left),
-      write = function()
-        redis.call('HSET', key, 'l', int(left), 't', int(at))
-        expire(key, at + ceil_div(full - left, p.refill))
-      end,
+  -- A deficit past `full` is a level below zero: no token until it climbs
+  -- back to one.
+  local function branch(d)
+    local remaining = idiv(math.max(full - d, 0), p.unit)
+    return {
+      remaining = remaining,
+      reset = ceil_div(d, p.refill),
+      replenish = ceil_div((remaining + 1) * p.unit + d - full, p.refill),
     }
+  end
+  local refuse = branch(deficit)
+  local after = deficit + need
+  if after <= full then
+    local admit = branch(after)
+    admit.write = function()
+      redis.call('HSET', key, 'l', int(full - after), 't', int(now))
+      expire(key, now + ceil_div(after, p.refill))
+    end
     return allow(0, admit, refuse)
   end
-  return deny(ceil_div(need - level, p.refill) + (at - now), refuse)
+  return deny(ceil_div(after - full, p.refill), refuse)
 end
 
 -- A leased unit goes back only as far as the refill since the lease could
