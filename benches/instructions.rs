@@ -49,6 +49,13 @@ fn main() {
     let quotas = match case.strip_prefix("tollgate/") {
         Some("three_quotas") => peers::three_quotas(),
         Some("three_quotas_admitted") => peers::three_quotas_admitted(),
+        // 999 999 a second: a token is not a whole number of microseconds,
+        // so the bucket keeps its level and takes the write path.
+        Some("token_bucket_fractional") => QuotaSet::single(
+            Quota::token_bucket(999_999, Duration::from_secs(1))
+                .build()
+                .expect("valid quota"),
+        ),
         Some(name) => match Algorithm::ALL.iter().find(|a| a.name() == name) {
             Some(&a) => single(a),
             None => return eprintln!("unknown case {case}"),

@@ -15,7 +15,7 @@ bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/instructions-* | grep -v 
 
 cases=("$@")
 if [ ${#cases[@]} -eq 0 ]; then
-  cases=(governor/gcra tollgate/gcra tollgate/token_bucket tollgate/leaky_bucket
+  cases=(governor/gcra tollgate/gcra tollgate/token_bucket tollgate/token_bucket_fractional tollgate/leaky_bucket
          tollgate/fixed_window tollgate/sliding_window tollgate/sliding_log tollgate/three_quotas
          tollgate/three_quotas_admitted)
 fi
