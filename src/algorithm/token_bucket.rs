@@ -21,7 +21,8 @@
 use super::{Branch, Outcome, State, Update, gcra};
 use crate::quota::Params;
 
-/// The stored bucket, when a unit is less than a microsecond's refill.
+/// The stored bucket, when a token is not a whole number of microseconds
+/// (more than one unit is refilled each microsecond).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Bucket {
     /// Tokens, in units of `1/unit` token.
@@ -123,7 +124,13 @@ mod tests {
 
     /// The bucket as the level and the moment it was measured, decided on
     /// a clock that never steps back: the reference both forms must match.
-    fn by_level(b: Option<Bucket>, q: &Quota, cost: u64, now: u64) -> (bool, u64, [u64; 3]) {
+    /// Also the bucket after the request.
+    fn by_level(
+        b: Option<Bucket>,
+        q: &Quota,
+        cost: u64,
+        now: u64,
+    ) -> ((bool, u64, [u64; 3]), Bucket) {
         let p = &q.params;
         let full = p.capacity * p.unit;
         let level = b.map_or(full, |b| full.min(b.level + (now - b.at) * p.refill));
@@ -139,7 +146,11 @@ mod tests {
         } else {
             (need - level).div_ceil(p.refill).max(1)
         };
-        (level >= need, retry, report)
+        let after = Bucket {
+            level: left,
+            at: now,
+        };
+        ((level >= need, retry, report), after)
     }
 
     /// What a caller reads of an outcome.
@@ -176,18 +187,11 @@ mod tests {
                 now += x % (2 * q.params.period / q.params.limit);
                 let cost = 1 + x % 3;
                 let o = check(state.as_ref(), &q.params, cost, now, false);
-                let expected = by_level(level, &q, cost, now);
+                let (expected, after) = by_level(level, &q, cost, now);
                 assert_eq!(seen(&o), expected, "{q:?}, request {i}");
                 allowed[usize::from(o.allowed)] += 1;
                 if o.allowed {
-                    let p = &q.params;
-                    let full = p.capacity * p.unit;
-                    let before =
-                        level.map_or(full, |b| full.min(b.level + (now - b.at) * p.refill));
-                    level = Some(Bucket {
-                        level: before - cost * p.unit,
-                        at: now,
-                    });
+                    level = Some(after);
                     match &o.admit.update {
                         Update::Set(State::Tat(_)) => assert!(one_number, "{q:?}"),
                         Update::Set(State::TokenBucket(_)) => assert!(!one_number, "{q:?}"),

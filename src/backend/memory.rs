@@ -20,12 +20,11 @@ use crate::quota_set::States;
 /// Rate-limit state in this process's memory.
 ///
 /// - **Concurrent**: keys are spread over many shards, each behind its own
-///   read-write lock. A key with one GCRA or leaky-bucket quota, or a token
-///   bucket refilled by whole microseconds per token (100 a second, not 3
-///   per 10 s), once stored, is decided under the read lock: its one number
-///   is updated by
-///   compare-and-swap, so threads on the same key or shard never wait for
-///   each other. Other decisions take the write lock for the few hundred
+///   read-write lock. A key with one GCRA or leaky-bucket quota, or one
+///   token bucket whose token is a whole number of microseconds (100 a
+///   second, not 3 per 10 s), once stored, is decided under the read lock:
+///   its one number is updated by compare-and-swap, so threads on the same
+///   key or shard never wait for each other. Other decisions take the write lock for the few hundred
 ///   nanoseconds they last; a hot key stalls only the keys of its shard. All
 ///   quotas of one key live in one shard, so a multi-quota decision is
 ///   atomic.
@@ -45,12 +44,11 @@ use crate::quota_set::States;
 /// Memory per state, measured by `tests/memory_footprint.rs` (100 000 keys of
 /// eight bytes, 64-bit target), the key included: about 61 bytes for GCRA,
 /// the leaky bucket and such a token bucket, whose state is one number kept
-/// in a 40-byte entry
-/// (state id, the key inline up to 24 bytes, the arrival time), and about
-/// 105 bytes for the other fixed-size algorithms, whose 72-byte entry also
-/// holds an expiry and a 32-byte state. Entries are in vectors grown by
-/// halves, plus a 4-byte position in the index with its control byte and
-/// slack. At the bound, with IP keys, that is about 51 and 83 bytes
+/// in a 40-byte entry (state id, the key inline up to 24 bytes, the arrival
+/// time), and about 105 bytes for the other fixed-size algorithms, whose
+/// 72-byte entry also holds an expiry and a 32-byte state. Entries are in
+/// vectors grown by halves, plus a 4-byte position in the index with its
+/// control byte and slack. At the bound, with IP keys, that is about 51 and 83 bytes
 /// (`cargo bench --bench memory`). A key longer than 24 bytes adds its own
 /// allocation, and a sliding log one of eight bytes per logged entry (at
 /// most `limit`).
