@@ -51,6 +51,11 @@ fn main() {
         Some("three_quotas_admitted") => peers::three_quotas_admitted(),
         // 999 999 a second: a token is not a whole number of microseconds,
         // so the bucket keeps its level and takes the write path.
+        Some("fixed_window_999999") => QuotaSet::single(
+            Quota::fixed_window(999_999, Duration::from_secs(1))
+                .build()
+                .expect("valid quota"),
+        ),
         Some("token_bucket_fractional") => QuotaSet::single(
             Quota::token_bucket(999_999, Duration::from_secs(1))
                 .build()

@@ -258,7 +258,7 @@ impl QuotaSet {
     ) -> (Decision, Update) {
         let quota = &self.quotas[0];
         if quota.params.elastic_margin != 0 {
-            return self.evaluate_one(Some(&State::Tat(tat)), cost, now, commit, room);
+            return self.evaluate_one(Some(&State::Word(tat)), cost, now, commit, room);
         }
         // Remaining and replenish are left to be computed when read: the
         // division they take is then never made for a caller that does
@@ -267,6 +267,25 @@ impl QuotaSet {
             |q| algorithm::check_arrival(q.algorithm(), tat, &q.params, cost, now),
             commit,
             RawQuotaDecision::arrival_decision,
+        )
+    }
+
+    /// [`evaluate_one`](QuotaSet::evaluate_one) for a fixed window, not
+    /// elastic, kept as one number, `end_and_count`: its algorithm called
+    /// directly, and its numbers counted, not derived from a reset.
+    #[inline(always)]
+    pub(crate) fn evaluate_window(
+        &self,
+        end_and_count: u64,
+        cost: u64,
+        now: u64,
+        commit: bool,
+    ) -> (Decision, Update) {
+        let state = State::Word(end_and_count);
+        self.settle_one(
+            |q| algorithm::fixed_window::check(Some(&state), &q.params, cost, now),
+            commit,
+            RawQuotaDecision::decision,
         )
     }
 
@@ -484,7 +503,7 @@ mod tests {
                 let mut seen = [false; 2];
                 for (i, cost) in [1, 1, 2, 1, 3, 1, 1, 2, 1, 1].into_iter().enumerate() {
                     let now = 1_000_000 + i as u64 * 170_000;
-                    let state = tat.map(State::Tat);
+                    let state = tat.map(State::Word);
                     let (general, update) =
                         set.evaluate_one(state.as_ref(), cost, now, true, false);
                     let (derived, same) =
@@ -509,7 +528,7 @@ mod tests {
                     assert_eq!(read(g), read(d), "{mode:?}, {set:?}, request {i}");
                     assert_eq!(general, derived);
                     seen[usize::from(g.allowed())] = true;
-                    if let Update::Set(State::Tat(next)) = update {
+                    if let Update::Set(State::Word(next)) = update {
                         tat = Some(next);
                     }
                 }

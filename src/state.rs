@@ -37,7 +37,8 @@ impl std::error::Error for StateError {}
 // The first byte says which algorithm's state follows; then its numbers as
 // little-endian u64s. Stable: stores keep these bytes across versions.
 const TOKEN_BUCKET: u8 = 1;
-const TAT: u8 = 2;
+// One number (an arrival time, or a window's end plus its count).
+const WORD: u8 = 2;
 const FIXED_WINDOW: u8 = 3;
 const SLIDING_WINDOW: u8 = 4;
 const SLIDING_LOG: u8 = 5;
@@ -47,7 +48,7 @@ impl QuotaState {
     pub fn to_bytes(&self) -> Vec<u8> {
         let (tag, numbers): (u8, Vec<u64>) = match &self.0 {
             State::TokenBucket(b) => (TOKEN_BUCKET, vec![b.level, b.at]),
-            State::Tat(tat) => (TAT, vec![*tat]),
+            State::Word(n) => (WORD, vec![*n]),
             State::FixedWindow(w) => (FIXED_WINDOW, vec![w.start, w.count]),
             State::SlidingWindow(c) => (SLIDING_WINDOW, vec![c.start, c.prev, c.curr]),
             State::SlidingLog(log) => (SLIDING_LOG, log.iter().copied().collect()),
@@ -77,7 +78,7 @@ impl QuotaState {
         }
         let state = match (tag, numbers.as_slice()) {
             (TOKEN_BUCKET, &[level, at]) => State::TokenBucket(Bucket { level, at }),
-            (TAT, &[tat]) => State::Tat(tat),
+            (WORD, &[n]) => State::Word(n),
             (FIXED_WINDOW, &[start, count]) => State::FixedWindow(Window { start, count }),
             (SLIDING_WINDOW, &[start, prev, curr]) => {
                 State::SlidingWindow(Counters { start, prev, curr })
@@ -105,7 +106,7 @@ mod tests {
     fn every_state_round_trips_and_garbage_is_refused() {
         let states = [
             State::TokenBucket(Bucket { level: 7, at: 9 }),
-            State::Tat(1_760_000_000_000_000),
+            State::Word(1_760_000_000_000_000),
             State::FixedWindow(Window {
                 start: 60,
                 count: 3,
@@ -124,8 +125,8 @@ mod tests {
         for garbage in [
             &[][..],
             &[9, 0, 0, 0, 0, 0, 0, 0, 0],
-            &[TAT, 1, 2],
-            &[TAT, 0, 0, 0, 0, 0, 0, 0, 0x80],
+            &[WORD, 1, 2],
+            &[WORD, 0, 0, 0, 0, 0, 0, 0, 0x80],
             &[SLIDING_LOG, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0],
         ] {
             assert_eq!(QuotaState::from_bytes(garbage), Err(StateError));

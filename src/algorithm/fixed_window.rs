@@ -1,11 +1,19 @@
 //! Fixed window counter: windows of `period` aligned to multiples of the
 //! period since the Unix epoch (a one-minute window starts on the minute);
 //! the counter resets at each boundary. Refused requests are not counted.
+//!
+//! Under one unit a microsecond (`capacity < period`, as in any limit
+//! under a million a second), the window is one number, its end plus its
+//! count ([`State::Word`]): the end is a multiple of the period and the
+//! count is less than one, so the two never mix. The number is at or after
+//! the window's end, its expiry, so a backend that sweeps by it never
+//! forgets a live window (it keeps an expired one up to `count`
+//! microseconds longer); and a backend can update it by compare-and-swap.
 
 use super::{Branch, Outcome, State, Update};
 use crate::quota::Params;
 
-/// The stored counter.
+/// The stored counter, when it is not kept as one number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Window {
     /// The window's first microsecond.
@@ -13,12 +21,33 @@ pub(crate) struct Window {
     pub count: u64,
 }
 
+/// Whether the window is kept as its end plus its count: see the module's
+/// docs.
 #[inline]
-pub(crate) fn check(state: Option<&Window>, p: &Params, cost: u64, now: u64) -> Outcome {
+pub(crate) fn kept_as_one_number(p: &Params) -> bool {
+    p.capacity < p.period
+}
+
+/// `state`: a [`Window`], or its end plus its count; either is read, and
+/// the one [`kept_as_one_number`] says is stored.
+#[inline]
+pub(crate) fn check(state: Option<&State>, p: &Params, cost: u64, now: u64) -> Outcome {
     let current = now - now % p.period;
+    let stored = match state {
+        Some(State::FixedWindow(w)) => Some(*w),
+        Some(State::Word(end_and_count)) => {
+            let count = end_and_count % p.period;
+            let end = end_and_count - count;
+            Some(Window {
+                start: end.saturating_sub(p.period),
+                count,
+            })
+        }
+        _ => None,
+    };
     // A window newer than the clock (it stepped back) still holds.
-    let w = match state {
-        Some(w) if w.start >= current => *w,
+    let w = match stored {
+        Some(w) if w.start >= current => w,
         _ => Window {
             start: current,
             count: 0,
@@ -34,11 +63,16 @@ pub(crate) fn check(state: Option<&Window>, p: &Params, cost: u64, now: u64) -> 
     };
     if w.count + cost <= p.capacity {
         let count = w.count + cost;
+        let state = if kept_as_one_number(p) {
+            State::Word(w.start + p.period + count)
+        } else {
+            State::FixedWindow(Window { count, ..w })
+        };
         let admit = Branch {
             remaining: p.capacity - count,
             reset: end,
             replenish: end,
-            update: Update::Set(State::FixedWindow(Window { count, ..w })),
+            update: Update::Set(state),
         };
         Outcome::allow(0, admit, refuse)
     } else {
@@ -48,9 +82,45 @@ pub(crate) fn check(state: Option<&Window>, p: &Params, cost: u64, now: u64) -> 
 
 #[cfg(test)]
 mod tests {
+    use super::{Window, check, kept_as_one_number};
     use crate::Quota;
     use crate::algorithm::testing::{S, Sim};
+    use crate::algorithm::{State, Update};
     use std::time::Duration;
+
+    #[test]
+    fn a_window_and_its_end_plus_count_mean_the_same() {
+        // 999 999 a second: the largest count, one below the period, still
+        // reads back exactly. A million a second is kept as a window.
+        let q = Quota::fixed_window(999_999, Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let p = &q.params;
+        assert!(kept_as_one_number(p));
+        let start = 1_760_000_000 * S;
+        for count in [0, 1, 500_000, 999_998, 999_999] {
+            let window = Window { start, count };
+            let one_number = State::Word(start + S + count);
+            for now in [start, start + 3, start + S - 1, start + S, start - 1] {
+                let a = check(Some(&State::FixedWindow(window)), p, 1, now);
+                let b = check(Some(&one_number), p, 1, now);
+                assert_eq!(a, b, "count {count}, at {now}");
+                if let Update::Set(State::Word(n)) = &a.admit.update {
+                    assert_eq!(n % S, a.admit.remaining.abs_diff(999_999), "{n}");
+                    assert!(*n >= start + S, "the number is never before the end");
+                }
+            }
+        }
+        let million = Quota::fixed_window(1_000_000, Duration::from_secs(1))
+            .build()
+            .unwrap();
+        assert!(!kept_as_one_number(&million.params));
+        let step = check(None, &million.params, 1, start);
+        assert!(matches!(
+            step.admit.update,
+            Update::Set(State::FixedWindow(_))
+        ));
+    }
 
     #[test]
     fn boundary_burst_admits_twice_the_limit_in_one_rolling_minute() {

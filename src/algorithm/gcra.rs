@@ -46,7 +46,7 @@ pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone:
         }
     };
     let step = if next - now <= tolerance {
-        let admit = branch(next - now, Update::Set(State::Tat(next)));
+        let admit = branch(next - now, Update::Set(State::Word(next)));
         let refuse = if alone {
             Branch::unread()
         } else {

@@ -21,10 +21,11 @@ use crate::quota::{Algorithm, Params};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum State {
     TokenBucket(token_bucket::Bucket),
-    /// GCRA, the leaky bucket, and a token bucket with one unit refilled
-    /// per microsecond: the theoretical arrival time (for the token bucket,
-    /// the moment it is full again).
-    Tat(u64),
+    /// A state that is one number, never before its expiry: GCRA's and
+    /// the leaky bucket's theoretical arrival time; a token bucket's moment
+    /// of being full again, when a token is whole microseconds; a fixed
+    /// window's end plus its count, under one unit a microsecond.
+    Word(u64),
     FixedWindow(fixed_window::Window),
     SlidingWindow(sliding_window::Counters),
     // Boxed so the log, the one unbounded-size state, does not make every
@@ -39,7 +40,7 @@ impl State {
     pub(crate) fn expires_at(&self, p: &Params) -> u64 {
         match self {
             State::TokenBucket(b) => b.full_at(p),
-            State::Tat(tat) => *tat,
+            State::Word(n) => *n,
             State::FixedWindow(w) => w.start.saturating_add(p.period),
             State::SlidingWindow(c) => c.start.saturating_add(2 * p.period),
             State::SlidingLog(log) => log.back().map_or(0, |t| t.saturating_add(p.period)),
@@ -182,16 +183,13 @@ pub(crate) fn check(
 ) -> Outcome {
     match (algorithm, state) {
         (Algorithm::TokenBucket, state) => token_bucket::check(state, p, cost, now, alone),
-        (Algorithm::Gcra, Some(State::Tat(t))) => gcra::check(Some(*t), p, cost, now, alone),
+        (Algorithm::Gcra, Some(State::Word(t))) => gcra::check(Some(*t), p, cost, now, alone),
         (Algorithm::Gcra, _) => gcra::check(None, p, cost, now, alone),
-        (Algorithm::LeakyBucket, Some(State::Tat(t))) => {
+        (Algorithm::LeakyBucket, Some(State::Word(t))) => {
             leaky_bucket::check(Some(*t), p, cost, now, alone)
         }
         (Algorithm::LeakyBucket, _) => leaky_bucket::check(None, p, cost, now, alone),
-        (Algorithm::FixedWindow, Some(State::FixedWindow(w))) => {
-            fixed_window::check(Some(w), p, cost, now)
-        }
-        (Algorithm::FixedWindow, _) => fixed_window::check(None, p, cost, now),
+        (Algorithm::FixedWindow, state) => fixed_window::check(state, p, cost, now),
         (Algorithm::SlidingWindow, Some(State::SlidingWindow(c))) => {
             sliding_window::check(Some(c), p, cost, now, alone)
         }

@@ -15,7 +15,7 @@
 //! number of microseconds, as in 100 a second or 1 000 a minute), the
 //! bucket is one number, the moment it is full again, and the algorithm is
 //! GCRA's with `unit` as its interval: a level `l` at `now` is an arrival
-//! time `now + full - l`. It is kept so ([`State::Tat`]), and a backend
+//! time `now + full - l`. It is kept so ([`State::Word`]), and a backend
 //! decides it as it decides an arrival time.
 
 use super::{Branch, Outcome, State, Update, gcra};
@@ -62,7 +62,7 @@ pub(crate) fn check(
     if kept_as_arrival(p) {
         // `unit` is then `interval`, and `full` GCRA's tolerance.
         let full_at = match state {
-            Some(State::Tat(t)) => Some(*t),
+            Some(State::Word(t)) => Some(*t),
             Some(State::TokenBucket(b)) => Some(b.full_at(p)),
             _ => None,
         };
@@ -77,7 +77,7 @@ pub(crate) fn check(
                 lacking.saturating_add((b.at - now).saturating_mul(p.refill))
             }
         }
-        Some(State::Tat(full_at)) => full_at.saturating_sub(now).saturating_mul(p.refill),
+        Some(State::Word(full_at)) => full_at.saturating_sub(now).saturating_mul(p.refill),
         _ => 0,
     };
     let need = cost * p.unit;
@@ -193,7 +193,7 @@ mod tests {
                 if o.allowed {
                     level = Some(after);
                     match &o.admit.update {
-                        Update::Set(State::Tat(_)) => assert!(one_number, "{q:?}"),
+                        Update::Set(State::Word(_)) => assert!(one_number, "{q:?}"),
                         Update::Set(State::TokenBucket(_)) => assert!(!one_number, "{q:?}"),
                         other => panic!("{other:?}"),
                     }
@@ -243,7 +243,7 @@ mod tests {
             level: 4 * p.unit,
             at: 20 * S,
         };
-        let full_at = State::Tat(bucket.full_at(p));
+        let full_at = State::Word(bucket.full_at(p));
         for now in [20 * S, 21 * S + 3, 30 * S] {
             let a = check(Some(&State::TokenBucket(bucket)), p, 3, now, false);
             let b = check(Some(&full_at), p, 3, now, false);

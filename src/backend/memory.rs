@@ -20,11 +20,12 @@ use crate::quota_set::States;
 /// Rate-limit state in this process's memory.
 ///
 /// - **Concurrent**: keys are spread over many shards, each behind its own
-///   read-write lock. A key with one GCRA or leaky-bucket quota, or one
-///   token bucket whose token is a whole number of microseconds (100 a
-///   second, not 3 per 10 s), once stored, is decided under the read lock:
-///   its one number is updated by compare-and-swap, so threads on the same
-///   key or shard never wait for each other. Other decisions take the write lock for the few hundred
+///   read-write lock. A key with one GCRA or leaky-bucket quota, one token
+///   bucket whose token is a whole number of microseconds (100 a second,
+///   not 3 per 10 s), or one fixed window under a million a second, once
+///   stored, is decided under the read lock: its one number is updated by
+///   compare-and-swap, so threads on the same key or shard never wait for
+///   each other. Other decisions take the write lock for the few hundred
 ///   nanoseconds they last; a hot key stalls only the keys of its shard. All
 ///   quotas of one key live in one shard, so a multi-quota decision is
 ///   atomic.
@@ -43,10 +44,11 @@ use crate::quota_set::States;
 ///
 /// Memory per state, measured by `tests/memory_footprint.rs` (100 000 keys of
 /// eight bytes, 64-bit target), the key included: about 61 bytes for GCRA,
-/// the leaky bucket and such a token bucket, whose state is one number kept
-/// in a 40-byte entry (state id, the key inline up to 24 bytes, the arrival
-/// time), and about 105 bytes for the other fixed-size algorithms, whose
-/// 72-byte entry also holds an expiry and a 32-byte state. Entries are in
+/// the leaky bucket, such a token bucket and a fixed window under a million
+/// a second, whose state is one number kept in a 40-byte entry (state id,
+/// the key inline up to 24 bytes, the number), and about 105 bytes for the
+/// other fixed-size algorithms, whose 72-byte entry also holds an expiry
+/// and a 32-byte state. Entries are in
 /// vectors grown by halves, plus a 4-byte position in the index with its
 /// control byte and slack. At the bound, with IP keys, that is about 51 and 83 bytes
 /// (`cargo bench --bench memory`). A key longer than 24 bytes adds its own
@@ -60,7 +62,7 @@ pub struct MemoryBackend<C = SystemClock> {
 }
 
 struct Inner<C> {
-    table: Table<Slot, Arrival>,
+    table: Table<Slot, Word>,
     clock: C,
     metrics: MemoryMetrics,
 }
@@ -73,8 +75,8 @@ impl<C> Drop for Inner<C> {
 }
 
 /// One quota's state for one key, with the moment it stops mattering: a
-/// wide entry, for every state but an arrival time (and for one that became
-/// an arrival time when its quota's algorithm changed).
+/// wide entry, for every state but one number (and for one that became one
+/// number when its quota's algorithm changed).
 struct Slot {
     expires_at: u64,
     state: State,
@@ -96,32 +98,34 @@ impl Slot {
     }
 }
 
-/// The theoretical arrival time of a GCRA or leaky-bucket quota, or the
-/// moment a token bucket is full again (see `algorithm::token_bucket`): a
-/// narrow entry, 40 bytes with the key instead of 72. It is also the state's
-/// expiry, and it is updated by compare-and-swap under the shard's read
-/// lock.
-struct Arrival(AtomicU64);
+/// A state that is one number (`State::Word`): a GCRA or leaky-bucket
+/// arrival time, the moment a token bucket is full again, or a fixed
+/// window's end plus its count (see `algorithm`). A narrow entry, 40 bytes
+/// with the key instead of 72. The number is never before the state's
+/// expiry, so it serves as the expiry (exactly, but for a window's count
+/// of microseconds), and it is updated by compare-and-swap under the
+/// shard's read lock.
+struct Word(AtomicU64);
 
-impl Expiring for Arrival {
+impl Expiring for Word {
     fn expires_at(&self) -> u64 {
         self.0.load(Relaxed)
     }
 }
 
-impl Arrival {
+impl Word {
     /// The state it holds, for the algorithms.
     fn state(&self) -> State {
-        State::Tat(self.0.load(Relaxed))
+        State::Word(self.0.load(Relaxed))
     }
 
-    /// Applies `update` under the write lock, if the result is still an
-    /// arrival time; else hands back the state it makes, to be stored wide.
+    /// Applies `update` under the write lock, if the result is still one
+    /// number; else hands back the state it makes, to be stored wide.
     fn update(&mut self, update: Update, p: &Params) -> Option<State> {
         match update {
             Update::Keep => None,
-            Update::Set(State::Tat(tat)) => {
-                *self.0.get_mut() = tat;
+            Update::Set(State::Word(n)) => {
+                *self.0.get_mut() = n;
                 None
             }
             update => {
@@ -132,12 +136,12 @@ impl Arrival {
         }
     }
 
-    /// Decides a one-quota request on the arrival time without the write
+    /// Decides a one-quota request on an arrival time without the write
     /// lock: the time is read, the quota decided on it, and the new time
     /// swapped in only if nobody moved it meanwhile (else decided again on
     /// the newer time), as governor does.
     #[inline]
-    fn decide(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
+    fn decide_arrival(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
         let mut tat = self.0.load(Relaxed);
         loop {
             let (decision, update) = request.quotas.evaluate_arrival(
@@ -148,7 +152,7 @@ impl Arrival {
                 request.room,
             );
             // An arrival-time quota only ever keeps or sets the time.
-            let Update::Set(State::Tat(next)) = update else {
+            let Update::Set(State::Word(next)) = update else {
                 return decision;
             };
             match self.0.compare_exchange_weak(tat, next, Relaxed, Relaxed) {
@@ -157,12 +161,34 @@ impl Arrival {
             }
         }
     }
+
+    /// [`decide_arrival`](Self::decide_arrival) for a fixed window kept as
+    /// one number. A loop of its own: a second kind of quota in the arrival
+    /// time's loop stops LLVM from inlining that path (BENCHMARKS.md).
+    #[inline]
+    fn decide_window(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
+        let mut n = self.0.load(Relaxed);
+        loop {
+            let (decision, update) =
+                request
+                    .quotas
+                    .evaluate_window(n, request.cost, now, request.commit);
+            // A window kept as one number only ever keeps or sets it.
+            let Update::Set(State::Word(next)) = update else {
+                return decision;
+            };
+            match self.0.compare_exchange_weak(n, next, Relaxed, Relaxed) {
+                Ok(_) => return decision,
+                Err(moved) => n = moved,
+            }
+        }
+    }
 }
 
-type Entries<'a> = Locked<'a, Slot, Arrival>;
+type Entries<'a> = Locked<'a, Slot, Word>;
 
-/// Stores the first state of a key's quota, if the update makes one: an
-/// arrival time narrow, anything else wide. `replaces`: the quota has a
+/// Stores the first state of a key's quota, if the update makes one: one
+/// number narrow, anything else wide. `replaces`: the quota has a
 /// narrow entry that the state no longer fits (its algorithm changed),
 /// removed first.
 #[allow(clippy::too_many_arguments)]
@@ -184,7 +210,7 @@ fn store_new(
         return;
     }
     let gained = match state {
-        Some(State::Tat(tat)) => shard.insert_narrow(id, key, Arrival(AtomicU64::new(tat)), now),
+        Some(State::Word(n)) => shard.insert_narrow(id, key, Word(AtomicU64::new(n)), now),
         Some(state) => {
             let expires_at = state.expires_at(p);
             shard.insert(id, key, Slot { expires_at, state }, now)
@@ -223,17 +249,17 @@ impl States for Stored<'_, '_> {
     }
 }
 
-/// Calls `f` with the state of an entry found: a wide entry's, lent, or an
-/// arrival time made into one.
+/// Calls `f` with the state of an entry found: a wide entry's, lent, or a
+/// narrow entry's number made into one.
 #[inline]
-fn lend<R>(found: Option<Found<&Slot, &Arrival>>, f: impl FnOnce(Option<&State>) -> R) -> R {
-    let arrival;
+fn lend<R>(found: Option<Found<&Slot, &Word>>, f: impl FnOnce(Option<&State>) -> R) -> R {
+    let word;
     // One call of `f`, not one per arm: it inlines a whole decision.
     let state = match found {
         Some(Found::Wide(slot)) => Some(&slot.state),
-        Some(Found::Narrow(a)) => {
-            arrival = a.state();
-            Some(&arrival)
+        Some(Found::Narrow(n)) => {
+            word = n.state();
+            Some(&word)
         }
         None => None,
     };
@@ -245,7 +271,7 @@ fn lend<R>(found: Option<Found<&Slot, &Arrival>>, f: impl FnOnce(Option<&State>)
 /// replaces the narrow entry found (one whose algorithm changed).
 #[inline]
 fn update_found(
-    found: Option<Found<&mut Slot, &mut Arrival>>,
+    found: Option<Found<&mut Slot, &mut Word>>,
     update: Update,
     p: &Params,
 ) -> Option<(Update, bool)> {
@@ -355,7 +381,9 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// The hot path, inlined into the caller so the decision is built where
     /// it is returned: a stored arrival time decided under the read lock.
-    /// Everything else is [`decide_locked`](Self::decide_locked).
+    /// A fixed window kept as one number is
+    /// [`decide_window`](Self::decide_window), everything else
+    /// [`decide_locked`](Self::decide_locked).
     #[inline]
     fn decide(&self, request: CheckRequest<'_>) -> Decision {
         let inner = &*self.inner;
@@ -369,13 +397,28 @@ impl<C: Clock> MemoryBackend<C> {
         if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
             if quota.kept_as_arrival() {
                 let shard = inner.table.read(key);
-                if let Some(arrival) = shard.narrow(*id, key) {
-                    return arrival.decide(&request, now.as_micros());
+                if let Some(word) = shard.narrow(*id, key) {
+                    return word.decide_arrival(&request, now.as_micros());
                 }
                 return self.decide_locked(request, now, Some(shard.write()));
             }
+            if quota.is_window_kept_as_one_number() {
+                return self.decide_window(request, now, *id);
+            }
         }
         self.decide_locked(request, now, None)
+    }
+
+    /// A one-quota fixed window kept as one number: swapped under the read
+    /// lock once stored. Out of line, as `decide_locked` is, so that the
+    /// arrival time's path in `decide` stays small enough to inline.
+    #[inline(never)]
+    fn decide_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
+        let shard = self.inner.table.read(request.key);
+        if let Some(window) = shard.narrow(id, request.key) {
+            return window.decide_window(&request, now.as_micros());
+        }
+        self.decide_locked(request, now, Some(shard.write()))
     }
 
     /// Decides under the shard's write lock (taken here unless given): a
@@ -477,10 +520,10 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Limiter, Quota, QuotaSet};
+    use crate::{Limiter, ManualClock, Quota, QuotaSet};
     use std::time::Duration;
 
-    fn kind(backend: &MemoryBackend, id: u64, key: &str) -> Option<&'static str> {
+    fn kind<C>(backend: &MemoryBackend<C>, id: u64, key: &str) -> Option<&'static str> {
         let shard = backend.inner.table.lock(key);
         match shard.at(shard.position(id, key)?)? {
             Found::Wide(_) => Some("wide"),
@@ -489,9 +532,9 @@ mod tests {
     }
 
     #[test]
-    fn arrival_times_are_stored_narrow_and_other_states_wide() {
+    fn states_of_one_number_are_stored_narrow_and_other_states_wide() {
         let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
-        let window = Quota::fixed_window(5, Duration::from_secs(1))
+        let window = Quota::sliding_window(5, Duration::from_secs(1))
             .name("window")
             .build()
             .unwrap();
@@ -511,27 +554,36 @@ mod tests {
         let alone_id = alone.quotas().state_ids()[0];
         assert_eq!(kind(&backend, alone_id, "k"), Some("narrow"));
         assert_eq!(backend.len(), 3);
-        // A token bucket is one number when a token is whole microseconds.
-        for (limit, kept) in [(5, "narrow"), (3, "wide")] {
-            let q = Quota::token_bucket(limit, Duration::from_secs(10))
-                .build()
-                .unwrap();
-            let bucket = Limiter::new(backend.clone(), q);
-            for _ in 0..limit {
-                assert!(bucket.check_now("k", 1).unwrap().unwrap().allowed());
+        // A token bucket is one number when a token is whole microseconds,
+        // and a fixed window under one unit a microsecond.
+        let ten = Duration::from_secs(10);
+        let cases = [
+            (Quota::token_bucket(5, ten), "narrow"),
+            (Quota::token_bucket(3, ten), "wide"),
+            (Quota::fixed_window(5, ten), "narrow"),
+            (Quota::fixed_window(2, Duration::from_micros(2)), "wide"),
+        ];
+        // A clock that stands still, for the window of two microseconds.
+        let clock = ManualClock::new(Timestamp::from_micros(1_760_000_000_000_000));
+        let backend = MemoryBackend::builder().clock(clock).build();
+        for (q, kept) in cases {
+            let q = q.build().unwrap();
+            let limiter = Limiter::new(backend.clone(), q.clone());
+            for _ in 0..q.limit() {
+                assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());
             }
-            assert!(!bucket.check_now("k", 1).unwrap().unwrap().allowed());
-            let id = bucket.quotas().state_ids()[0];
-            assert_eq!(kind(&backend, id, "k"), Some(kept), "{limit} per 10 s");
+            assert!(!limiter.check_now("k", 1).unwrap().unwrap().allowed());
+            let id = limiter.quotas().state_ids()[0];
+            assert_eq!(kind(&backend, id, "k"), Some(kept), "{q:?}");
         }
     }
 
     #[test]
-    fn an_arrival_time_found_where_another_state_belongs_moves_wide() {
+    fn one_number_found_where_another_state_belongs_moves_wide() {
         // Ids include the algorithm, so only a hash collision puts an
-        // arrival time under a window's id: forged here, for a set of one
-        // quota and for a set of two.
-        let window = Quota::fixed_window(5, Duration::from_secs(1))
+        // arrival time under a sliding window's id: forged here, for a set
+        // of one quota and for a set of two.
+        let window = Quota::sliding_window(5, Duration::from_secs(1))
             .name("window")
             .build()
             .unwrap();
@@ -542,12 +594,10 @@ mod tests {
             let backend = MemoryBackend::new();
             let id = *set.state_ids().last().unwrap();
             let inner = &*backend.inner;
-            inner.table.lock("k").insert_narrow(
-                id,
-                "k",
-                Arrival(AtomicU64::new(u64::MAX >> 12)),
-                0,
-            );
+            inner
+                .table
+                .lock("k")
+                .insert_narrow(id, "k", Word(AtomicU64::new(u64::MAX >> 12)), 0);
             let limiter = Limiter::new(backend.clone(), set.clone());
             for _ in 0..5 {
                 assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());

@@ -78,6 +78,16 @@ impl Quota {
         }
     }
 
+    /// Whether this is a fixed window kept as one number (see
+    /// `algorithm::fixed_window`), and not elastic: a backend may decide it
+    /// without a lock, though not as an arrival time.
+    #[inline]
+    pub(crate) fn is_window_kept_as_one_number(&self) -> bool {
+        self.algorithm == Algorithm::FixedWindow
+            && self.params.elastic_margin == 0
+            && crate::algorithm::fixed_window::kept_as_one_number(&self.params)
+    }
+
     /// The name clients see in headers and problem details.
     pub fn name(&self) -> &str {
         &self.name
