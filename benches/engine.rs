@@ -4,12 +4,10 @@
 //! `cargo bench --bench engine` (add `-- --quick` for a fast pass).
 
 use std::hint::black_box;
-use std::num::NonZeroU32;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use governor::{Quota as GovQuota, RateLimiter};
 use tollgate::{Algorithm, Limiter, MemoryBackend, Quota};
 
 #[path = "support/peers.rs"]
@@ -17,20 +15,15 @@ mod peers;
 
 const KEYS: usize = 1_000_000;
 
-/// A limit so high that every check is admitted and writes its state, the
-/// path a real admitted request takes.
+/// A quota that admits every check (see `peers::admitting`), on a backend
+/// with room for the million-key case.
 fn tollgate(algorithm: Algorithm) -> Limiter<MemoryBackend> {
-    let quota = Quota::builder(algorithm, 1_000_000, Duration::from_secs(1))
-        .build()
-        .expect("valid quota");
     let backend = MemoryBackend::builder().max_keys(4 * KEYS).build();
-    Limiter::new(backend, quota)
+    Limiter::new(backend, peers::admitting(algorithm))
 }
 
 fn governor() -> governor::DefaultKeyedRateLimiter<String> {
-    RateLimiter::keyed(GovQuota::per_second(
-        NonZeroU32::new(1_000_000).expect("non-zero"),
-    ))
+    peers::governor_admitting()
 }
 
 /// The algorithms whose state is fixed-size; the sliding log's cost grows
@@ -43,15 +36,7 @@ fn hot_key(c: &mut Criterion) {
     let mut g = c.benchmark_group("hot_key");
     let key = "client-42".to_owned();
     for (algorithm, name) in algorithms() {
-        let limiter = match algorithm {
-            Algorithm::SlidingLog => Limiter::new(
-                MemoryBackend::new(),
-                Quota::sliding_log(100, Duration::from_millis(1))
-                    .build()
-                    .expect("valid"),
-            ),
-            _ => tollgate(algorithm),
-        };
+        let limiter = tollgate(algorithm);
         g.bench_function(format!("tollgate/{name}"), |b| {
             b.iter(|| black_box(limiter.check_now(black_box(&key), 1)))
         });

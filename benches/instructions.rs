@@ -6,10 +6,8 @@
 //! passes) it does nothing.
 
 use std::hint::black_box;
-use std::num::NonZeroU32;
 use std::time::Duration;
 
-use governor::{Quota as GovQuota, RateLimiter};
 use tollgate::{Algorithm, Limiter, MemoryBackend, Quota, QuotaSet};
 
 #[path = "support/peers.rs"]
@@ -17,15 +15,6 @@ mod peers;
 
 fn tollgate(quotas: QuotaSet) -> Limiter<MemoryBackend> {
     Limiter::new(MemoryBackend::new(), quotas)
-}
-
-/// Every check admitted and written, as in `benches/engine.rs`.
-fn single(algorithm: Algorithm) -> QuotaSet {
-    let quota = match algorithm {
-        Algorithm::SlidingLog => Quota::sliding_log(100, Duration::from_millis(1)),
-        a => Quota::builder(a, 1_000_000, Duration::from_secs(1)),
-    };
-    QuotaSet::single(quota.build().expect("valid quota"))
 }
 
 fn main() {
@@ -38,9 +27,7 @@ fn main() {
     };
     let key = "ip:203.0.113.7".to_owned();
     if case == "governor/gcra" {
-        let gov: governor::DefaultKeyedRateLimiter<String> = RateLimiter::keyed(
-            GovQuota::per_second(NonZeroU32::new(1_000_000).expect("non-zero")),
-        );
+        let gov = peers::governor_admitting();
         for _ in 0..checks {
             let _ = black_box(gov.check_key(black_box(&key)));
         }
@@ -49,20 +36,21 @@ fn main() {
     let quotas = match case.strip_prefix("tollgate/") {
         Some("three_quotas") => peers::three_quotas(),
         Some("three_quotas_admitted") => peers::three_quotas_admitted(),
-        // 999 999 a second: a token is not a whole number of microseconds,
-        // so the bucket keeps its level and takes the write path.
-        Some("fixed_window_999999") => QuotaSet::single(
-            Quota::fixed_window(999_999, Duration::from_secs(1))
+        // Two a microsecond: the window keeps its start and count, wide.
+        Some("fixed_window_two_a_microsecond") => QuotaSet::single(
+            Quota::fixed_window(2_000_000, Duration::from_secs(1))
                 .build()
                 .expect("valid quota"),
         ),
+        // 999 999 a second: a token is not a whole number of microseconds,
+        // so the bucket keeps its level and takes the write path.
         Some("token_bucket_fractional") => QuotaSet::single(
             Quota::token_bucket(999_999, Duration::from_secs(1))
                 .build()
                 .expect("valid quota"),
         ),
         Some(name) => match Algorithm::ALL.iter().find(|a| a.name() == name) {
-            Some(&a) => single(a),
+            Some(&a) => peers::admitting(a),
             None => return eprintln!("unknown case {case}"),
         },
         None => return eprintln!("unknown case {case}"),
