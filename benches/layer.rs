@@ -28,8 +28,9 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
+    // A burst no run spends, as for tower_governor: every request admitted.
     let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
-        .burst(1_000_000)
+        .burst(peers::NEVER_SPENT)
         .build()
         .expect("quota");
     let mut g = c.benchmark_group("layer");

@@ -28,7 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "bare" => app,
         "tollgate" => {
             let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
-                .burst(1_000_000)
+                .burst(peers::NEVER_SPENT)
                 .build()?;
             app.layer(RateLimitLayer::new(
                 Limiter::new(MemoryBackend::new(), quota),
@@ -45,7 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             let backend = tollgate::RedisBackend::from_url(url).lease(lease).build()?;
             let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
-                .burst(1_000_000)
+                .burst(peers::NEVER_SPENT)
                 .build()?;
             app.layer(RateLimitLayer::new(
                 Limiter::new(backend, quota),

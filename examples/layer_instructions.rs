@@ -46,7 +46,7 @@ fn main() {
         "bare" => drive(hello, n),
         "tollgate" => {
             let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
-                .burst(1_000_000)
+                .burst(peers::NEVER_SPENT)
                 .build()
                 .expect("quota");
             let limiter = Limiter::new(MemoryBackend::new(), quota);
