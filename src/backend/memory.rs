@@ -164,7 +164,8 @@ impl Word {
 
     /// [`decide_arrival`](Self::decide_arrival) for a fixed window kept as
     /// one number. A loop of its own: a second kind of quota in the arrival
-    /// time's loop stops LLVM from inlining that path (BENCHMARKS.md).
+    /// time's loop stops LLVM from inlining that path, and the two loops
+    /// shared through a closure cost GCRA 40 instructions (BENCHMARKS.md).
     #[inline]
     fn decide_window(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
         let mut n = self.0.load(Relaxed);
