@@ -22,10 +22,6 @@ fn tollgate(algorithm: Algorithm) -> Limiter<MemoryBackend> {
     Limiter::new(backend, peers::admitting(algorithm))
 }
 
-fn governor() -> governor::DefaultKeyedRateLimiter<String> {
-    peers::governor_admitting()
-}
-
 /// The algorithms whose state is fixed-size; the sliding log's cost grows
 /// with its limit and is measured with a small one.
 fn algorithms() -> Vec<(Algorithm, &'static str)> {
@@ -41,7 +37,7 @@ fn hot_key(c: &mut Criterion) {
             b.iter(|| black_box(limiter.check_now(black_box(&key), 1)))
         });
     }
-    let gov = governor();
+    let gov = peers::governor_admitting();
     g.bench_function("governor/gcra", |b| {
         b.iter(|| black_box(gov.check_key(black_box(&key))))
     });
@@ -70,7 +66,7 @@ fn many_keys(c: &mut Criterion) {
             })
         });
     }
-    let gov = governor();
+    let gov = peers::governor_admitting();
     for k in &keys {
         let _ = gov.check_key(k);
     }
@@ -104,7 +100,7 @@ fn three_quotas(c: &mut Criterion) {
     g.bench_function("tollgate/gcra", |b| {
         b.iter(|| black_box(one.check_now(black_box(&key), 1)))
     });
-    let gov = governor();
+    let gov = peers::governor_admitting();
     g.bench_function("governor/gcra", |b| {
         b.iter(|| black_box(gov.check_key(black_box(&key))))
     });
@@ -182,7 +178,7 @@ fn threads_on_one_key(c: &mut Criterion) {
             })
         });
     }
-    let gov = Arc::new(governor());
+    let gov = Arc::new(peers::governor_admitting());
     let key = "hot".to_owned();
     g.bench_function("governor/gcra", |b| {
         b.iter_custom(|iters| {

@@ -10,8 +10,9 @@ use crate::algorithm::gcra;
 /// One quota's answer to one request.
 ///
 /// Kept as the algorithm's integers (microseconds for times); the durations
-/// are made when read, and for GCRA and the leaky bucket decided alone so
-/// are `remaining` and `replenish`, so a caller that only asks
+/// are made when read, and for an arrival-time quota decided alone (GCRA,
+/// the leaky bucket, a token bucket of whole microseconds per token) so are
+/// `remaining` and `replenish`, so a caller that only asks
 /// [`Decision::allowed`] pays for none of them.
 #[derive(Clone, Copy)]
 pub struct QuotaDecision {
@@ -62,7 +63,8 @@ impl QuotaDecision {
         }
     }
 
-    /// The answer of an arrival-time quota (GCRA, leaky bucket) whose
+    /// The answer of an arrival-time quota (GCRA, leaky bucket, a token
+    /// bucket of whole microseconds per token) whose
     /// remaining and replenish are computed only when read, from its
     /// `tolerance` (capacity times interval) and `interval`; `limit` is the
     /// capacity reported (soft mode's margin off).

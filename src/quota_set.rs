@@ -242,8 +242,9 @@ impl QuotaSet {
         )
     }
 
-    /// [`evaluate_one`](QuotaSet::evaluate_one) for a GCRA or leaky-bucket
-    /// quota whose state is the arrival time `tat`: unless it is elastic,
+    /// [`evaluate_one`](QuotaSet::evaluate_one) for a quota whose state is
+    /// the arrival time `tat` (see [`Quota::kept_as_arrival`]): unless it is
+    /// elastic,
     /// its algorithm is called directly, so the whole decision inlines into
     /// the backend's compare-and-swap loop, where what the outcome holds is
     /// known and nothing of it is dropped or moved at run time.
@@ -427,8 +428,8 @@ impl From<Quota> for QuotaSet {
 }
 
 /// The stored states a decision reads and updates, quota by quota: kept as
-/// [`State`]s and lent, or kept otherwise (the memory backend's arrival
-/// times) and made for the call.
+/// [`State`]s and lent, or kept otherwise (the memory backend's states of
+/// one number) and made for the call.
 pub(crate) trait States {
     /// Calls `f` with quota `i`'s state, if there is one.
     fn with<R>(&self, i: usize, f: impl FnOnce(Option<&State>) -> R) -> R;

@@ -58,7 +58,6 @@ pub(crate) fn check(
     now: u64,
     alone: bool,
 ) -> Outcome {
-    let full = p.capacity * p.unit;
     if kept_as_arrival(p) {
         // `unit` is then `interval`, and `full` GCRA's tolerance.
         let full_at = match state {
@@ -68,6 +67,7 @@ pub(crate) fn check(
         };
         return gcra::check(full_at, p, cost, now, alone);
     }
+    let full = p.capacity * p.unit;
     let deficit = match state {
         Some(State::TokenBucket(b)) => {
             let lacking = full.saturating_sub(b.level);

@@ -48,10 +48,10 @@ use crate::quota_set::States;
 /// a second, whose state is one number kept in a 40-byte entry (state id,
 /// the key inline up to 24 bytes, the number), and about 105 bytes for the
 /// other fixed-size algorithms, whose 72-byte entry also holds an expiry
-/// and a 32-byte state. Entries are in
-/// vectors grown by halves, plus a 4-byte position in the index with its
-/// control byte and slack. At the bound, with IP keys, that is about 51 and 83 bytes
-/// (`cargo bench --bench memory`). A key longer than 24 bytes adds its own
+/// and a 32-byte state. Entries are in vectors grown by halves, plus a
+/// 4-byte position in the index with its control byte and slack. At the
+/// bound, with IP keys, that is about 51 and 83 bytes (`cargo bench --bench
+/// memory`). A key longer than 24 bytes adds its own
 /// allocation, and a sliding log one of eight bytes per logged entry (at
 /// most `limit`).
 ///
@@ -403,7 +403,7 @@ impl<C: Clock> MemoryBackend<C> {
                 }
                 return self.decide_locked(request, now, Some(shard.write()));
             }
-            if quota.is_window_kept_as_one_number() {
+            if quota.window_kept_as_one_number() {
                 return self.decide_window(request, now, *id);
             }
         }

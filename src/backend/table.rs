@@ -3,7 +3,7 @@
 //! states in, and the Redis backend its denials.
 //!
 //! Values come in two kinds, each in its own vector per shard: wide ones
-//! (`V`) and narrow ones (`N`, a one-word arrival time in the memory
+//! (`V`) and narrow ones (`N`, a state of one number in the memory
 //! backend), so that the common one-word value does not take the space of
 //! the widest. Entries are found through one index of positions per shard,
 //! so that a victim can be sampled at random positions (a hash table's own

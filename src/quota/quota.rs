@@ -82,7 +82,7 @@ impl Quota {
     /// `algorithm::fixed_window`), and not elastic: a backend may decide it
     /// without a lock, though not as an arrival time.
     #[inline]
-    pub(crate) fn is_window_kept_as_one_number(&self) -> bool {
+    pub(crate) fn window_kept_as_one_number(&self) -> bool {
         self.algorithm == Algorithm::FixedWindow
             && self.params.elastic_margin == 0
             && crate::algorithm::fixed_window::kept_as_one_number(&self.params)
