@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::gcra;
+use crate::algorithm::{gcra, sliding_window};
 
 /// One quota's answer to one request.
 ///
@@ -36,6 +36,11 @@ enum Left {
     /// `left` is an arrival time's `(tolerance, interval)`: remaining and
     /// replenish follow from them and `reset`, as GCRA computes them.
     Arrival,
+    /// An admission by a sliding window deciding alone: `left` is its
+    /// counters `(prev, curr)` after the request, `wait` how far into their
+    /// window it came and `reset` the period; remaining, reset and
+    /// replenish follow from them (`sliding_window::Admitted::numbers`).
+    SlidingWindow,
 }
 
 impl QuotaDecision {
@@ -87,6 +92,43 @@ impl QuotaDecision {
         }
     }
 
+    /// The answer of a sliding window that decided alone and admitted,
+    /// whose numbers are computed only when read; `limit` is the capacity
+    /// reported (soft mode's margin off).
+    #[inline]
+    pub(crate) fn sliding_window(
+        shadow: bool,
+        limit: u64,
+        admitted: sliding_window::Admitted,
+        period: u64,
+    ) -> Self {
+        let c = admitted.counters;
+        QuotaDecision {
+            limit,
+            reset: period,
+            wait: admitted.elapsed,
+            left: (c.prev, c.curr),
+            allowed: true,
+            shadow,
+            form: Left::SlidingWindow,
+        }
+    }
+
+    /// A sliding window's `(remaining, reset, replenish)`, in microseconds.
+    fn sliding_window_numbers(&self) -> (u64, u64, u64) {
+        let (prev, curr) = self.left;
+        let admitted = sliding_window::Admitted {
+            // Its numbers are offsets into the window: its start is not read.
+            counters: sliding_window::Counters {
+                start: 0,
+                prev,
+                curr,
+            },
+            elapsed: self.wait,
+        };
+        admitted.numbers(self.limit, self.reset)
+    }
+
     /// `(remaining, replenish)` in microseconds. For an arrival time, as
     /// `gcra::schedule` reports them, with soft mode's margin taken off the
     /// remaining units.
@@ -100,6 +142,27 @@ impl QuotaDecision {
                 let soft_margin = (tolerance / interval).saturating_sub(self.limit);
                 (effective.saturating_sub(soft_margin), replenish)
             }
+            Left::SlidingWindow => {
+                let (remaining, _, replenish) = self.sliding_window_numbers();
+                (remaining, replenish)
+            }
+        }
+    }
+
+    /// Microseconds until the quota is fully restored.
+    fn reset_micros(&self) -> u64 {
+        match self.form {
+            Left::SlidingWindow => self.sliding_window_numbers().1,
+            Left::Counted | Left::Arrival => self.reset,
+        }
+    }
+
+    /// The retry-after when refused, the delay when admitted.
+    fn wait_micros(&self) -> u64 {
+        match self.form {
+            // `wait` keeps how far into its window it came; it never delays.
+            Left::SlidingWindow => 0,
+            Left::Counted | Left::Arrival => self.wait,
         }
     }
 
@@ -122,7 +185,7 @@ impl QuotaDecision {
 
     /// Time until the quota is fully restored, with no further traffic.
     pub fn reset(&self) -> Duration {
-        Duration::from_micros(self.reset)
+        Duration::from_micros(self.reset_micros())
     }
 
     /// Time until more quota is available than [`remaining`](Self::remaining):
@@ -138,7 +201,7 @@ impl QuotaDecision {
 
     /// When refused: time until the same request would pass.
     pub fn retry_after(&self) -> Option<Duration> {
-        (!self.allowed).then(|| Duration::from_micros(self.wait))
+        (!self.allowed).then(|| Duration::from_micros(self.wait_micros()))
     }
 
     /// Leaky bucket: how long the admitted request waits for its turn.
@@ -147,7 +210,7 @@ impl QuotaDecision {
     }
 
     fn delay_micros(&self) -> u64 {
-        if self.allowed { self.wait } else { 0 }
+        if self.allowed { self.wait_micros() } else { 0 }
     }
 
     /// Whether the quota is in shadow mode: it reports, but never refuses.
@@ -163,11 +226,11 @@ impl QuotaDecision {
         let retry_after = if self.allowed {
             0
         } else {
-            self.wait.saturating_sub(elapsed)
+            self.wait_micros().saturating_sub(elapsed)
         };
         let (remaining, replenish) = self.left();
         QuotaDecision {
-            reset: self.reset.saturating_sub(elapsed),
+            reset: self.reset_micros().saturating_sub(elapsed),
             left: (remaining, replenish.saturating_sub(elapsed)),
             form: Left::Counted,
             allowed: self.allowed || retry_after == 0,
@@ -185,9 +248,9 @@ impl QuotaDecision {
             self.shadow,
             self.limit,
             remaining,
-            self.reset,
+            self.reset_micros(),
             replenish,
-            self.wait,
+            self.wait_micros(),
         )
     }
 }
@@ -302,7 +365,7 @@ impl Decision {
     pub fn binding(&self) -> Option<&QuotaDecision> {
         self.quotas
             .iter()
-            .min_by_key(|q| (q.remaining(), std::cmp::Reverse(q.reset)))
+            .min_by_key(|q| (q.remaining(), std::cmp::Reverse(q.reset_micros())))
     }
 
     /// Units left on the binding quota.

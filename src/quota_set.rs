@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{self, Outcome, State, Update};
+use crate::algorithm::{self, Outcome, State, Update, sliding_window};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
 use crate::quota::{Params, Quota};
@@ -240,6 +240,25 @@ impl QuotaSet {
             commit,
             RawQuotaDecision::decision,
         )
+    }
+
+    /// [`evaluate_one`](QuotaSet::evaluate_one) for a sliding window, not
+    /// elastic (`Path::SlidingWindow`), whose
+    /// counters are `counters`: the decision and the counters to store if it
+    /// admits, its numbers (a search, for replenish) computed only when
+    /// read; `None` otherwise, for `evaluate_one` to decide.
+    #[inline]
+    pub(crate) fn admit_sliding_window(
+        &self,
+        counters: Option<&sliding_window::Counters>,
+        cost: u64,
+        now: u64,
+    ) -> Option<(Decision, sliding_window::Counters)> {
+        let p = &self.quotas[0].params;
+        let admitted = sliding_window::admit_alone(counters, p, cost, now)?;
+        let decision =
+            QuotaDecision::sliding_window(p.shadow, p.reported_capacity, admitted, p.period);
+        Some((Decision::one(true, decision), admitted.counters))
     }
 
     /// [`evaluate_one`](QuotaSet::evaluate_one) for a quota whose state is
@@ -482,6 +501,29 @@ mod tests {
     use crate::quota::Mode;
     use std::time::Duration;
 
+    /// Asserts that two decisions of one quota read alike, now and aged as
+    /// a cached answer is; returns whether it admits.
+    fn read_alike(general: &Decision, derived: &Decision) -> bool {
+        let ([g], [d]) = (general.quotas(), derived.quotas()) else {
+            panic!("one quota each")
+        };
+        let read = |q: &QuotaDecision| {
+            let q_aged = q.aged(150_000);
+            (
+                (q.allowed(), q.remaining(), q.reset(), q.replenish()),
+                (
+                    q.retry_after(),
+                    q.delay(),
+                    q_aged.remaining(),
+                    q_aged.reset(),
+                ),
+            )
+        };
+        assert_eq!(read(g), read(d));
+        assert_eq!(general, derived);
+        g.allowed()
+    }
+
     #[test]
     fn an_arrival_time_reports_when_read_what_the_algorithm_computes() {
         // Each request is decided both ways on the same state: the decision
@@ -510,31 +552,58 @@ mod tests {
                     let (derived, same) =
                         set.evaluate_arrival(tat.unwrap_or(0), cost, now, true, false);
                     assert_eq!(update, same, "{mode:?}, request {i}");
-                    let [g] = general.quotas() else {
-                        panic!("one quota")
-                    };
-                    let [d] = derived.quotas() else {
-                        panic!("one quota")
-                    };
-                    let read = |q: &QuotaDecision| {
-                        (
-                            q.allowed(),
-                            q.remaining(),
-                            q.reset(),
-                            q.replenish(),
-                            q.retry_after(),
-                            q.delay(),
-                        )
-                    };
-                    assert_eq!(read(g), read(d), "{mode:?}, {set:?}, request {i}");
-                    assert_eq!(general, derived);
-                    seen[usize::from(g.allowed())] = true;
+                    let g = read_alike(&general, &derived);
+                    seen[usize::from(g)] = true;
                     if let Update::Set(State::Word(next)) = update {
                         tat = Some(next);
                     }
                 }
                 assert_eq!(seen, [true, true], "admissions and refusals both checked");
             }
+        }
+    }
+
+    #[test]
+    fn a_sliding_window_admission_reports_when_read_what_the_algorithm_computes() {
+        // Each request is decided both ways on the same counters: an
+        // admission whose numbers are derived when read must report what
+        // the general path computed, in every mode, across windows, with a
+        // previous window fading, and aged as a cached answer is.
+        let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
+        for mode in modes {
+            let quota = Quota::sliding_window(6, Duration::from_secs(2))
+                .mode(mode)
+                .build()
+                .unwrap();
+            assert_eq!(quota.path, crate::quota::Path::SlidingWindow);
+            let set = QuotaSet::single(quota);
+            let mut counters = None;
+            let (mut derived_admissions, mut refusals) = (0, 0);
+            for i in 0..60u64 {
+                // 0.25 s apart, crossing windows; a clock one step behind
+                // every tenth request.
+                let now = 4_000_000 + i * 250_000 - if i % 10 == 9 { 300_000 } else { 0 };
+                let cost = [1, 2, 1, 3, 0][i as usize % 5];
+                let state = counters.map(State::SlidingWindow);
+                let (general, update) = set.evaluate_one(state.as_ref(), cost, now, true, false);
+                match set.admit_sliding_window(counters.as_ref(), cost, now) {
+                    Some((derived, after)) => {
+                        derived_admissions += 1;
+                        read_alike(&general, &derived);
+                        assert_eq!(update, Update::Set(State::SlidingWindow(after)));
+                    }
+                    // Only a refusal, or a clock behind the window, is left
+                    // to the general path.
+                    None => refusals += u64::from(general.exceeded()),
+                }
+                if let Update::Set(State::SlidingWindow(next)) = update {
+                    counters = Some(next);
+                }
+            }
+            assert!(
+                derived_admissions > 10 && refusals > 5,
+                "{mode:?}: {derived_admissions}, {refusals}"
+            );
         }
     }
 

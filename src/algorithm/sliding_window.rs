@@ -62,28 +62,22 @@ fn fits_at(c: &Counters, room: u64, from: u64, period: u64) -> u64 {
     }
 }
 
-/// Microseconds until the estimate for `c` falls below `used` (or below the
-/// capacity, when over it): until more quota is available.
-fn replenish(c: &Counters, used: u64, p: &Params, elapsed: u64, now: u64) -> u64 {
-    let at = match used.min(p.capacity).checked_sub(1) {
-        Some(room) => fits_at(c, room, elapsed, p.period),
+/// The offset from the start of `c`'s window (at least `elapsed`) at which
+/// the estimate falls below `used` (or below `capacity`, when over it):
+/// when more quota is available.
+fn replenished_at(c: &Counters, used: u64, capacity: u64, elapsed: u64, period: u64) -> u64 {
+    match used.min(capacity).checked_sub(1) {
+        Some(room) => fits_at(c, room, elapsed, period),
         // Nothing used: the quota is whole until the window ends.
-        None => p.period,
-    };
-    (c.start + at).saturating_sub(now)
+        None => period,
+    }
 }
 
+/// The stored counters moved on to the window of `now`.
 #[inline]
-pub(crate) fn check(
-    state: Option<&Counters>,
-    p: &Params,
-    cost: u64,
-    now: u64,
-    alone: bool,
-) -> Outcome {
-    let period = p.period;
+fn at_window(state: Option<&Counters>, period: u64, now: u64) -> Counters {
     let current = now - now % period;
-    let c = match state {
+    match state {
         Some(c) if c.start >= current => *c,
         Some(c) if c.start + period == current => Counters {
             start: current,
@@ -95,37 +89,109 @@ pub(crate) fn check(
             prev: 0,
             curr: 0,
         },
-    };
+    }
+}
+
+/// The offset from the start of `c`'s window at which the quota is whole
+/// again: the end of the next window (`curr` > 0) or of this one (`prev` >
+/// 0); `None` when nothing counts.
+fn whole_at(c: &Counters, period: u64) -> Option<u64> {
+    if c.curr > 0 {
+        Some(2 * period)
+    } else if c.prev > 0 {
+        Some(period)
+    } else {
+        None
+    }
+}
+
+/// An admission by a quota that decides alone, whose numbers are left to
+/// be derived when read ([`Admitted::numbers`]): the counters after it, or
+/// `None` when `cost` does not fit, or the clock is behind the stored
+/// window, for [`check`] to decide.
+#[inline]
+pub(crate) fn admit_alone(
+    state: Option<&Counters>,
+    p: &Params,
+    cost: u64,
+    now: u64,
+) -> Option<Admitted> {
+    let c = at_window(state, p.period, now);
+    let elapsed = now.checked_sub(c.start)?;
+    let used = weigh(c.prev, p.period - elapsed, p.period) + c.curr;
+    (used + cost <= p.capacity).then(|| Admitted {
+        counters: Counters {
+            curr: c.curr + cost,
+            ..c
+        },
+        elapsed,
+    })
+}
+
+/// An admitted request's counters, kept so that what it reports is
+/// computed only if read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Admitted {
+    /// The counters after the request.
+    pub counters: Counters,
+    /// How far into their window the request came, in microseconds.
+    pub elapsed: u64,
+}
+
+impl Admitted {
+    /// `(remaining, reset, replenish)` as [`check`] reports them, for a
+    /// quota of `limit` units reported (soft mode's margin off) and
+    /// `period`.
+    pub(crate) fn numbers(&self, limit: u64, period: u64) -> (u64, u64, u64) {
+        let (c, elapsed) = (&self.counters, self.elapsed);
+        let used = weigh(c.prev, period - elapsed, period) + c.curr;
+        let reset = whole_at(c, period).map_or(0, |at| at - elapsed);
+        // Admitted, so `used` is within the capacity: its `min` is `used`.
+        let replenish = replenished_at(c, used, used, elapsed, period) - elapsed;
+        (limit.saturating_sub(used), reset, replenish)
+    }
+}
+
+#[inline]
+pub(crate) fn check(
+    state: Option<&Counters>,
+    p: &Params,
+    cost: u64,
+    now: u64,
+    alone: bool,
+) -> Outcome {
+    let period = p.period;
+    let c = at_window(state, period, now);
     let elapsed = now.saturating_sub(c.start);
     let used = weigh(c.prev, period - elapsed, period) + c.curr;
-    let reset = |curr: u64| {
-        if curr > 0 {
-            c.start + 2 * period - now
-        } else if c.prev > 0 {
-            c.start + period - now
-        } else {
-            0
-        }
+    // From the window's start, not from now, which a clock behind the
+    // stored window puts before it.
+    let reset = |c: &Counters| whole_at(c, period).map_or(0, |at| c.start + at - now);
+    let replenish = |c: &Counters, used| {
+        (c.start + replenished_at(c, used, p.capacity, elapsed, period)).saturating_sub(now)
     };
     let fits = used + cost <= p.capacity;
     let refuse = Branch {
         remaining: p.capacity.saturating_sub(used),
-        reset: reset(c.curr),
+        reset: reset(&c),
         // A search, skipped when nobody will read it.
         replenish: if fits && alone {
             0
         } else {
-            replenish(&c, used, p, elapsed, now)
+            replenish(&c, used)
         },
         update: Update::Keep,
     };
     if fits {
-        let curr = c.curr + cost;
+        let after = Counters {
+            curr: c.curr + cost,
+            ..c
+        };
         let admit = Branch {
             remaining: p.capacity - used - cost,
-            reset: reset(curr),
-            replenish: replenish(&Counters { curr, ..c }, used + cost, p, elapsed, now),
-            update: Update::Set(State::SlidingWindow(Counters { curr, ..c })),
+            reset: reset(&after),
+            replenish: replenish(&after, used + cost),
+            update: Update::Set(State::SlidingWindow(after)),
         };
         return Outcome::allow(0, admit, refuse);
     }

@@ -14,7 +14,7 @@ use crate::algorithm::{State, Update};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
-use crate::quota::Params;
+use crate::quota::{Params, Path, Quota};
 use crate::quota_set::States;
 
 /// Rate-limit state in this process's memory.
@@ -382,8 +382,8 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// The hot path, inlined into the caller so the decision is built where
     /// it is returned: a stored arrival time decided under the read lock.
-    /// A fixed window kept as one number is
-    /// [`decide_window`](Self::decide_window), everything else
+    /// A fixed window kept as one number and a sliding window take their
+    /// own paths ([`decide_one`](Self::decide_one)), everything else
     /// [`decide_locked`](Self::decide_locked).
     #[inline]
     fn decide(&self, request: CheckRequest<'_>) -> Decision {
@@ -403,18 +403,65 @@ impl<C: Clock> MemoryBackend<C> {
                 }
                 return self.decide_locked(request, now, Some(shard.write()));
             }
-            if quota.window_kept_as_one_number() {
-                return self.decide_window(request, now, *id);
+            if quota.path != Path::Locked {
+                return self.decide_one(request, now, *id, quota);
             }
         }
         self.decide_locked(request, now, None)
     }
 
-    /// A one-quota fixed window kept as one number: swapped under the read
-    /// lock once stored. Out of line, as `decide_locked` is, so that the
-    /// arrival time's path in `decide` stays small enough to inline.
+    /// A one-quota set whose state is not an arrival time, on its
+    /// [`Path`]. Out of line, as `decide_locked` is, so that the arrival
+    /// time's path in `decide` stays small enough to inline.
     #[inline(never)]
-    fn decide_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
+    fn decide_one(
+        &self,
+        request: CheckRequest<'_>,
+        now: Timestamp,
+        id: u64,
+        quota: &Quota,
+    ) -> Decision {
+        match quota.path {
+            Path::Window => self.decide_fixed_window(request, now, id),
+            Path::SlidingWindow => self.decide_sliding_window(request, now, id, &quota.params),
+            Path::Arrival | Path::Locked => self.decide_locked(request, now, None),
+        }
+    }
+
+    /// A one-quota sliding window found stored: an admission updates its
+    /// counters in place, and what it reports is computed only if read.
+    /// Anything else is left to `decide_locked`.
+    #[inline]
+    fn decide_sliding_window(
+        &self,
+        request: CheckRequest<'_>,
+        now: Timestamp,
+        id: u64,
+        p: &Params,
+    ) -> Decision {
+        let mut shard = self.inner.table.lock(request.key);
+        let at = shard.position(id, request.key);
+        if let Some(Found::Wide(slot)) = at.and_then(|at| shard.at_mut(at)) {
+            if let State::SlidingWindow(counters) = &slot.state {
+                let (cost, now) = (request.cost, now.as_micros());
+                let admitted = request
+                    .quotas
+                    .admit_sliding_window(Some(counters), cost, now);
+                if let Some((decision, counters)) = admitted {
+                    if request.commit {
+                        slot.update(Update::Set(State::SlidingWindow(counters)), p);
+                    }
+                    return decision;
+                }
+            }
+        }
+        self.decide_locked(request, now, Some(shard))
+    }
+
+    /// A one-quota fixed window kept as one number: swapped under the read
+    /// lock once stored.
+    #[inline]
+    fn decide_fixed_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
         let shard = self.inner.table.read(request.key);
         if let Some(window) = shard.narrow(id, request.key) {
             return window.decide_window(&request, now.as_micros());

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::algorithm::{Algorithm, Mode};
 use super::error::QuotaError;
 use super::params::{EXACT_MAX, Params};
-use super::quota::Quota;
+use super::quota::{Path, Quota};
 use crate::clock::micros;
 
 impl Quota {
@@ -183,26 +183,28 @@ impl QuotaBuilder {
         let name = self
             .name
             .unwrap_or_else(|| format!("{}-per-{}", self.limit, period_label(self.period)).into());
+        let params = Params {
+            period,
+            limit,
+            capacity,
+            reported_capacity: burst,
+            interval,
+            unit,
+            refill,
+            count_rejected: self.count_rejected,
+            shadow: self.mode == Mode::Shadow,
+            elastic_margin,
+        };
         Ok(Quota {
             name,
+            path: Path::of(a, &params),
             algorithm: a,
             limit: self.limit,
             period: self.period,
             burst,
             mode: self.mode,
             count_rejected: self.count_rejected,
-            params: Params {
-                period,
-                limit,
-                capacity,
-                reported_capacity: burst,
-                interval,
-                unit,
-                refill,
-                count_rejected: self.count_rejected,
-                shadow: self.mode == Mode::Shadow,
-                elastic_margin,
-            },
+            params,
         })
     }
 }

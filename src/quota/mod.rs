@@ -12,6 +12,7 @@ pub use algorithm::{Algorithm, Mode};
 pub use builder::QuotaBuilder;
 pub use error::QuotaError;
 pub(crate) use params::{EXACT_MAX, Params};
+pub(crate) use quota::Path;
 pub use quota::Quota;
 
 #[cfg(test)]

@@ -63,12 +63,54 @@ pub struct Quota {
     pub(super) mode: Mode,
     pub(super) count_rejected: bool,
     pub(crate) params: Params,
+    /// How a backend may keep and decide it when it is alone in its set,
+    /// worked out once, so that choosing the path costs a request one
+    /// comparison.
+    pub(crate) path: Path,
+}
+
+/// How the memory backend keeps and decides a quota alone in its set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// One arrival time (GCRA, the leaky bucket, and a token bucket with one
+    /// unit refilled per microsecond), swapped without a lock.
+    Arrival,
+    /// A fixed window under one unit a microsecond, not elastic: one
+    /// number, swapped without a lock, though not as an arrival time.
+    Window,
+    /// A sliding window, not elastic: its admissions decided alone, their
+    /// numbers computed only when read.
+    SlidingWindow,
+    /// Decided under the write lock as any set is.
+    Locked,
+}
+
+impl Path {
+    /// The path of a quota of `algorithm` with `params`.
+    pub(super) fn of(algorithm: Algorithm, params: &Params) -> Path {
+        let elastic = params.elastic_margin != 0;
+        match algorithm {
+            Algorithm::Gcra | Algorithm::LeakyBucket => Path::Arrival,
+            Algorithm::TokenBucket if crate::algorithm::token_bucket::kept_as_arrival(params) => {
+                Path::Arrival
+            }
+            Algorithm::FixedWindow
+                if !elastic && crate::algorithm::fixed_window::kept_as_one_number(params) =>
+            {
+                Path::Window
+            }
+            Algorithm::SlidingWindow if !elastic => Path::SlidingWindow,
+            _ => Path::Locked,
+        }
+    }
 }
 
 impl Quota {
-    /// Whether the state is one arrival time (GCRA, the leaky bucket, and a
-    /// token bucket with one unit refilled per microsecond), which a
-    /// backend may decide without a lock.
+    /// Whether the state is one arrival time ([`Path::Arrival`]), which a
+    /// backend may decide without a lock. Worked out from the algorithm
+    /// rather than read from `path`: inlined where the algorithm is then
+    /// matched, it lets the compiler drop the other algorithms' arms (GCRA
+    /// costs 120 instructions more a check otherwise).
     #[inline]
     pub(crate) fn kept_as_arrival(&self) -> bool {
         match self.algorithm {
@@ -76,16 +118,6 @@ impl Quota {
             Algorithm::TokenBucket => crate::algorithm::token_bucket::kept_as_arrival(&self.params),
             _ => false,
         }
-    }
-
-    /// Whether this is a fixed window kept as one number (see
-    /// `algorithm::fixed_window`), and not elastic: a backend may decide it
-    /// without a lock, though not as an arrival time.
-    #[inline]
-    pub(crate) fn window_kept_as_one_number(&self) -> bool {
-        self.algorithm == Algorithm::FixedWindow
-            && self.params.elastic_margin == 0
-            && crate::algorithm::fixed_window::kept_as_one_number(&self.params)
     }
 
     /// The name clients see in headers and problem details.
