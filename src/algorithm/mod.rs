@@ -42,7 +42,7 @@ impl State {
             State::TokenBucket(b) => b.full_at(p),
             State::Word(n) => *n,
             State::FixedWindow(w) => w.start.saturating_add(p.period),
-            State::SlidingWindow(c) => c.start.saturating_add(2 * p.period),
+            State::SlidingWindow(c) => c.expires_at(p.period),
             State::SlidingLog(log) => log.back().map_or(0, |t| t.saturating_add(p.period)),
         }
     }

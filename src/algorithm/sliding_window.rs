@@ -19,13 +19,25 @@ pub(crate) struct Counters {
     pub curr: u64,
 }
 
+impl Counters {
+    /// The moment after which nothing they count is in the estimate.
+    #[inline]
+    pub(crate) fn expires_at(&self, period: u64) -> u64 {
+        self.start.saturating_add(2 * period)
+    }
+}
+
 /// `floor(prev * remaining_share / period)`, in the script's float arithmetic.
 /// The quotient is never negative, so the cast's truncation is the floor,
 /// without `f64::floor`'s call into libm (the default x86-64 target has no
-/// rounding instruction).
+/// rounding instruction). Each number is below 2^53 (`EXACT_MAX`), so it
+/// converts through `i64` to the same float, in one instruction where an
+/// unsigned conversion takes several; the quotient converts back likewise.
 #[inline]
 fn weigh(prev: u64, still_in: u64, period: u64) -> u64 {
-    (prev as f64 * still_in as f64 / period as f64) as u64
+    let float = |n: u64| n as i64 as f64;
+    // Truncation of a quotient at most `prev`: exact through `i64`.
+    (float(prev) * float(still_in) / float(period)) as i64 as u64
 }
 
 /// The first offset `e` in `[from, period)` of a window at which `prev`,

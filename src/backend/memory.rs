@@ -442,14 +442,16 @@ impl<C: Clock> MemoryBackend<C> {
         let mut shard = self.inner.table.lock(request.key);
         let at = shard.position(id, request.key);
         if let Some(Found::Wide(slot)) = at.and_then(|at| shard.at_mut(at)) {
-            if let State::SlidingWindow(counters) = &slot.state {
+            if let State::SlidingWindow(counters) = &mut slot.state {
                 let (cost, now) = (request.cost, now.as_micros());
                 let admitted = request
                     .quotas
                     .admit_sliding_window(Some(counters), cost, now);
-                if let Some((decision, counters)) = admitted {
+                if let Some((decision, after)) = admitted {
                     if request.commit {
-                        slot.update(Update::Set(State::SlidingWindow(counters)), p);
+                        // In place: the state stays a sliding window's.
+                        *counters = after;
+                        slot.expires_at = after.expires_at(p.period);
                     }
                     return decision;
                 }
