@@ -39,7 +39,7 @@ enum Left {
     /// An admission by a sliding window deciding alone: `left` is its
     /// counters `(prev, curr)` after the request, `wait` how far into their
     /// window it came and `reset` the period; remaining, reset and
-    /// replenish follow from them (`sliding_window::Admitted::numbers`).
+    /// replenish follow from them (`sliding_window::Admitted`).
     SlidingWindow,
 }
 
@@ -114,10 +114,10 @@ impl QuotaDecision {
         }
     }
 
-    /// A sliding window's `(remaining, reset, replenish)`, in microseconds.
-    fn sliding_window_numbers(&self) -> (u64, u64, u64) {
+    /// What a sliding window's form keeps (see [`Left::SlidingWindow`]).
+    fn sliding_window_admitted(&self) -> sliding_window::Admitted {
         let (prev, curr) = self.left;
-        let admitted = sliding_window::Admitted {
+        sliding_window::Admitted {
             // Its numbers are offsets into the window: its start is not read.
             counters: sliding_window::Counters {
                 start: 0,
@@ -125,8 +125,7 @@ impl QuotaDecision {
                 curr,
             },
             elapsed: self.wait,
-        };
-        admitted.numbers(self.limit, self.reset)
+        }
     }
 
     /// `(remaining, replenish)` in microseconds. For an arrival time, as
@@ -142,17 +141,14 @@ impl QuotaDecision {
                 let soft_margin = (tolerance / interval).saturating_sub(self.limit);
                 (effective.saturating_sub(soft_margin), replenish)
             }
-            Left::SlidingWindow => {
-                let (remaining, _, replenish) = self.sliding_window_numbers();
-                (remaining, replenish)
-            }
+            Left::SlidingWindow => self.sliding_window_admitted().left(self.limit, self.reset),
         }
     }
 
     /// Microseconds until the quota is fully restored.
     fn reset_micros(&self) -> u64 {
         match self.form {
-            Left::SlidingWindow => self.sliding_window_numbers().1,
+            Left::SlidingWindow => self.sliding_window_admitted().reset(self.reset),
             Left::Counted | Left::Arrival => self.reset,
         }
     }

@@ -118,7 +118,7 @@ fn whole_at(c: &Counters, period: u64) -> Option<u64> {
 }
 
 /// An admission by a quota that decides alone, whose numbers are left to
-/// be derived when read ([`Admitted::numbers`]): the counters after it, or
+/// be derived when read ([`Admitted::left`]): the counters after it, or
 /// `None` when `cost` does not fit, or the clock is behind the stored
 /// window, for [`check`] to decide.
 #[inline]
@@ -151,16 +151,24 @@ pub(crate) struct Admitted {
 }
 
 impl Admitted {
-    /// `(remaining, reset, replenish)` as [`check`] reports them, for a
-    /// quota of `limit` units reported (soft mode's margin off) and
-    /// `period`.
-    pub(crate) fn numbers(&self, limit: u64, period: u64) -> (u64, u64, u64) {
-        let (c, elapsed) = (&self.counters, self.elapsed);
-        let used = weigh(c.prev, period - elapsed, period) + c.curr;
-        let reset = whole_at(c, period).map_or(0, |at| at - elapsed);
-        // Admitted, so `used` is within the capacity: its `min` is `used`.
-        let replenish = replenished_at(c, used, used, elapsed, period) - elapsed;
-        (limit.saturating_sub(used), reset, replenish)
+    /// The estimate after the request, what [`check`] calls `used`.
+    fn used(&self, period: u64) -> u64 {
+        let c = &self.counters;
+        weigh(c.prev, period - self.elapsed, period) + c.curr
+    }
+
+    /// `(remaining, replenish)` as [`check`] reports them, for a quota of
+    /// `limit` units reported (soft mode's margin off) and `period`.
+    pub(crate) fn left(&self, limit: u64, period: u64) -> (u64, u64) {
+        let used = self.used(period);
+        // Admitted, so `used` is within the capacity: its own bound.
+        let at = replenished_at(&self.counters, used, used, self.elapsed, period);
+        (limit.saturating_sub(used), at - self.elapsed)
+    }
+
+    /// The reset [`check`] reports: no search.
+    pub(crate) fn reset(&self, period: u64) -> u64 {
+        whole_at(&self.counters, period).map_or(0, |at| at - self.elapsed)
     }
 }
 
