@@ -49,6 +49,13 @@ fn main() {
                 .build()
                 .expect("valid quota"),
         ),
+        // A flood on one key: ten a minute, so every check but the first ten
+        // is refused.
+        Some("sliding_window_refusing") => QuotaSet::single(
+            Quota::sliding_window(10, Duration::from_secs(60))
+                .build()
+                .expect("valid quota"),
+        ),
         Some(name) => match Algorithm::ALL.iter().find(|a| a.name() == name) {
             Some(&a) => peers::admitting(a),
             None => return eprintln!("unknown case {case}"),

@@ -242,11 +242,11 @@ impl QuotaSet {
         )
     }
 
-    /// [`evaluate_one`](QuotaSet::evaluate_one) for a sliding window, not
-    /// elastic (`Path::SlidingWindow`), whose
-    /// counters are `counters`: the decision and the counters to store if it
-    /// admits, its numbers (a search, for replenish) computed only when
-    /// read; `None` otherwise, for `evaluate_one` to decide.
+    /// An admission by a set of one sliding window, not elastic
+    /// (`Path::SlidingWindow`), on its stored `counters`: the decision,
+    /// whose numbers (a search, for replenish) are computed only when read,
+    /// and the counters to store. `None` for a refusal or a clock behind
+    /// the window, which [`evaluate_one`](QuotaSet::evaluate_one) decides.
     #[inline]
     pub(crate) fn admit_sliding_window(
         &self,

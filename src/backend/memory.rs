@@ -429,8 +429,9 @@ impl<C: Clock> MemoryBackend<C> {
     }
 
     /// A one-quota sliding window found stored: an admission updates its
-    /// counters in place, and what it reports is computed only if read.
-    /// Anything else is left to `decide_locked`.
+    /// counters in place, and what it reports is computed only if read; a
+    /// refusal is decided in full on the same entry. A new key is left to
+    /// `decide_locked`.
     #[inline]
     fn decide_sliding_window(
         &self,
@@ -442,8 +443,8 @@ impl<C: Clock> MemoryBackend<C> {
         let mut shard = self.inner.table.lock(request.key);
         let at = shard.position(id, request.key);
         if let Some(Found::Wide(slot)) = at.and_then(|at| shard.at_mut(at)) {
+            let (cost, now) = (request.cost, now.as_micros());
             if let State::SlidingWindow(counters) = &mut slot.state {
-                let (cost, now) = (request.cost, now.as_micros());
                 let admitted = request
                     .quotas
                     .admit_sliding_window(Some(counters), cost, now);
@@ -456,6 +457,13 @@ impl<C: Clock> MemoryBackend<C> {
                     return decision;
                 }
             }
+            // A refusal (a flood's every request), or a clock behind the
+            // window: decided in full on the entry found, not found again.
+            let q = request.quotas;
+            let (decision, update) =
+                q.evaluate_one(Some(&slot.state), cost, now, request.commit, request.room);
+            slot.update(update, p);
+            return decision;
         }
         self.decide_locked(request, now, Some(shard))
     }

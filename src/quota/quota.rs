@@ -72,8 +72,7 @@ pub struct Quota {
 /// How the memory backend keeps and decides a quota alone in its set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Path {
-    /// One arrival time (GCRA, the leaky bucket, and a token bucket with one
-    /// unit refilled per microsecond), swapped without a lock.
+    /// One arrival time ([`kept_as_arrival`]), swapped without a lock.
     Arrival,
     /// A fixed window under one unit a microsecond, not elastic: one
     /// number, swapped without a lock, though not as an arrival time.
@@ -90,10 +89,7 @@ impl Path {
     pub(super) fn of(algorithm: Algorithm, params: &Params) -> Path {
         let elastic = params.elastic_margin != 0;
         match algorithm {
-            Algorithm::Gcra | Algorithm::LeakyBucket => Path::Arrival,
-            Algorithm::TokenBucket if crate::algorithm::token_bucket::kept_as_arrival(params) => {
-                Path::Arrival
-            }
+            _ if kept_as_arrival(algorithm, params) => Path::Arrival,
             Algorithm::FixedWindow
                 if !elastic && crate::algorithm::fixed_window::kept_as_one_number(params) =>
             {
@@ -105,6 +101,18 @@ impl Path {
     }
 }
 
+/// Whether a quota of `algorithm` with `params` keeps one arrival time:
+/// GCRA, the leaky bucket, and a token bucket with one unit refilled per
+/// microsecond.
+#[inline]
+fn kept_as_arrival(algorithm: Algorithm, params: &Params) -> bool {
+    match algorithm {
+        Algorithm::Gcra | Algorithm::LeakyBucket => true,
+        Algorithm::TokenBucket => crate::algorithm::token_bucket::kept_as_arrival(params),
+        _ => false,
+    }
+}
+
 impl Quota {
     /// Whether the state is one arrival time ([`Path::Arrival`]), which a
     /// backend may decide without a lock. Worked out from the algorithm
@@ -113,11 +121,7 @@ impl Quota {
     /// costs 120 instructions more a check otherwise).
     #[inline]
     pub(crate) fn kept_as_arrival(&self) -> bool {
-        match self.algorithm {
-            Algorithm::Gcra | Algorithm::LeakyBucket => true,
-            Algorithm::TokenBucket => crate::algorithm::token_bucket::kept_as_arrival(&self.params),
-            _ => false,
-        }
+        kept_as_arrival(self.algorithm, &self.params)
     }
 
     /// The name clients see in headers and problem details.
