@@ -401,13 +401,13 @@ impl<C: Clock> MemoryBackend<C> {
                 if let Some(word) = shard.narrow(*id, key) {
                     return word.decide_arrival(&request, now.as_micros());
                 }
-                return self.decide_locked(request, now, Some(shard.write()));
+                return self.decide_locked(request, now, Some(shard.write()), None);
             }
             if quota.path != Path::Locked {
                 return self.decide_one(request, now, *id, quota);
             }
         }
-        self.decide_locked(request, now, None)
+        self.decide_locked(request, now, None, None)
     }
 
     /// A one-quota set whose state is not an arrival time, on its
@@ -424,14 +424,14 @@ impl<C: Clock> MemoryBackend<C> {
         match quota.path {
             Path::Window => self.decide_fixed_window(request, now, id),
             Path::SlidingWindow => self.decide_sliding_window(request, now, id, &quota.params),
-            Path::Arrival | Path::Locked => self.decide_locked(request, now, None),
+            Path::Arrival | Path::Locked => self.decide_locked(request, now, None, None),
         }
     }
 
     /// A one-quota sliding window found stored: an admission updates its
-    /// counters in place, and what it reports is computed only if read; a
-    /// refusal is decided in full on the same entry. A new key is left to
-    /// `decide_locked`.
+    /// counters in place, and what it reports is computed only if read.
+    /// Anything else is left to `decide_locked`, with the entry's position
+    /// when it was found (a refusal: every request of a flood).
     #[inline]
     fn decide_sliding_window(
         &self,
@@ -441,10 +441,12 @@ impl<C: Clock> MemoryBackend<C> {
         p: &Params,
     ) -> Decision {
         let mut shard = self.inner.table.lock(request.key);
-        let at = shard.position(id, request.key);
-        if let Some(Found::Wide(slot)) = at.and_then(|at| shard.at_mut(at)) {
-            let (cost, now) = (request.cost, now.as_micros());
+        let Some(at) = shard.position(id, request.key) else {
+            return self.decide_locked(request, now, Some(shard), None);
+        };
+        if let Some(Found::Wide(slot)) = shard.at_mut(at) {
             if let State::SlidingWindow(counters) = &mut slot.state {
+                let (cost, now) = (request.cost, now.as_micros());
                 let admitted = request
                     .quotas
                     .admit_sliding_window(Some(counters), cost, now);
@@ -457,15 +459,8 @@ impl<C: Clock> MemoryBackend<C> {
                     return decision;
                 }
             }
-            // A refusal (a flood's every request), or a clock behind the
-            // window: decided in full on the entry found, not found again.
-            let q = request.quotas;
-            let (decision, update) =
-                q.evaluate_one(Some(&slot.state), cost, now, request.commit, request.room);
-            slot.update(update, p);
-            return decision;
         }
-        self.decide_locked(request, now, Some(shard))
+        self.decide_locked(request, now, Some(shard), Some(at))
     }
 
     /// A one-quota fixed window kept as one number: swapped under the read
@@ -476,18 +471,20 @@ impl<C: Clock> MemoryBackend<C> {
         if let Some(window) = shard.narrow(id, request.key) {
             return window.decide_window(&request, now.as_micros());
         }
-        self.decide_locked(request, now, Some(shard.write()))
+        self.decide_locked(request, now, Some(shard.write()), None)
     }
 
     /// Decides under the shard's write lock (taken here unless given): a
     /// new key, a set of several quotas, or an algorithm whose state is
-    /// more than one number.
+    /// more than one number. `found`: where a one-quota set's entry is, if
+    /// the caller has found it already under this lock.
     #[inline(never)]
     fn decide_locked(
         &self,
         request: CheckRequest<'_>,
         now: Timestamp,
         shard: Option<Entries<'_>>,
+        found: Option<Position>,
     ) -> Decision {
         let inner = &*self.inner;
         let key = request.key;
@@ -499,7 +496,7 @@ impl<C: Clock> MemoryBackend<C> {
         // place.
         if let ([id], [quota]) = (ids, quotas) {
             let p = &quota.params;
-            let at = shard.position(*id, key);
+            let at = found.or_else(|| shard.position(*id, key));
             let found = at.and_then(|at| shard.at_mut(at));
             let (decision, update) = lend(found.as_ref().map(Found::shared), |state| {
                 let q = request.quotas;
