@@ -430,8 +430,8 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// A one-quota sliding window found stored: an admission updates its
     /// counters in place, and what it reports is computed only if read.
-    /// Anything else is left to `decide_locked`, with the entry's position
-    /// when it was found (a refusal: every request of a flood).
+    /// Anything else (a refusal: every request of a flood; a new key) is
+    /// left to `decide_locked`, with what the lookup found.
     #[inline]
     fn decide_sliding_window(
         &self,
@@ -442,7 +442,8 @@ impl<C: Clock> MemoryBackend<C> {
     ) -> Decision {
         let mut shard = self.inner.table.lock(request.key);
         let Some(at) = shard.position(id, request.key) else {
-            return self.decide_locked(request, now, Some(shard), None);
+            // A new key: looked up once, not again.
+            return self.decide_locked(request, now, Some(shard), Some(None));
         };
         if let Some(Found::Wide(slot)) = shard.at_mut(at) {
             if let State::SlidingWindow(counters) = &mut slot.state {
@@ -460,7 +461,7 @@ impl<C: Clock> MemoryBackend<C> {
                 }
             }
         }
-        self.decide_locked(request, now, Some(shard), Some(at))
+        self.decide_locked(request, now, Some(shard), Some(Some(at)))
     }
 
     /// A one-quota fixed window kept as one number: swapped under the read
@@ -476,15 +477,16 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// Decides under the shard's write lock (taken here unless given): a
     /// new key, a set of several quotas, or an algorithm whose state is
-    /// more than one number. `found`: where a one-quota set's entry is, if
-    /// the caller has found it already under this lock.
+    /// more than one number. `found`: for a one-quota set whose caller
+    /// looked its entry up under this lock already, where it is, if
+    /// anywhere.
     #[inline(never)]
     fn decide_locked(
         &self,
         request: CheckRequest<'_>,
         now: Timestamp,
         shard: Option<Entries<'_>>,
-        found: Option<Position>,
+        found: Option<Option<Position>>,
     ) -> Decision {
         let inner = &*self.inner;
         let key = request.key;
@@ -496,7 +498,7 @@ impl<C: Clock> MemoryBackend<C> {
         // place.
         if let ([id], [quota]) = (ids, quotas) {
             let p = &quota.params;
-            let at = found.or_else(|| shard.position(*id, key));
+            let at = found.unwrap_or_else(|| shard.position(*id, key));
             let found = at.and_then(|at| shard.at_mut(at));
             let (decision, update) = lend(found.as_ref().map(Found::shared), |state| {
                 let q = request.quotas;
