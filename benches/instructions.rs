@@ -36,6 +36,8 @@ fn main() {
     let quotas = match case.strip_prefix("tollgate/") {
         Some("three_quotas") => peers::three_quotas(),
         Some("three_quotas_admitted") => peers::three_quotas_admitted(),
+        Some("three_quotas_flood") => peers::three_quotas_flood(),
+        Some("three_quotas_refused") => peers::three_quotas_refused(),
         // Two a microsecond: the window keeps its start and count, wide.
         Some("fixed_window_two_a_microsecond") => QuotaSet::single(
             Quota::fixed_window(2_000_000, Duration::from_secs(1))

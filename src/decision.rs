@@ -36,10 +36,11 @@ enum Left {
     /// `left` is an arrival time's `(tolerance, interval)`: remaining and
     /// replenish follow from them and `reset`, as GCRA computes them.
     Arrival,
-    /// An admission by a sliding window deciding alone: `left` is its
-    /// counters `(prev, curr)` after the request, `wait` how far into their
-    /// window it came and `reset` the period; remaining, reset and
-    /// replenish follow from them (`sliding_window::Admitted`).
+    /// A sliding window that admits: `left` is its counters `(prev, curr)`
+    /// after the request (or as they were, when another quota of its set
+    /// refused it), `wait` how far into their window it came and `reset`
+    /// the period; remaining, reset and replenish follow from them
+    /// (`sliding_window::Admitted`).
     SlidingWindow,
 }
 
@@ -92,9 +93,9 @@ impl QuotaDecision {
         }
     }
 
-    /// The answer of a sliding window that decided alone and admitted,
-    /// whose numbers are computed only when read; `limit` is the capacity
-    /// reported (soft mode's margin off).
+    /// The answer of a sliding window that admits, whose numbers are
+    /// computed only when read from the counters `admitted` keeps; `limit`
+    /// is the capacity reported (soft mode's margin off).
     #[inline]
     pub(crate) fn sliding_window(
         shadow: bool,

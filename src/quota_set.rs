@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{self, Outcome, State, Update, sliding_window};
+use crate::algorithm::{self, Checked, Outcome, State, Update, sliding_window};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
-use crate::quota::{Params, Quota};
+use crate::quota::{Params, Path, Quota};
 use crate::state::QuotaState;
 
 /// Quotas per set decided without a heap allocation (on the stack; a set of
@@ -200,25 +200,25 @@ impl QuotaSet {
             states.store(0, update, &quota.params);
             return decision;
         }
-        // Outcomes are large (two branches, each with its state): pushed
-        // once and settled in place, never moved again.
-        let mut outcomes = SmallVec::<[Outcome; SET_INLINE]>::new();
+        // Checks are large (an outcome has two branches, each with its
+        // state): pushed once and settled in place, never moved again.
+        let mut checks = SmallVec::<[Checked; SET_INLINE]>::new();
         for (i, quota) in self.quotas.iter().enumerate() {
-            outcomes.push(states.with(i, |s| quota.check(s, cost, now, room, false)));
+            checks.push(states.with(i, |s| Checked::new(quota, s, cost, now, room)));
         }
-        let allowed = self.admits(outcomes.iter().map(|s| s.allowed));
-        // Each verdict turned into its decision, and its update stored, as
-        // it settles: no list of either between.
+        let allowed = self.admits(checks.iter().map(Checked::allowed));
+        // Each check turned into its decision, and its update stored, as it
+        // settles: no list of either between.
         self.decision_of(
             allowed,
-            outcomes
+            checks
                 .iter_mut()
                 .zip(&*self.quotas)
                 .enumerate()
-                .map(|(i, (outcome, quota))| {
-                    let (verdict, update) = settle(outcome, allowed, commit);
+                .map(|(i, (checked, quota))| {
+                    let (decision, update) = checked.settle(quota, allowed, commit, cost);
                     states.store(i, update, &quota.params);
-                    verdict
+                    decision
                 }),
         )
     }
@@ -340,22 +340,79 @@ impl QuotaSet {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))] // the Redis backend's
     pub(crate) fn decision_from(&self, verdicts: &[RawQuotaDecision]) -> Decision {
         let allowed = self.admits(verdicts.iter().map(|v| v.allowed));
-        self.decision_of(allowed, verdicts.iter().copied())
+        let decisions = verdicts
+            .iter()
+            .zip(&*self.quotas)
+            .map(|(v, q)| v.decision(q));
+        self.decision_of(allowed, decisions)
     }
 
     /// The decision of a set that `allowed` or not, from its quotas'
-    /// verdicts in order.
+    /// decisions in order.
     fn decision_of(
         &self,
         allowed: bool,
-        verdicts: impl ExactSizeIterator<Item = RawQuotaDecision>,
+        decisions: impl ExactSizeIterator<Item = QuotaDecision>,
     ) -> Decision {
         // One allocation for a set of several, not one per doubling.
-        let mut decisions = SmallVec::with_capacity(verdicts.len());
-        for (q, v) in self.quotas.iter().zip(verdicts) {
-            decisions.push(v.decision(q));
+        let mut all = SmallVec::with_capacity(decisions.len());
+        for decision in decisions {
+            all.push(decision);
         }
-        Decision::new(allowed, decisions)
+        Decision::new(allowed, all)
+    }
+}
+
+/// Checks in a set of several, settled once the set has decided.
+impl Checked {
+    /// `quota`'s check of a request on its stored `state`.
+    #[inline]
+    fn new(quota: &Quota, state: Option<&State>, cost: u64, now: u64, room: bool) -> Checked {
+        let counters = match state {
+            Some(State::SlidingWindow(c)) => Some(c),
+            _ => None,
+        };
+        // Another algorithm's state counts as none, as in `check`.
+        if quota.path == Path::SlidingWindow {
+            return sliding_window::admit_or_check(counters, &quota.params, cost, now);
+        }
+        Checked::Outcome(quota.check(state, cost, now, room, false))
+    }
+
+    /// What the check means once the set has decided (`allowed`): the
+    /// quota's decision, and the update to store (none for a peek).
+    #[inline]
+    fn settle(
+        &mut self,
+        quota: &Quota,
+        allowed: bool,
+        commit: bool,
+        cost: u64,
+    ) -> (QuotaDecision, Update) {
+        let p = &quota.params;
+        match self {
+            Checked::Outcome(outcome) => {
+                let (verdict, update) = settle(outcome, allowed, commit);
+                (verdict.decision(quota), update)
+            }
+            Checked::SlidingWindow(admitted) => {
+                let after = admitted.counters;
+                let update = if allowed && commit {
+                    Update::Set(State::SlidingWindow(after))
+                } else {
+                    Update::Keep
+                };
+                // Refused by another quota: the counters as they were.
+                let shown = if allowed {
+                    *admitted
+                } else {
+                    admitted.before(cost)
+                };
+                let decision =
+                    QuotaDecision::sliding_window(p.shadow, p.reported_capacity, shown, p.period);
+                (decision, update)
+            }
+        }
     }
 }
 
@@ -604,6 +661,79 @@ mod tests {
                 derived_admissions > 10 && refusals > 5,
                 "{mode:?}: {derived_admissions}, {refusals}"
             );
+        }
+    }
+
+    /// A set decided with every quota's outcome computed in full, both
+    /// branches: the reference for the numbers a set derives when read.
+    fn decided_in_full(
+        set: &QuotaSet,
+        states: &mut [Option<QuotaState>],
+        cost: u64,
+        now: u64,
+    ) -> Decision {
+        let mut outcomes: Vec<Outcome> = (0..set.quotas().len())
+            .map(|i| states.with(i, |s| set.quotas()[i].check(s, cost, now, false, false)))
+            .collect();
+        let allowed = set.admits(outcomes.iter().map(|o| o.allowed));
+        let mut decisions = SmallVec::new();
+        for (i, (outcome, q)) in outcomes.iter_mut().zip(set.quotas()).enumerate() {
+            let (verdict, update) = settle(outcome, allowed, true);
+            states.store(i, update, &q.params);
+            decisions.push(verdict.decision(q));
+        }
+        Decision::new(allowed, decisions)
+    }
+
+    #[test]
+    fn a_sliding_window_in_a_set_reports_when_read_what_the_algorithm_computes() {
+        // A sliding window beside a quota that refuses some of what the
+        // window admits: the window reports from its counters after the
+        // admission, or as they were when another quota refuses, and must
+        // read as the full computation does, in every mode, across windows,
+        // with a clock stepping back, and aged as a cached answer is.
+        let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
+        for mode in modes {
+            let window = Quota::sliding_window(5, Duration::from_secs(2))
+                .name("window")
+                .mode(mode)
+                .build()
+                .unwrap();
+            let interval = Quota::min_interval(Duration::from_millis(250))
+                .name("interval")
+                .build()
+                .unwrap();
+            let set = QuotaSet::new("pair", [window, interval]).unwrap();
+            let mut states: Vec<Option<QuotaState>> = vec![None, None];
+            // The window admitting with the set, admitting but refused by
+            // the interval, refusing.
+            let mut seen = [0; 3];
+            for i in 0..120u64 {
+                let now = 4_000_000 + i * 125_000 - if i % 10 == 9 { 300_000 } else { 0 };
+                let cost = [1, 2, 1, 3, 0][i as usize % 5];
+                let mut expected_states = states.clone();
+                let expected = decided_in_full(&set, &mut expected_states, cost, now);
+                let at = Timestamp::from_micros(now);
+                let decision = set.evaluate(states.as_mut_slice(), cost, at, true, false);
+                assert_eq!(states, expected_states, "{mode:?}, request {i}");
+                assert_eq!(decision.allowed(), expected.allowed());
+                for (d, e) in decision.quotas().iter().zip(expected.quotas()) {
+                    let read = |q: &QuotaDecision| {
+                        let aged = q.aged(150_000);
+                        let now = (q.allowed(), q.remaining(), q.reset(), q.replenish());
+                        (now, q.retry_after(), aged.remaining(), aged.reset())
+                    };
+                    assert_eq!(read(d), read(e), "{mode:?}, request {i}");
+                }
+                assert_eq!(decision, expected);
+                let window = &decision.quotas()[0];
+                seen[match (window.allowed(), decision.allowed()) {
+                    (true, true) => 0,
+                    (true, false) => 1,
+                    (false, _) => 2,
+                }] += 1;
+            }
+            assert!(seen.iter().all(|&n| n > 5), "{mode:?}: {seen:?}");
         }
     }
 

@@ -64,6 +64,30 @@ pub fn three_quotas_admitted() -> QuotaSet {
     )
 }
 
+/// The same three algorithms as a flood meets them: every check refused by
+/// the minimum interval (an hour) while the two windows, whose limits it
+/// never reaches, would admit it. With the issue's limits, which quota
+/// refuses changes as the clock runs, and so does the cost of a check.
+pub fn three_quotas_flood() -> QuotaSet {
+    three(
+        "three-flood",
+        [1_000_000_000, 1_000_000_000],
+        Quota::min_interval(Duration::from_secs(3600)),
+    )
+}
+
+/// The same three algorithms with every check refused by all three: one
+/// unit an hour each, spent by the first check.
+pub fn three_quotas_refused() -> QuotaSet {
+    let quotas = [
+        Quota::sliding_window(1, Duration::from_secs(3600)).name("sliding"),
+        Quota::fixed_window(1, Duration::from_secs(3600)).name("fixed"),
+        Quota::min_interval(Duration::from_secs(3600)).name("interval"),
+    ]
+    .map(|q| q.build().expect("valid"));
+    QuotaSet::new("three-refused", quotas).expect("valid set")
+}
+
 /// A sliding window a minute long, a fixed window of 3 s (their limits)
 /// and a GCRA quota, named as the issue names them.
 fn three(set: &str, [minute, burst]: [u64; 2], interval: QuotaBuilder) -> QuotaSet {

@@ -116,8 +116,9 @@ pub(crate) struct Branch {
 }
 
 impl Branch {
-    /// The refusal branch of an admission that decides alone: never read,
-    /// so none of its numbers is computed.
+    /// A branch never read (the refusal branch of an admission that
+    /// decides alone, the admission branch of a refusal): none of its
+    /// numbers is computed.
     #[inline]
     pub(crate) fn unread() -> Branch {
         Branch {
@@ -156,14 +157,37 @@ impl Outcome {
         }
     }
 
+    /// A refusal: its admission branch is never read, so nothing of it is
+    /// computed or copied.
     #[inline]
     pub(crate) fn deny(retry_after: u64, refuse: Branch) -> Outcome {
         Outcome {
             allowed: false,
             retry_after: retry_after.max(1),
             delay: 0,
-            admit: refuse.clone(),
+            admit: Branch::unread(),
             refuse,
+        }
+    }
+}
+
+/// One quota's check in a set of several, kept until the set has decided.
+pub(crate) enum Checked {
+    /// The algorithm's outcome, both branches computed.
+    Outcome(Outcome),
+    /// An admission by a sliding window, not elastic: the counters after
+    /// it and how far into their window it came. Whichever way the set
+    /// decides, what the quota reports is derived from counters when read,
+    /// so neither branch's search for its replenish is made here.
+    SlidingWindow(sliding_window::Admitted),
+}
+
+impl Checked {
+    /// Whether the quota admits the request.
+    pub(crate) fn allowed(&self) -> bool {
+        match self {
+            Checked::Outcome(outcome) => outcome.allowed,
+            Checked::SlidingWindow(_) => true,
         }
     }
 }

@@ -7,7 +7,7 @@
 //! The weighting is the one computation done in floating point, in exactly
 //! the operations the Redis script performs, so both give the same answer.
 
-use super::{Branch, Outcome, State, Update};
+use super::{Branch, Checked, Outcome, State, Update};
 use crate::quota::Params;
 
 /// The stored counters.
@@ -117,10 +117,42 @@ fn whole_at(c: &Counters, period: u64) -> Option<u64> {
     }
 }
 
+/// The counters moved on to the window of `now`, how far into it `now`
+/// comes, and the weighted estimate there: what every decision starts
+/// from.
+struct Estimate {
+    c: Counters,
+    /// `None` when the clock is behind the stored window.
+    elapsed: Option<u64>,
+    used: u64,
+}
+
+#[inline]
+fn estimate(state: Option<&Counters>, period: u64, now: u64) -> Estimate {
+    let c = at_window(state, period, now);
+    let elapsed = now.checked_sub(c.start);
+    let used = weigh(c.prev, period - elapsed.unwrap_or(0), period) + c.curr;
+    Estimate { c, elapsed, used }
+}
+
+/// An admission whose numbers are left to be derived when read
+/// ([`Admitted::left`]): the counters after it, or `None` when `cost` does
+/// not fit, or the clock is behind the stored window.
+#[inline]
+fn admission(e: &Estimate, capacity: u64, cost: u64) -> Option<Admitted> {
+    let elapsed = e.elapsed?;
+    (e.used + cost <= capacity).then(|| Admitted {
+        counters: Counters {
+            curr: e.c.curr + cost,
+            ..e.c
+        },
+        elapsed,
+    })
+}
+
 /// An admission by a quota that decides alone, whose numbers are left to
-/// be derived when read ([`Admitted::left`]): the counters after it, or
-/// `None` when `cost` does not fit, or the clock is behind the stored
-/// window, for [`check`] to decide.
+/// be derived when read ([`Admitted::left`]); `None` when `cost` does not
+/// fit, or the clock is behind the stored window, for [`check`] to decide.
 #[inline]
 pub(crate) fn admit_alone(
     state: Option<&Counters>,
@@ -128,16 +160,19 @@ pub(crate) fn admit_alone(
     cost: u64,
     now: u64,
 ) -> Option<Admitted> {
-    let c = at_window(state, p.period, now);
-    let elapsed = now.checked_sub(c.start)?;
-    let used = weigh(c.prev, p.period - elapsed, p.period) + c.curr;
-    (used + cost <= p.capacity).then(|| Admitted {
-        counters: Counters {
-            curr: c.curr + cost,
-            ..c
-        },
-        elapsed,
-    })
+    admission(&estimate(state, p.period, now), p.capacity, cost)
+}
+
+/// For a quota in a set of several: an admission, whose numbers are left
+/// to be derived when read whichever way the set decides (see
+/// [`Admitted::before`]), or else [`check`]'s outcome, from one estimate.
+#[inline]
+pub(crate) fn admit_or_check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -> Checked {
+    let e = estimate(state, p.period, now);
+    match admission(&e, p.capacity, cost) {
+        Some(admitted) => Checked::SlidingWindow(admitted),
+        None => Checked::Outcome(decide(&e, p, cost, now, false)),
+    }
 }
 
 /// An admitted request's counters, kept so that what it reports is
@@ -151,6 +186,18 @@ pub(crate) struct Admitted {
 }
 
 impl Admitted {
+    /// The counters as they were before the admission of `cost`, with what
+    /// they report: the request was refused by another quota of its set.
+    pub(crate) fn before(&self, cost: u64) -> Admitted {
+        Admitted {
+            counters: Counters {
+                curr: self.counters.curr - cost,
+                ..self.counters
+            },
+            ..*self
+        }
+    }
+
     /// The estimate after the request, what [`check`] calls `used`.
     fn used(&self, period: u64) -> u64 {
         let c = &self.counters;
@@ -161,7 +208,8 @@ impl Admitted {
     /// `limit` units reported (soft mode's margin off) and `period`.
     pub(crate) fn left(&self, limit: u64, period: u64) -> (u64, u64) {
         let used = self.used(period);
-        // Admitted, so `used` is within the capacity: its own bound.
+        // Admitted (or before an admission), so `used` is within the
+        // capacity: its own bound.
         let at = replenished_at(&self.counters, used, used, self.elapsed, period);
         (limit.saturating_sub(used), at - self.elapsed)
     }
@@ -172,6 +220,7 @@ impl Admitted {
     }
 }
 
+/// The algorithm's outcome for `cost` at `now` on the stored counters.
 #[inline]
 pub(crate) fn check(
     state: Option<&Counters>,
@@ -180,10 +229,15 @@ pub(crate) fn check(
     now: u64,
     alone: bool,
 ) -> Outcome {
+    decide(&estimate(state, p.period, now), p, cost, now, alone)
+}
+
+/// [`check`] from the estimate at `now`.
+#[inline(always)]
+fn decide(e: &Estimate, p: &Params, cost: u64, now: u64, alone: bool) -> Outcome {
     let period = p.period;
-    let c = at_window(state, period, now);
-    let elapsed = now.saturating_sub(c.start);
-    let used = weigh(c.prev, period - elapsed, period) + c.curr;
+    let (c, used) = (e.c, e.used);
+    let elapsed = e.elapsed.unwrap_or(0);
     // From the window's start, not from now, which a clock behind the
     // stored window puts before it.
     let reset = |c: &Counters| whole_at(c, period).map_or(0, |at| c.start + at - now);
