@@ -81,9 +81,10 @@ fn many_keys(c: &mut Criterion) {
 }
 
 /// The three quotas on one key (10 a minute, 2 per 3 s, a 1 s
-/// minimum interval) beside one GCRA quota and governor, every check after
-/// the first refused, as it would be; and the same three algorithms with
-/// limits never reached, every check admitted.
+/// minimum interval) beside one GCRA quota and governor: every check after
+/// the first refused, by a mix of quotas that changes as the clock runs.
+/// Then the same three algorithms with every check admitted, refused by
+/// the interval alone (a flood), and refused by all three.
 fn three_quotas(c: &mut Criterion) {
     let mut g = c.benchmark_group("three_quotas");
     let set = peers::three_quotas();
@@ -95,6 +96,14 @@ fn three_quotas(c: &mut Criterion) {
     let admitted = Limiter::new(MemoryBackend::new(), peers::three_quotas_admitted());
     g.bench_function("tollgate/three_quotas_admitted", |b| {
         b.iter(|| black_box(admitted.check_now(black_box(&key), 1)))
+    });
+    let flood = Limiter::new(MemoryBackend::new(), peers::three_quotas_flood());
+    g.bench_function("tollgate/three_quotas_flood", |b| {
+        b.iter(|| black_box(flood.check_now(black_box(&key), 1)))
+    });
+    let refused = Limiter::new(MemoryBackend::new(), peers::three_quotas_refused());
+    g.bench_function("tollgate/three_quotas_refused", |b| {
+        b.iter(|| black_box(refused.check_now(black_box(&key), 1)))
     });
     let one = tollgate(Algorithm::Gcra);
     g.bench_function("tollgate/gcra", |b| {
