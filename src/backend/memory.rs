@@ -241,6 +241,11 @@ impl States for Stored<'_, '_> {
 
     #[inline]
     fn store(&mut self, i: usize, update: Update, p: &Params) {
+        // A refusal or a peek: nothing to find (every quota of a refused
+        // set but the admitting ones).
+        if matches!(update, Update::Keep) {
+            return;
+        }
         let at = self.positions.get(i).copied().flatten();
         if let Some((update, replaces)) =
             update_found(at.and_then(|at| self.shard.at_mut(at)), update, p)
