@@ -363,17 +363,17 @@ impl QuotaSet {
     }
 }
 
-/// Checks in a set of several, settled once the set has decided.
+// A set's checks, made and settled: here, where quotas and decisions are.
 impl Checked {
     /// `quota`'s check of a request on its stored `state`.
     #[inline]
     fn new(quota: &Quota, state: Option<&State>, cost: u64, now: u64, room: bool) -> Checked {
-        let counters = match state {
-            Some(State::SlidingWindow(c)) => Some(c),
-            _ => None,
-        };
-        // Another algorithm's state counts as none, as in `check`.
         if quota.path == Path::SlidingWindow {
+            // Another algorithm's state counts as none, as in `check`.
+            let counters = match state {
+                Some(State::SlidingWindow(c)) => Some(c),
+                _ => None,
+            };
             return sliding_window::admit_or_check(counters, &quota.params, cost, now);
         }
         Checked::Outcome(quota.check(state, cost, now, room, false))
