@@ -6,6 +6,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::algorithm::{gcra, sliding_window};
+use crate::quota::Params;
 
 /// One quota's answer to one request.
 ///
@@ -93,24 +94,19 @@ impl QuotaDecision {
         }
     }
 
-    /// The answer of a sliding window that admits, whose numbers are
-    /// computed only when read from the counters `admitted` keeps; `limit`
-    /// is the capacity reported (soft mode's margin off).
+    /// The answer of a sliding window of params `p` that admits, whose
+    /// numbers are computed only when read from the counters `admitted`
+    /// keeps; its limit is the capacity reported (soft mode's margin off).
     #[inline]
-    pub(crate) fn sliding_window(
-        shadow: bool,
-        limit: u64,
-        admitted: sliding_window::Admitted,
-        period: u64,
-    ) -> Self {
+    pub(crate) fn sliding_window(p: &Params, admitted: sliding_window::Admitted) -> Self {
         let c = admitted.counters;
         QuotaDecision {
-            limit,
-            reset: period,
+            limit: p.reported_capacity,
+            reset: p.period,
             wait: admitted.elapsed,
             left: (c.prev, c.curr),
             allowed: true,
-            shadow,
+            shadow: p.shadow,
             form: Left::SlidingWindow,
         }
     }

@@ -256,8 +256,7 @@ impl QuotaSet {
     ) -> Option<(Decision, sliding_window::Counters)> {
         let p = &self.quotas[0].params;
         let admitted = sliding_window::admit_alone(counters, p, cost, now)?;
-        let decision =
-            QuotaDecision::sliding_window(p.shadow, p.reported_capacity, admitted, p.period);
+        let decision = QuotaDecision::sliding_window(p, admitted);
         Some((Decision::one(true, decision), admitted.counters))
     }
 
@@ -389,16 +388,14 @@ impl Checked {
         commit: bool,
         cost: u64,
     ) -> (QuotaDecision, Update) {
-        let p = &quota.params;
         match self {
             Checked::Outcome(outcome) => {
                 let (verdict, update) = settle(outcome, allowed, commit);
                 (verdict.decision(quota), update)
             }
             Checked::SlidingWindow(admitted) => {
-                let after = admitted.counters;
                 let update = if allowed && commit {
-                    Update::Set(State::SlidingWindow(after))
+                    Update::Set(State::SlidingWindow(admitted.counters))
                 } else {
                     Update::Keep
                 };
@@ -408,9 +405,7 @@ impl Checked {
                 } else {
                     admitted.before(cost)
                 };
-                let decision =
-                    QuotaDecision::sliding_window(p.shadow, p.reported_capacity, shown, p.period);
-                (decision, update)
+                (QuotaDecision::sliding_window(&quota.params, shown), update)
             }
         }
     }

@@ -63,13 +63,14 @@ pub struct Quota {
     pub(super) mode: Mode,
     pub(super) count_rejected: bool,
     pub(crate) params: Params,
-    /// How a backend may keep and decide it when it is alone in its set,
-    /// worked out once, so that choosing the path costs a request one
-    /// comparison.
+    /// How a backend may keep and decide it (alone in its set, and for a
+    /// sliding window in a set of several too), worked out once, so that
+    /// choosing the path costs a request one comparison.
     pub(crate) path: Path,
 }
 
-/// How the memory backend keeps and decides a quota alone in its set.
+/// How the memory backend keeps and decides a quota alone in its set; in
+/// a set of several, only `SlidingWindow` is read (by `QuotaSet::evaluate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Path {
     /// One arrival time ([`kept_as_arrival`]), swapped without a lock.
@@ -77,8 +78,8 @@ pub(crate) enum Path {
     /// A fixed window under one unit a microsecond, not elastic: one
     /// number, swapped without a lock, though not as an arrival time.
     Window,
-    /// A sliding window, not elastic: its admissions decided alone, their
-    /// numbers computed only when read.
+    /// A sliding window, not elastic: its admissions' numbers computed
+    /// only when read, alone in its set or with others.
     SlidingWindow,
     /// Decided under the write lock as any set is.
     Locked,
