@@ -283,12 +283,15 @@ pub struct Decision {
 }
 
 impl Decision {
-    pub(crate) fn new(allowed: bool, quotas: SmallVec<[QuotaDecision; 1]>) -> Self {
+    /// The decision of a set that `allowed` or not, from its quotas'
+    /// answers in order: taken over as they are, in one exact allocation
+    /// for a set of several.
+    pub(crate) fn new(allowed: bool, quotas: Vec<QuotaDecision>) -> Self {
         let exceeded = quotas.iter().any(|q| !q.allowed);
         Decision {
             allowed,
             exceeded,
-            quotas,
+            quotas: SmallVec::from_vec(quotas),
         }
     }
 

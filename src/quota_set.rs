@@ -354,7 +354,7 @@ impl QuotaSet {
         decisions: impl ExactSizeIterator<Item = QuotaDecision>,
     ) -> Decision {
         // One allocation for a set of several, not one per doubling.
-        let mut all = SmallVec::with_capacity(decisions.len());
+        let mut all = Vec::with_capacity(decisions.len());
         for decision in decisions {
             all.push(decision);
         }
@@ -671,7 +671,7 @@ mod tests {
             .map(|i| states.with(i, |s| set.quotas()[i].check(s, cost, now, false, false)))
             .collect();
         let allowed = set.admits(outcomes.iter().map(|o| o.allowed));
-        let mut decisions = SmallVec::new();
+        let mut decisions = Vec::new();
         for (i, (outcome, q)) in outcomes.iter_mut().zip(set.quotas()).enumerate() {
             let (verdict, update) = settle(outcome, allowed, true);
             states.store(i, update, &q.params);
