@@ -32,7 +32,6 @@ pub(crate) fn kept_as_one_number(p: &Params) -> bool {
 /// the one [`kept_as_one_number`] says is stored.
 #[inline]
 pub(crate) fn check(state: Option<&State>, p: &Params, cost: u64, now: u64) -> Outcome {
-    let current = now - now % p.period;
     let stored = match state {
         Some(State::FixedWindow(w)) => Some(*w),
         Some(State::Word(end_and_count)) => {
@@ -45,11 +44,14 @@ pub(crate) fn check(state: Option<&State>, p: &Params, cost: u64, now: u64) -> O
         }
         _ => None,
     };
-    // A window newer than the clock (it stepped back) still holds.
+    // A window newer than the clock (it stepped back) still holds. Starts
+    // are multiples of the period, so a window ending after `now` starts
+    // at or after the current one: the current start, a division, is only
+    // worked out for a new window.
     let w = match stored {
-        Some(w) if w.start >= current => w,
+        Some(w) if w.start.saturating_add(p.period) > now => w,
         _ => Window {
-            start: current,
+            start: now - now % p.period,
             count: 0,
         },
     };
