@@ -538,7 +538,9 @@ impl<C: Clock> MemoryBackend<C> {
             request
                 .quotas
                 .evaluate(&mut stored, request.cost, now, request.commit, request.room);
-        for (i, update, replaces) in stored.new {
+        // Drained where it is: moved into an iterator, its inline array
+        // would be copied whole.
+        for (i, update, replaces) in stored.new.drain(..) {
             if let (Some(&id), Some(quota)) = (ids.get(i), quotas.get(i)) {
                 let p = &quota.params;
                 store_new(
