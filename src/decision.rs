@@ -284,14 +284,25 @@ pub struct Decision {
 
 impl Decision {
     /// The decision of a set that `allowed` or not, from its quotas'
-    /// answers in order: taken over as they are, in one exact allocation
-    /// for a set of several.
-    pub(crate) fn new(allowed: bool, quotas: Vec<QuotaDecision>) -> Self {
+    /// answers in order: one kept inline, several in one exact allocation.
+    #[inline]
+    pub(crate) fn new(allowed: bool, quotas: impl ExactSizeIterator<Item = QuotaDecision>) -> Self {
+        let quotas: SmallVec<[QuotaDecision; 1]> = if quotas.len() > 1 {
+            // A `Vec` of the right size, taken over as it is: growing the
+            // `SmallVec` itself past its inline one goes through `try_grow`.
+            let mut all = Vec::with_capacity(quotas.len());
+            for quota in quotas {
+                all.push(quota);
+            }
+            SmallVec::from_vec(all)
+        } else {
+            quotas.collect()
+        };
         let exceeded = quotas.iter().any(|q| !q.allowed);
         Decision {
             allowed,
             exceeded,
-            quotas: SmallVec::from_vec(quotas),
+            quotas,
         }
     }
 

@@ -209,7 +209,7 @@ impl QuotaSet {
         let allowed = self.admits(checks.iter().map(Checked::allowed));
         // Each check turned into its decision, and its update stored, as it
         // settles: no list of either between.
-        self.decision_of(
+        Decision::new(
             allowed,
             checks
                 .iter_mut()
@@ -343,22 +343,7 @@ impl QuotaSet {
             .iter()
             .zip(&*self.quotas)
             .map(|(v, q)| v.decision(q));
-        self.decision_of(allowed, decisions)
-    }
-
-    /// The decision of a set that `allowed` or not, from its quotas'
-    /// decisions in order.
-    fn decision_of(
-        &self,
-        allowed: bool,
-        decisions: impl ExactSizeIterator<Item = QuotaDecision>,
-    ) -> Decision {
-        // One allocation for a set of several, not one per doubling.
-        let mut all = Vec::with_capacity(decisions.len());
-        for decision in decisions {
-            all.push(decision);
-        }
-        Decision::new(allowed, all)
+        Decision::new(allowed, decisions)
     }
 }
 
@@ -677,7 +662,7 @@ mod tests {
             states.store(i, update, &q.params);
             decisions.push(verdict.decision(q));
         }
-        Decision::new(allowed, decisions)
+        Decision::new(allowed, decisions.into_iter())
     }
 
     #[test]

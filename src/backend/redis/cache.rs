@@ -349,8 +349,7 @@ fn denial(
 /// A cached decision as it reads `elapsed` microseconds later: waits and
 /// resets shortened; a quota whose wait is over reports that it admits.
 fn aged(decision: &Decision, elapsed: u64) -> Decision {
-    let quotas = decision.quotas().iter().map(|q| q.aged(elapsed)).collect();
-    Decision::new(false, quotas)
+    Decision::new(false, decision.quotas().iter().map(|q| q.aged(elapsed)))
 }
 
 #[cfg(test)]
