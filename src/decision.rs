@@ -290,11 +290,7 @@ impl Decision {
         let quotas: SmallVec<[QuotaDecision; 1]> = if quotas.len() > 1 {
             // A `Vec` of the right size, taken over as it is: growing the
             // `SmallVec` itself past its inline one goes through `try_grow`.
-            let mut all = Vec::with_capacity(quotas.len());
-            for quota in quotas {
-                all.push(quota);
-            }
-            SmallVec::from_vec(all)
+            SmallVec::from_vec(quotas.collect())
         } else {
             quotas.collect()
         };

@@ -538,23 +538,31 @@ mod tests {
     use crate::quota::Mode;
     use std::time::Duration;
 
-    /// Asserts that two decisions of one quota read alike, now and aged as
-    /// a cached answer is; returns whether it admits.
+    /// What a caller reads of a quota's decision, now and aged as a cached
+    /// answer is.
+    #[derive(Debug, PartialEq)]
+    struct Read {
+        now: (bool, u64, Duration, Duration),
+        retry_after: Option<Duration>,
+        delay: Duration,
+        aged: (u64, Duration),
+    }
+
+    fn read(q: &QuotaDecision) -> Read {
+        let aged = q.aged(150_000);
+        Read {
+            now: (q.allowed(), q.remaining(), q.reset(), q.replenish()),
+            retry_after: q.retry_after(),
+            delay: q.delay(),
+            aged: (aged.remaining(), aged.reset()),
+        }
+    }
+
+    /// Asserts that two decisions of one quota read alike; returns whether
+    /// it admits.
     fn read_alike(general: &Decision, derived: &Decision) -> bool {
         let ([g], [d]) = (general.quotas(), derived.quotas()) else {
             panic!("one quota each")
-        };
-        let read = |q: &QuotaDecision| {
-            let q_aged = q.aged(150_000);
-            (
-                (q.allowed(), q.remaining(), q.reset(), q.replenish()),
-                (
-                    q.retry_after(),
-                    q.delay(),
-                    q_aged.remaining(),
-                    q_aged.reset(),
-                ),
-            )
         };
         assert_eq!(read(g), read(d));
         assert_eq!(general, derived);
@@ -698,11 +706,6 @@ mod tests {
                 assert_eq!(states, expected_states, "{mode:?}, request {i}");
                 assert_eq!(decision.allowed(), expected.allowed());
                 for (d, e) in decision.quotas().iter().zip(expected.quotas()) {
-                    let read = |q: &QuotaDecision| {
-                        let aged = q.aged(150_000);
-                        let now = (q.allowed(), q.remaining(), q.reset(), q.replenish());
-                        (now, q.retry_after(), aged.remaining(), aged.reset())
-                    };
                     assert_eq!(read(d), read(e), "{mode:?}, request {i}");
                 }
                 assert_eq!(decision, expected);
