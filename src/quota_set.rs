@@ -401,6 +401,10 @@ impl Checked {
 #[inline]
 fn settle(outcome: &mut Outcome, allowed: bool, commit: bool) -> (RawQuotaDecision, Update) {
     let admitted = allowed && outcome.allowed;
+    let (retry_after, delay) = (
+        outcome.retry_after(),
+        if admitted { outcome.delay() } else { 0 },
+    );
     let branch = if admitted {
         &mut outcome.admit
     } else {
@@ -411,8 +415,8 @@ fn settle(outcome: &mut Outcome, allowed: bool, commit: bool) -> (RawQuotaDecisi
         remaining: branch.remaining,
         reset: branch.reset,
         replenish: branch.replenish,
-        retry_after: outcome.retry_after,
-        delay: if admitted { outcome.delay } else { 0 },
+        retry_after,
+        delay,
     };
     let update = if commit {
         std::mem::replace(&mut branch.update, Update::Keep)

@@ -150,7 +150,7 @@ mod tests {
         let mut w = Sim::new(q);
         assert!(w.at(3 * S, 2).allowed);
         let refused = w.at(4 * S, 1);
-        assert_eq!(refused.retry_after, 6 * S);
+        assert_eq!(refused.retry_after(), 6 * S);
         assert_eq!(refused.refuse.reset, 6 * S);
         assert!(!w.allowed(10 * S - 1));
         assert!(w.allowed(10 * S));

@@ -85,7 +85,7 @@ mod tests {
         assert!(g.allowed(0));
         let refused = g.at(0, 1);
         assert!(!refused.allowed);
-        assert_eq!(refused.retry_after, S);
+        assert_eq!(refused.retry_after(), S);
         assert!(!g.allowed(S - 1));
         assert!(g.allowed(S));
         assert!(!g.allowed(S));
@@ -100,7 +100,7 @@ mod tests {
         assert_eq!(step.admit.remaining, 1);
         assert_eq!(step.admit.reset, 3 * S);
         let refused = g.at(0, 2);
-        assert_eq!(refused.retry_after, S);
+        assert_eq!(refused.retry_after(), S);
         assert!(!g.at(S - 1, 2).allowed);
         assert!(g.at(S, 2).allowed);
     }
@@ -111,7 +111,7 @@ mod tests {
         let mut g = Sim::new(q);
         assert!(g.allowed(0));
         assert!(!g.allowed(S));
-        assert_eq!(g.at(S, 1).retry_after, 2 * S);
+        assert_eq!(g.at(S, 1).retry_after(), 2 * S);
         assert!(g.allowed(3 * S));
         assert!(!g.allowed(5 * S));
         assert!(g.allowed(7 * S));
@@ -129,6 +129,6 @@ mod tests {
         let step = g.at(S / 4, 2);
         assert_eq!((step.admit.remaining, step.admit.replenish), (0, 3 * S / 4));
         let refused = g.at(S / 2, 1);
-        assert_eq!(refused.refuse.replenish, refused.retry_after);
+        assert_eq!(refused.refuse.replenish, refused.retry_after());
     }
 }

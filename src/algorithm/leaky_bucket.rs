@@ -16,7 +16,7 @@ pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone: bo
     let s = schedule(tat, p, cost, now, alone);
     let mut step = s.outcome;
     if step.allowed {
-        step.delay = s.start - now;
+        step.wait = s.start - now;
     }
     step
 }
@@ -35,14 +35,14 @@ mod tests {
             .build()
             .unwrap();
         let mut l = Sim::new(q);
-        let delays: Vec<u64> = (0..3).map(|_| l.at(0, 1).delay).collect();
+        let delays: Vec<u64> = (0..3).map(|_| l.at(0, 1).delay()).collect();
         assert_eq!(delays, [0, S / 2, S]);
         let full = l.at(0, 1);
         assert!(!full.allowed);
-        assert_eq!(full.retry_after, S / 2);
+        assert_eq!(full.retry_after(), S / 2);
         let next = l.at(S / 2, 1);
         assert!(next.allowed);
-        assert_eq!(next.delay, S);
+        assert_eq!(next.delay(), S);
     }
 
     #[test]
@@ -52,10 +52,10 @@ mod tests {
             .build()
             .unwrap();
         let mut l = Sim::new(q);
-        assert_eq!(l.at(0, 1).delay, 0);
+        assert_eq!(l.at(0, 1).delay(), 0);
         assert!(!l.allowed(S / 2));
         let step = l.at(S, 1);
         assert!(step.allowed);
-        assert_eq!(step.delay, 0);
+        assert_eq!(step.delay(), 0);
     }
 }

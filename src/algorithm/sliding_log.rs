@@ -132,7 +132,7 @@ mod tests {
         let refused = l.at(36 * S, 1);
         assert!(!refused.allowed);
         // The 0:24 entry expires at 1:24 and frees a place.
-        assert_eq!(refused.retry_after, 48 * S);
+        assert_eq!(refused.retry_after(), 48 * S);
         assert!(l.allowed(85 * S));
         let Some(State::SlidingLog(log)) = &l.state else {
             panic!("no log stored")
@@ -149,7 +149,7 @@ mod tests {
         assert!(l.allowed(12 * S));
         assert!(l.allowed(24 * S));
         let refused = l.at(36 * S, 1);
-        assert_eq!(refused.retry_after, 36 * S);
+        assert_eq!(refused.retry_after(), 36 * S);
         assert!(!l.allowed(72 * S - 1));
         assert!(l.allowed(72 * S));
     }
@@ -180,7 +180,7 @@ mod tests {
         assert!(l.at(S, 2).allowed);
         let refused = l.at(2 * S, 3);
         // Three places free when the entries at 0 expire.
-        assert_eq!(refused.retry_after, 8 * S);
+        assert_eq!(refused.retry_after(), 8 * S);
         assert!(l.at(10 * S, 3).allowed);
     }
 

@@ -324,7 +324,7 @@ mod tests {
         let mut s = sim(10, 10, 5);
         let step = s.at(60 * S, 1);
         assert!(!step.allowed);
-        assert_eq!(step.retry_after, 30 * S + 1);
+        assert_eq!(step.retry_after(), 30 * S + 1);
         assert!(!s.allowed(90 * S));
         assert!(s.allowed(90 * S + 1));
     }
@@ -335,7 +335,7 @@ mod tests {
         // where they weigh less than four from the first microsecond on.
         let mut s = sim(4, 0, 4);
         let step = s.at(70 * S, 1);
-        assert_eq!(step.retry_after, 50 * S + 1);
+        assert_eq!(step.retry_after(), 50 * S + 1);
         assert!(!s.allowed(120 * S));
         assert!(s.allowed(120 * S + 1));
     }

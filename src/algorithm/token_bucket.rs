@@ -158,7 +158,7 @@ mod tests {
         let b = if o.allowed { &o.admit } else { &o.refuse };
         (
             o.allowed,
-            o.retry_after,
+            o.retry_after(),
             [b.remaining, b.reset, b.replenish],
         )
     }
@@ -220,7 +220,7 @@ mod tests {
             assert!(!behind.allowed);
             assert_eq!(behind.refuse.remaining, 0);
             assert!(
-                behind.retry_after.abs_diff(S + S / 2) <= 1,
+                behind.retry_after().abs_diff(S + S / 2) <= 1,
                 "{period}: {behind:?}"
             );
             assert!(
@@ -264,7 +264,7 @@ mod tests {
         }
         let refused = b.at(0, 1);
         assert!(!refused.allowed);
-        assert_eq!(refused.retry_after, S / 2);
+        assert_eq!(refused.retry_after(), S / 2);
         assert!(!b.allowed(S / 2 - 1));
         assert!(b.allowed(S / 2));
         // Full again two seconds after the last spend.
@@ -284,7 +284,7 @@ mod tests {
         assert!(!refused.allowed);
         assert_eq!(refused.refuse.remaining, 3);
         // Two more tokens arrive after two seconds.
-        assert_eq!(refused.retry_after, 2 * S);
+        assert_eq!(refused.retry_after(), 2 * S);
         assert!(b.at(2 * S, 5).allowed);
     }
 
@@ -298,7 +298,7 @@ mod tests {
             .unwrap();
         let mut b = Sim::new(q);
         assert!(b.at(0, 2).allowed);
-        let r = b.at(0, 1).retry_after;
+        let r = b.at(0, 1).retry_after();
         assert_eq!(r, 3_333_334);
         assert!(!b.allowed(r - 1));
         assert!(b.allowed(r));

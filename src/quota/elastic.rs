@@ -53,7 +53,7 @@ impl Quota {
         if strict.allowed {
             outcome
         } else {
-            Outcome::deny(strict.retry_after, outcome.refuse)
+            Outcome::deny(strict.retry_after(), outcome.refuse)
         }
     }
 }
@@ -115,7 +115,7 @@ mod tests {
         // three units have returned (7.5 s), as the retry-after says.
         let refused = q.check(state.as_ref(), 1, 0, false, false);
         assert!(!refused.allowed);
-        assert_eq!(refused.retry_after, 15 * S / 2);
+        assert_eq!(refused.retry_after(), 15 * S / 2);
         assert!(!step(&q, &mut state, 15 * S / 2 - 1, false));
         assert!(step(&q, &mut state, 15 * S / 2, false));
 
