@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{self, Checked, Outcome, State, Update, sliding_window};
+use crate::algorithm::{self, Arrival, Checked, Outcome, State, Update, sliding_window};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
 use crate::quota::{Params, Path, Quota};
@@ -283,7 +283,7 @@ impl QuotaSet {
         // division they take is then never made for a caller that does
         // not read them.
         self.settle_one(
-            |q| algorithm::check_arrival(q.algorithm(), tat, &q.params, cost, now),
+            |q| algorithm::check_arrival(q.algorithm(), Some(tat), &q.params, cost, now, true),
             commit,
             RawQuotaDecision::arrival_decision,
         )
@@ -352,6 +352,12 @@ impl Checked {
     /// `quota`'s check of a request on its stored `state`.
     #[inline]
     fn new(quota: &Quota, state: Option<&State>, cost: u64, now: u64, room: bool) -> Checked {
+        let p = &quota.params;
+        if quota.kept_as_arrival() && p.elastic_margin == 0 {
+            let tat = algorithm::arrival_time(quota.algorithm(), state, p);
+            let outcome = algorithm::check_arrival(quota.algorithm(), tat, p, cost, now, false);
+            return Checked::Arrival(Arrival::of(&outcome));
+        }
         if quota.path == Path::SlidingWindow {
             // Another algorithm's state counts as none, as in `check`.
             let counters = match state {
@@ -377,6 +383,27 @@ impl Checked {
             Checked::Outcome(outcome) => {
                 let (verdict, update) = settle(outcome, allowed, commit);
                 (verdict.decision(quota), update)
+            }
+            Checked::Arrival(a) => {
+                let admitted = allowed && a.allowed;
+                let update = if admitted && commit {
+                    Update::Set(State::Word(a.next))
+                } else {
+                    Update::Keep
+                };
+                let verdict = RawQuotaDecision {
+                    allowed: a.allowed,
+                    remaining: 0,
+                    reset: if admitted {
+                        a.admit_reset
+                    } else {
+                        a.refuse_reset
+                    },
+                    replenish: 0,
+                    retry_after: if a.allowed { 0 } else { a.wait },
+                    delay: if admitted { a.wait } else { 0 },
+                };
+                (verdict.arrival_decision(quota), update)
             }
             Checked::SlidingWindow(admitted) => {
                 let update = if allowed && commit {

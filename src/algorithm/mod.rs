@@ -188,6 +188,10 @@ impl Outcome {
 pub(crate) enum Checked {
     /// The algorithm's outcome, both branches computed.
     Outcome(Outcome),
+    /// An arrival-time quota's check, not elastic: what it reports is
+    /// derived from its reset when read, as for such a quota alone, so
+    /// neither branch's division is made here.
+    Arrival(Arrival),
     /// An admission by a sliding window, not elastic: the counters after
     /// it and how far into their window it came. Whichever way the set
     /// decides, what the quota reports is derived from counters when read,
@@ -200,7 +204,41 @@ impl Checked {
     pub(crate) fn allowed(&self) -> bool {
         match self {
             Checked::Outcome(outcome) => outcome.allowed,
+            Checked::Arrival(arrival) => arrival.allowed,
             Checked::SlidingWindow(_) => true,
+        }
+    }
+}
+
+/// What a set keeps of an arrival-time quota's outcome ([`check_arrival`]):
+/// the resets of its two branches, not the numbers derived from them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrival {
+    pub allowed: bool,
+    /// As [`Outcome::wait`].
+    pub wait: u64,
+    /// The reset if the request is admitted, and the arrival time then
+    /// stored.
+    pub admit_reset: u64,
+    pub next: u64,
+    /// The reset if it is not (the state is then kept as it is).
+    pub refuse_reset: u64,
+}
+
+impl Arrival {
+    /// What a set keeps of `outcome`, an arrival-time quota's.
+    #[inline]
+    pub(crate) fn of(outcome: &Outcome) -> Arrival {
+        let next = match outcome.admit.update {
+            Update::Set(State::Word(next)) => next,
+            _ => 0,
+        };
+        Arrival {
+            allowed: outcome.allowed,
+            wait: outcome.wait,
+            admit_reset: outcome.admit.reset,
+            next,
+            refuse_reset: outcome.refuse.reset,
         }
     }
 }
@@ -238,26 +276,39 @@ pub(crate) fn check(
     }
 }
 
-/// [`check`] of a quota alone in its set whose state is the arrival time
-/// `tat`: GCRA, the leaky bucket (which adds the delay), or a token bucket
-/// kept as one (see [`token_bucket`]). Backends call it for those only
-/// ([`Quota::kept_as_arrival`](crate::Quota)).
+/// [`check`] of a quota whose state is the arrival time `tat` (`None`:
+/// nothing stored): GCRA, the leaky bucket (which adds the delay), or a
+/// token bucket kept as one (see [`token_bucket`]). Called for those only
+/// ([`Quota::kept_as_arrival`](crate::Quota)). `alone`: as for [`check`].
 #[inline]
 pub(crate) fn check_arrival(
     algorithm: Algorithm,
-    tat: u64,
+    tat: Option<u64>,
     p: &Params,
     cost: u64,
     now: u64,
+    alone: bool,
 ) -> Outcome {
     debug_assert!(
         matches!(algorithm, Algorithm::Gcra | Algorithm::LeakyBucket)
             || algorithm == Algorithm::TokenBucket && token_bucket::kept_as_arrival(p)
     );
     if algorithm == Algorithm::LeakyBucket {
-        leaky_bucket::check(Some(tat), p, cost, now, true)
+        leaky_bucket::check(tat, p, cost, now, alone)
     } else {
-        gcra::check(Some(tat), p, cost, now, true)
+        gcra::check(tat, p, cost, now, alone)
+    }
+}
+
+/// The arrival time a quota kept as one reads in its stored `state`, as
+/// [`check`] reads it: a token bucket's level is the moment it is full
+/// again, and a state of another algorithm counts as none.
+#[inline]
+pub(crate) fn arrival_time(algorithm: Algorithm, state: Option<&State>, p: &Params) -> Option<u64> {
+    match (algorithm, state) {
+        (_, Some(State::Word(t))) => Some(*t),
+        (Algorithm::TokenBucket, Some(State::TokenBucket(b))) => Some(b.full_at(p)),
+        _ => None,
     }
 }
 
