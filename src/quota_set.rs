@@ -391,18 +391,13 @@ impl Checked {
                 } else {
                     Update::Keep
                 };
-                let verdict = RawQuotaDecision {
-                    allowed: a.allowed,
-                    remaining: 0,
-                    reset: if admitted {
-                        a.admit_reset
-                    } else {
-                        a.refuse_reset
-                    },
-                    replenish: 0,
-                    retry_after: if a.allowed { 0 } else { a.wait },
-                    delay: if admitted { a.wait } else { 0 },
+                let reset = if admitted {
+                    a.admit_reset
+                } else {
+                    a.refuse_reset
                 };
+                // Remaining and replenish are derived from the reset.
+                let verdict = RawQuotaDecision::settled(a.allowed, a.wait, admitted, [0, reset, 0]);
                 (verdict.arrival_decision(quota), update)
             }
             Checked::SlidingWindow(admitted) => {
@@ -428,23 +423,14 @@ impl Checked {
 #[inline]
 fn settle(outcome: &mut Outcome, allowed: bool, commit: bool) -> (RawQuotaDecision, Update) {
     let admitted = allowed && outcome.allowed;
-    let (retry_after, delay) = (
-        outcome.retry_after(),
-        if admitted { outcome.delay() } else { 0 },
-    );
+    let (quota_allowed, wait) = (outcome.allowed, outcome.wait);
     let branch = if admitted {
         &mut outcome.admit
     } else {
         &mut outcome.refuse
     };
-    let verdict = RawQuotaDecision {
-        allowed: outcome.allowed,
-        remaining: branch.remaining,
-        reset: branch.reset,
-        replenish: branch.replenish,
-        retry_after,
-        delay,
-    };
+    let numbers = [branch.remaining, branch.reset, branch.replenish];
+    let verdict = RawQuotaDecision::settled(quota_allowed, wait, admitted, numbers);
     let update = if commit {
         std::mem::replace(&mut branch.update, Update::Keep)
     } else {
@@ -473,6 +459,23 @@ pub(crate) struct RawQuotaDecision {
 }
 
 impl RawQuotaDecision {
+    /// The verdict of a quota whose check `allowed` it with `wait` (see
+    /// `Outcome::wait`), once its set has decided: `admitted` if the set
+    /// admits it too, reporting the `[remaining, reset, replenish]` of the
+    /// branch that holds.
+    #[inline]
+    fn settled(allowed: bool, wait: u64, admitted: bool, numbers: [u64; 3]) -> Self {
+        let [remaining, reset, replenish] = numbers;
+        RawQuotaDecision {
+            allowed,
+            remaining,
+            reset,
+            replenish,
+            retry_after: if allowed { 0 } else { wait },
+            delay: if admitted { wait } else { 0 },
+        }
+    }
+
     /// The verdict as quota `q` reports it: soft or elastic mode's margin taken off,
     /// times as durations.
     fn decision(&self, q: &Quota) -> QuotaDecision {

@@ -178,7 +178,7 @@ impl Outcome {
 
     /// Microseconds the admitted request waits for its turn: 0 when
     /// refused.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn delay(&self) -> u64 {
         if self.allowed { self.wait } else { 0 }
     }
