@@ -353,7 +353,7 @@ impl Checked {
     #[inline]
     fn new(quota: &Quota, state: Option<&State>, cost: u64, now: u64, room: bool) -> Checked {
         let p = &quota.params;
-        if quota.kept_as_arrival() && p.elastic_margin == 0 {
+        if quota.path == Path::Arrival && p.elastic_margin == 0 {
             let tat = algorithm::arrival_time(quota.algorithm(), state, p);
             let outcome = algorithm::check_arrival(quota.algorithm(), tat, p, cost, now, false);
             return Checked::Arrival(Arrival::of(&outcome));
@@ -364,7 +364,7 @@ impl Checked {
                 Some(State::SlidingWindow(c)) => Some(c),
                 _ => None,
             };
-            return sliding_window::admit_or_check(counters, &quota.params, cost, now);
+            return sliding_window::admit_or_check(counters, p, cost, now);
         }
         Checked::Outcome(quota.check(state, cost, now, room, false))
     }

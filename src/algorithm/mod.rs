@@ -306,8 +306,8 @@ pub(crate) fn check_arrival(
 #[inline]
 pub(crate) fn arrival_time(algorithm: Algorithm, state: Option<&State>, p: &Params) -> Option<u64> {
     match (algorithm, state) {
+        (Algorithm::TokenBucket, state) => token_bucket::full_at(state, p),
         (_, Some(State::Word(t))) => Some(*t),
-        (Algorithm::TokenBucket, Some(State::TokenBucket(b))) => Some(b.full_at(p)),
         _ => None,
     }
 }

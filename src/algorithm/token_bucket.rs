@@ -46,6 +46,18 @@ pub(crate) fn kept_as_arrival(p: &Params) -> bool {
     p.refill == 1
 }
 
+/// The moment a bucket [`kept_as_arrival`] is full again, read from its
+/// stored `state` in either form; `None` for no state, or another
+/// algorithm's.
+#[inline]
+pub(crate) fn full_at(state: Option<&State>, p: &Params) -> Option<u64> {
+    match state {
+        Some(State::Word(t)) => Some(*t),
+        Some(State::TokenBucket(b)) => Some(b.full_at(p)),
+        _ => None,
+    }
+}
+
 /// `state`: a [`Bucket`], or the moment the bucket is full again; either
 /// is read, and the one [`kept_as_arrival`] says is stored. `alone`: see
 /// [`check`](super::check); an admission then leaves its refusal branch
@@ -60,12 +72,7 @@ pub(crate) fn check(
 ) -> Outcome {
     if kept_as_arrival(p) {
         // `unit` is then `interval`, and `full` GCRA's tolerance.
-        let full_at = match state {
-            Some(State::Word(t)) => Some(*t),
-            Some(State::TokenBucket(b)) => Some(b.full_at(p)),
-            _ => None,
-        };
-        return gcra::check(full_at, p, cost, now, alone);
+        return gcra::check(full_at(state, p), p, cost, now, alone);
     }
     let full = p.capacity * p.unit;
     let deficit = match state {

@@ -63,14 +63,15 @@ pub struct Quota {
     pub(super) mode: Mode,
     pub(super) count_rejected: bool,
     pub(crate) params: Params,
-    /// How a backend may keep and decide it (alone in its set, and for a
-    /// sliding window in a set of several too), worked out once, so that
-    /// choosing the path costs a request one comparison.
+    /// How a backend may keep and decide it (alone in its set; in a set of
+    /// several, which quotas report numbers derived when read), worked out
+    /// once, so that choosing the path costs a request one comparison.
     pub(crate) path: Path,
 }
 
 /// How the memory backend keeps and decides a quota alone in its set; in
-/// a set of several, only `SlidingWindow` is read (by `QuotaSet::evaluate`).
+/// a set of several, `Arrival` and `SlidingWindow` say which quotas report
+/// numbers derived when read (`QuotaSet::evaluate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Path {
     /// One arrival time ([`kept_as_arrival`]), swapped without a lock.
