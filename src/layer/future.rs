@@ -12,7 +12,7 @@ use tower_service::Service;
 use super::body::ResponseBody;
 use super::headers::{Headers, apply};
 use super::held::Held;
-use super::verdict::{Charge, Charging, Verdict, VerdictKind};
+use super::verdict::{Charging, Verdict, VerdictKind};
 
 /// A verdict on its way: the policy deciding, then any delay it asks for.
 /// Yields the request back with the verdict, so it can be passed on.
@@ -45,11 +45,11 @@ pin_project! {
     #[project = StateProj]
     enum State<S, ReqBody, F, R> {
         Deciding { verdict: Deciding<ReqBody>, inner: Option<S> },
-        Inner { #[pin] future: F, headers: Headers, charge: Option<Charge>, held: Option<Box<Held>> },
+        Inner { #[pin] future: F, headers: Headers, held: Option<Box<Held>> },
         // A response-aware limit being charged for the response it holds
         // (boxed: inline, it would make every response future larger).
         Charging { charging: Charging, response: Option<Box<R>>, headers: Headers, held: Option<Box<Held>> },
-        Ready { response: Option<Response<Bytes>> },
+        Ready { response: Option<Box<Response<Bytes>>> },
     }
 }
 
@@ -57,23 +57,17 @@ impl<S, ReqBody> ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn inner(
-        future: S::Future,
-        headers: Headers,
-        charge: Option<Charge>,
-        held: Option<Box<Held>>,
-    ) -> Self {
+    pub(crate) fn inner(future: S::Future, headers: Headers, held: Option<Box<Held>>) -> Self {
         ResponseFuture {
             state: State::Inner {
                 future,
                 headers,
-                charge,
                 held,
             },
         }
     }
 
-    pub(crate) fn respond(response: Response<Bytes>) -> Self {
+    pub(crate) fn respond(response: Box<Response<Bytes>>) -> Self {
         ResponseFuture {
             state: State::Ready {
                 response: Some(response),
@@ -106,14 +100,9 @@ where
             match state.as_mut().project() {
                 StateProj::Deciding { verdict, inner } => {
                     let (verdict, request) = ready!(verdict.as_mut().poll(cx));
-                    let (headers, charge, held) = match verdict.0 {
-                        VerdictKind::Pass {
-                            headers,
-                            charge,
-                            held,
-                            ..
-                        } => (headers, charge, held),
-                        VerdictKind::Respond(response) => return Poll::Ready(Ok(own(response))),
+                    let (headers, held) = match verdict.0 {
+                        VerdictKind::Pass { headers, held, .. } => (headers, held),
+                        VerdictKind::Respond(response) => return Poll::Ready(Ok(own(*response))),
                     };
                     let Some(mut service) = inner.take() else {
                         return Poll::Ready(Ok(internal_error()));
@@ -122,19 +111,18 @@ where
                     state.set(State::Inner {
                         future,
                         headers,
-                        charge,
                         held,
                     });
                 }
                 StateProj::Inner {
                     future,
                     headers,
-                    charge,
                     held,
                 } => {
                     let mut response = ready!(future.poll(cx))?;
                     let headers = std::mem::take(headers);
-                    if let Some(charging) = charge.take().and_then(|c| c(response.status())) {
+                    let charge = held.as_mut().and_then(|h| h.charge.take());
+                    if let Some(charging) = charge.and_then(|c| c(response.status())) {
                         let held = held.take();
                         state.set(State::Charging {
                             charging,
@@ -164,7 +152,9 @@ where
                     return Poll::Ready(Ok(response.map(|body| ResponseBody::service(body, held))));
                 }
                 StateProj::Ready { response } => {
-                    return Poll::Ready(Ok(response.take().map_or_else(internal_error, own)));
+                    return Poll::Ready(Ok(response
+                        .take()
+                        .map_or_else(internal_error, |r| own(*r))));
                 }
             }
         }

@@ -133,7 +133,6 @@ impl Protection {
         let VerdictKind::Pass {
             mut headers,
             delay,
-            charge,
             held,
         } = verdict.0
         else {
@@ -153,7 +152,6 @@ impl Protection {
         Verdict(VerdictKind::Pass {
             headers,
             delay,
-            charge,
             held,
         })
     }

@@ -83,22 +83,24 @@ where
             });
         };
         let verdict = for_grpc(grpc, verdict);
-        let request = Request::from_parts(parts, body);
+        // The request is rebuilt where it is passed on, so that it is built
+        // in place rather than copied there (224 bytes, a `memcpy` call).
         match verdict.0 {
             // Decided at once: the service polled ready is called now, and
             // not cloned (for axum, a boxed route: an allocation).
             VerdictKind::Pass {
                 headers,
                 delay,
-                charge,
                 held,
-            } if delay.is_zero() => {
-                ResponseFuture::inner(self.inner.call(request), headers, charge, held)
-            }
+            } if delay.is_zero() => ResponseFuture::inner(
+                self.inner.call(Request::from_parts(parts, body)),
+                headers,
+                held,
+            ),
             VerdictKind::Respond(response) => ResponseFuture::respond(response),
             pass_later => ResponseFuture::deciding(
                 self.take_ready(),
-                after_delay(Verdict(pass_later), request),
+                after_delay(Verdict(pass_later), Request::from_parts(parts, body)),
             ),
         }
     }
@@ -118,7 +120,7 @@ impl<S: Clone, P> RateLimit<S, P> {
 #[inline]
 fn for_grpc(grpc: bool, verdict: Verdict) -> Verdict {
     match verdict.0 {
-        VerdictKind::Respond(response) if grpc => Verdict::respond(to_grpc(response)),
+        VerdictKind::Respond(response) if grpc => Verdict::respond(to_grpc(*response)),
         other => Verdict(other),
     }
 }

@@ -16,17 +16,17 @@ use super::held::Held;
 /// only the layer acts on it.
 pub struct Verdict(pub(crate) VerdictKind);
 
+// 128 bytes: a verdict is moved from the policy to the response future,
+// and up to 128 bytes a move is copied inline, without calling `memcpy`.
 pub(crate) enum VerdictKind {
     Pass {
         headers: Headers,
         delay: Duration,
-        /// A response-aware limit to charge once the response is known.
-        charge: Option<Charge>,
-        /// Given back when the response is over; boxed, as most requests
-        /// hold nothing.
+        /// The charge and what is held until the response is over.
         held: Option<Box<Held>>,
     },
-    Respond(Response<Bytes>),
+    /// Boxed: a response inline would make every verdict larger.
+    Respond(Box<Response<Bytes>>),
 }
 
 /// Charges a response-aware limit after the inner service has answered:
@@ -57,21 +57,20 @@ impl Verdict {
         Verdict(VerdictKind::Pass {
             headers,
             delay,
-            charge: None,
             held: None,
         })
     }
 
     /// This verdict, charging `charge` after the response if it passes.
     pub(crate) fn charging(mut self, charge: Charge) -> Self {
-        if let VerdictKind::Pass { charge: slot, .. } = &mut self.0 {
-            *slot = Some(charge);
+        if let VerdictKind::Pass { held, .. } = &mut self.0 {
+            held.get_or_insert_default().charge = Some(charge);
         }
         self
     }
 
     pub(crate) fn respond(response: Response<Bytes>) -> Self {
-        Verdict(VerdictKind::Respond(response))
+        Verdict(VerdictKind::Respond(Box::new(response)))
     }
 
     /// Whether the request is answered by the layer rather than passed on.
@@ -86,36 +85,29 @@ impl Verdict {
     /// with every limit's headers.
     pub(crate) fn and(self, other: Verdict) -> Verdict {
         match (self.0, other.0) {
-            (VerdictKind::Respond(r), _) | (_, VerdictKind::Respond(r)) => Verdict::respond(r),
+            (VerdictKind::Respond(r), _) | (_, VerdictKind::Respond(r)) => {
+                Verdict(VerdictKind::Respond(r))
+            }
             (
                 VerdictKind::Pass {
-                    headers,
+                    mut headers,
                     delay,
-                    charge,
                     held,
                 },
                 VerdictKind::Pass {
                     headers: more,
                     delay: later,
-                    charge: also,
                     held: more_held,
                 },
             ) => {
-                let mut headers = headers;
                 headers.extend(more);
                 let held = match (held, more_held) {
-                    (Some(mut held), Some(more)) => {
-                        let more = *more;
-                        held.slots.extend(more.slots);
-                        held.in_flight = held.in_flight.or(more.in_flight);
-                        Some(held)
-                    }
+                    (Some(held), Some(more)) => Some(held.and(*more)),
                     (held, more) => held.or(more),
                 };
                 Verdict(VerdictKind::Pass {
                     headers,
                     delay: delay.max(later),
-                    charge: charge.into_iter().chain(also).reduce(both),
                     held,
                 })
             }
@@ -126,7 +118,7 @@ impl Verdict {
 /// Two charges as one. Headers are all-or-nothing: a charge's new headers
 /// replace every limit's, so both are kept only when both have them.
 #[cfg(feature = "rules")]
-fn both(a: Charge, b: Charge) -> Charge {
+pub(crate) fn both(a: Charge, b: Charge) -> Charge {
     Box::new(move |status| match (a(status), b(status)) {
         (None, None) => None,
         (Some(one), None) | (None, Some(one)) => Some(Box::pin(async move {
@@ -141,4 +133,15 @@ fn both(a: Charge, b: Charge) -> Charge {
             })
         })),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_verdict_is_moved_without_memcpy() {
+        // Up to 128 bytes, a move is copied inline; beyond, it calls
+        // `memcpy`, several times a request.
+        assert!(std::mem::size_of::<super::Verdict>() <= 128);
+        assert!(std::mem::size_of::<Option<super::Verdict>>() <= 128);
+    }
 }
