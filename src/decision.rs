@@ -34,8 +34,10 @@ pub struct QuotaDecision {
 enum Left {
     /// `left` is `(remaining, replenish)`.
     Counted,
-    /// `left` is an arrival time's `(tolerance, interval)`: remaining and
+    /// `left` is an arrival time's `(capacity, interval)`: remaining and
     /// replenish follow from them and `reset`, as GCRA computes them.
+    /// (The capacity, not the tolerance, so that soft mode's margin is a
+    /// subtraction: a division is what reading them costs.)
     Arrival,
     /// A sliding window that admits: `left` is its counters `(prev, curr)`
     /// after the request (or as they were, when another quota of its set
@@ -73,8 +75,8 @@ impl QuotaDecision {
     /// The answer of an arrival-time quota (GCRA, leaky bucket, a token
     /// bucket of whole microseconds per token) whose
     /// remaining and replenish are computed only when read, from its
-    /// `tolerance` (capacity times interval) and `interval`; `limit` is the
-    /// capacity reported (soft mode's margin off).
+    /// effective `capacity` (soft mode's margin included) and `interval`;
+    /// `limit` is the capacity reported (soft mode's margin off).
     #[inline]
     #[allow(clippy::too_many_arguments)] // as `new`, with the two numbers `left` keeps
     pub(crate) fn arrival(
@@ -84,11 +86,11 @@ impl QuotaDecision {
         reset: u64,
         retry_after: u64,
         delay: u64,
-        tolerance: u64,
+        capacity: u64,
         interval: u64,
     ) -> Self {
         QuotaDecision {
-            left: (tolerance, interval),
+            left: (capacity, interval),
             form: Left::Arrival,
             ..QuotaDecision::new(allowed, shadow, limit, 0, reset, 0, retry_after, delay)
         }
@@ -125,17 +127,18 @@ impl QuotaDecision {
         }
     }
 
-    /// `(remaining, replenish)` in microseconds. For an arrival time, as
+    /// `(remaining, replenish)` in microseconds, for a caller that reads
+    /// both (each may take a division). For an arrival time, as
     /// `gcra::schedule` reports them, with soft mode's margin taken off the
     /// remaining units.
-    fn left(&self) -> (u64, u64) {
+    pub(crate) fn left(&self) -> (u64, u64) {
         match self.form {
             Left::Counted => self.left,
             Left::Arrival => {
-                let (tolerance, interval) = self.left;
-                let interval = interval.max(1);
-                let (effective, replenish) = gcra::left(self.reset, tolerance, interval);
-                let soft_margin = (tolerance / interval).saturating_sub(self.limit);
+                let (capacity, interval) = self.left;
+                let tolerance = capacity.saturating_mul(interval);
+                let (effective, replenish) = gcra::left(self.reset, tolerance, interval.max(1));
+                let soft_margin = capacity.saturating_sub(self.limit);
                 (effective.saturating_sub(soft_margin), replenish)
             }
             Left::SlidingWindow => self.sliding_window_admitted().left(self.limit, self.reset),

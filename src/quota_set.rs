@@ -505,7 +505,7 @@ impl RawQuotaDecision {
             self.reset,
             self.retry_after,
             self.delay,
-            p.capacity * p.interval,
+            p.capacity,
             p.interval,
         )
     }

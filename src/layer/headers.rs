@@ -209,12 +209,14 @@ pub(crate) fn rate_limit_headers(
                     let _ = state.write_str(", ");
                 }
                 let _ = state.write_str(name);
-                let t = ceil_secs(d.replenish());
+                // Both from one reading: each may take a division.
+                let (remaining, replenish) = d.left();
+                let t = replenish.div_ceil(1_000_000);
                 let t = wait.map_or(t, |wait| t.min(wait));
                 // itoa: a tenth of `write!`'s instructions per number.
                 let mut digits = itoa::Buffer::new();
                 let _ = state.write_str(";r=");
-                let _ = state.write_str(digits.format(d.remaining()));
+                let _ = state.write_str(digits.format(remaining));
                 let _ = state.write_str(";t=");
                 let _ = state.write_str(digits.format(t));
                 if let Some(pk) = pk {
@@ -291,9 +293,9 @@ pub(crate) fn apply(headers: Headers, to: &mut http::HeaderMap) {
         let list = std::ptr::eq(name, &RATELIMIT) || std::ptr::eq(name, &RATELIMIT_POLICY);
         debug_assert_eq!(list, *name == RATELIMIT || *name == RATELIMIT_POLICY);
         if list {
-            to.append(name.clone(), value);
+            to.append(name, value);
         } else {
-            to.insert(name.clone(), value);
+            to.insert(name, value);
         }
     }
 }
