@@ -11,8 +11,8 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::headers::{Headers, apply};
-use super::held::Held;
-use super::verdict::{Charging, Verdict, VerdictKind};
+use super::held::{Charging, Held};
+use super::verdict::{Verdict, VerdictKind};
 
 /// A verdict on its way: the policy deciding, then any delay it asks for.
 /// Yields the request back with the verdict, so it can be passed on.

@@ -1,9 +1,13 @@
 //! What a passed request carries past its decision.
 
+use std::future::Future;
+use std::pin::Pin;
+
+use http::StatusCode;
 use smallvec::SmallVec;
 
+use super::headers::Headers;
 use super::load::InFlight;
-use super::verdict::Charge;
 use crate::backend::Slot;
 
 /// Carried from the decision to the response, boxed beside the headers (most
@@ -24,11 +28,35 @@ impl Held {
     pub(crate) fn and(mut self: Box<Self>, more: Held) -> Box<Held> {
         self.slots.extend(more.slots);
         self.in_flight = self.in_flight.or(more.in_flight);
-        self.charge = self
-            .charge
-            .into_iter()
-            .chain(more.charge)
-            .reduce(super::verdict::both);
+        self.charge = self.charge.into_iter().chain(more.charge).reduce(both);
         self
     }
+}
+
+/// Charges a response-aware limit after the inner service has answered:
+/// given the response's status, the charge under way if that status counts.
+pub(crate) type Charge = Box<dyn FnOnce(StatusCode) -> Option<Charging> + Send>;
+
+/// A charge under way; it yields the rate-limit headers to send instead of
+/// those decided before the request went on (`None`: keep those).
+pub(crate) type Charging = Pin<Box<dyn Future<Output = Option<Headers>> + Send>>;
+
+/// Two charges as one. Headers are all-or-nothing: a charge's new headers
+/// replace every limit's, so both are kept only when both have them.
+#[cfg(feature = "rules")]
+fn both(a: Charge, b: Charge) -> Charge {
+    Box::new(move |status| match (a(status), b(status)) {
+        (None, None) => None,
+        (Some(one), None) | (None, Some(one)) => Some(Box::pin(async move {
+            one.await;
+            None
+        }) as Charging),
+        (Some(a), Some(b)) => Some(Box::pin(async move {
+            let (a, b) = (a.await, b.await);
+            a.zip(b).map(|(mut a, b)| {
+                a.extend(b);
+                a
+            })
+        })),
+    })
 }

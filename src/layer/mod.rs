@@ -19,8 +19,8 @@
 //!
 //! Files, each one job, in the order they depend on each other: `headers`,
 //! `partition_key`, `problem` and `grpc` (what clients are told), `load`,
-//! `shed` and `concurrency` (protecting the server), `held` (what a request
-//! holds while served), `count_status`, `verdict`, `respond` (decision to
+//! `shed` and `concurrency` (protecting the server), `held` (what a passed
+//! request carries to its response: a charge, slots), `count_status`, `verdict`, `respond` (decision to
 //! verdict), `protect` (shedding and slots around a decision), `policy`
 //! (request to decision), `body`, `future`, `service`, `layer` (the layer
 //! and its builder).

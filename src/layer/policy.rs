@@ -9,10 +9,11 @@ use http::request::Parts;
 
 use super::count_status::CountStatus;
 use super::headers::{Headers, PolicyHeader, policy_header};
+use super::held::Charge;
 use super::problem::problem;
 use super::protect::{Admission, Protection};
 use super::respond::ResponsePolicy;
-use super::verdict::{Charge, Verdict};
+use super::verdict::Verdict;
 use crate::backend::{Backend, BackendError, BackendErrorKind};
 use crate::decision::Decision;
 use crate::key::{Key, KeyError, KeyExtractor};

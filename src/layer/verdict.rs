@@ -1,15 +1,13 @@
 //! What a policy decides for one request.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
+use http::Response;
 
 use super::headers::Headers;
-use super::held::Held;
+use super::held::{Charge, Held};
 
 /// What becomes of a request: pass it on (maybe after a delay, adding
 /// headers), or answer it. Made by a [`Policy`](super::Policy); opaque, as
@@ -28,14 +26,6 @@ pub(crate) enum VerdictKind {
     /// Boxed: a response inline would make every verdict larger.
     Respond(Box<Response<Bytes>>),
 }
-
-/// Charges a response-aware limit after the inner service has answered:
-/// given the response's status, the charge under way if that status counts.
-pub(crate) type Charge = Box<dyn FnOnce(StatusCode) -> Option<Charging> + Send>;
-
-/// A charge under way; it yields the rate-limit headers to send instead of
-/// those decided before the request went on (`None`: keep those).
-pub(crate) type Charging = Pin<Box<dyn Future<Output = Option<Headers>> + Send>>;
 
 impl fmt::Debug for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -113,26 +103,6 @@ impl Verdict {
             }
         }
     }
-}
-
-/// Two charges as one. Headers are all-or-nothing: a charge's new headers
-/// replace every limit's, so both are kept only when both have them.
-#[cfg(feature = "rules")]
-pub(crate) fn both(a: Charge, b: Charge) -> Charge {
-    Box::new(move |status| match (a(status), b(status)) {
-        (None, None) => None,
-        (Some(one), None) | (None, Some(one)) => Some(Box::pin(async move {
-            one.await;
-            None
-        }) as Charging),
-        (Some(a), Some(b)) => Some(Box::pin(async move {
-            let (a, b) = (a.await, b.await);
-            a.zip(b).map(|(mut a, b)| {
-                a.extend(b);
-                a
-            })
-        })),
-    })
 }
 
 #[cfg(test)]
