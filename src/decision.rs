@@ -36,8 +36,8 @@ enum Left {
     Counted,
     /// `left` is an arrival time's `(capacity, interval)`: remaining and
     /// replenish follow from them and `reset`, as GCRA computes them.
-    /// (The capacity, not the tolerance, so that soft mode's margin is a
-    /// subtraction: a division is what reading them costs.)
+    /// (The capacity rather than the tolerance: soft mode's margin is then
+    /// a subtraction, not a division.)
     Arrival,
     /// A sliding window that admits: `left` is its counters `(prev, curr)`
     /// after the request (or as they were, when another quota of its set

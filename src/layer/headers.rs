@@ -211,7 +211,7 @@ pub(crate) fn rate_limit_headers(
                 let _ = state.write_str(name);
                 // Both from one reading: each may take a division.
                 let (remaining, replenish) = d.left();
-                let t = replenish.div_ceil(1_000_000);
+                let t = ceil_secs(Duration::from_micros(replenish));
                 let t = wait.map_or(t, |wait| t.min(wait));
                 // itoa: a tenth of `write!`'s instructions per number.
                 let mut digits = itoa::Buffer::new();
