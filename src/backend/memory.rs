@@ -14,7 +14,7 @@ use crate::algorithm::{State, Update};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
-use crate::quota::{Params, Path, Quota};
+use crate::quota::{Params, Path};
 use crate::quota_set::States;
 
 /// Rate-limit state in this process's memory.
@@ -387,8 +387,9 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// The hot path, inlined into the caller so the decision is built where
     /// it is returned: a stored arrival time decided under the read lock.
-    /// A fixed window kept as one number and a sliding window take their
-    /// own paths ([`decide_one`](Self::decide_one)), everything else
+    /// The other one-quota sets with a lock-free or in-place path (a fixed
+    /// window kept as one number, a sliding window) take it out of line, so
+    /// that this stays small enough to inline; everything else is
     /// [`decide_locked`](Self::decide_locked).
     #[inline]
     fn decide(&self, request: CheckRequest<'_>) -> Decision {
@@ -403,41 +404,26 @@ impl<C: Clock> MemoryBackend<C> {
         if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
             if quota.kept_as_arrival() {
                 let shard = inner.table.read(key);
-                if let Some(word) = shard.narrow(*id, key) {
+                if let Some(word) = shard.narrow::<false>(*id, key) {
                     return word.decide_arrival(&request, now.as_micros());
                 }
                 return self.decide_locked(request, now, Some(shard.write()), None);
             }
-            if quota.path != Path::Locked {
-                return self.decide_one(request, now, *id, quota);
+            if quota.path == Path::Window {
+                return self.decide_fixed_window(request, now, *id);
+            }
+            if quota.path == Path::SlidingWindow {
+                return self.decide_sliding_window(request, now, *id, &quota.params);
             }
         }
         self.decide_locked(request, now, None, None)
-    }
-
-    /// A one-quota set whose state is not an arrival time, on its
-    /// [`Path`]. Out of line, as `decide_locked` is, so that the arrival
-    /// time's path in `decide` stays small enough to inline.
-    #[inline(never)]
-    fn decide_one(
-        &self,
-        request: CheckRequest<'_>,
-        now: Timestamp,
-        id: u64,
-        quota: &Quota,
-    ) -> Decision {
-        match quota.path {
-            Path::Window => self.decide_fixed_window(request, now, id),
-            Path::SlidingWindow => self.decide_sliding_window(request, now, id, &quota.params),
-            Path::Arrival | Path::Locked => self.decide_locked(request, now, None, None),
-        }
     }
 
     /// A one-quota sliding window found stored: an admission updates its
     /// counters in place, and what it reports is computed only if read.
     /// Anything else (a refusal: every request of a flood; a new key) is
     /// left to `decide_locked`, with what the lookup found.
-    #[inline]
+    #[inline(never)]
     fn decide_sliding_window(
         &self,
         request: CheckRequest<'_>,
@@ -471,10 +457,10 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// A one-quota fixed window kept as one number: swapped under the read
     /// lock once stored.
-    #[inline]
+    #[inline(never)]
     fn decide_fixed_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
         let shard = self.inner.table.read(request.key);
-        if let Some(window) = shard.narrow(id, request.key) {
+        if let Some(window) = shard.narrow::<true>(id, request.key) {
             return window.decide_window(&request, now.as_micros());
         }
         self.decide_locked(request, now, Some(shard.write()), None)

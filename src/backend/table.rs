@@ -219,11 +219,25 @@ impl<V: Expiring, N: Expiring> Table<V, N> {
 
 impl<'a, V: Expiring, N: Expiring> Read<'a, V, N> {
     /// The narrow entry of `(id, key)`, if there is one.
+    ///
+    /// Each hot path that reads one number calls its own instance, so
+    /// that the index's search has one caller and LLVM inlines it whole,
+    /// key comparison included. `NARROW_ONLY`: the search compares narrow
+    /// entries alone, passing over a wide one of the same quota and key
+    /// (there is never both). Which is shorter was measured per path
+    /// (BENCHMARKS.md, session 13).
     #[inline]
-    pub(crate) fn narrow(&self, id: u64, key: &str) -> Option<&N> {
+    pub(crate) fn narrow<const NARROW_ONLY: bool>(&self, id: u64, key: &str) -> Option<&N> {
         let shard = &*self.shard;
-        let at = shard.find(entry_hash(self.key_hash, id), id, key)?;
-        Some(&shard.entries.narrow.get(at.narrow()?)?.value)
+        let entries = &shard.entries;
+        let at = shard.index.find(entry_hash(self.key_hash, id), |&at| {
+            if NARROW_ONLY {
+                entries.is_narrow(at, id, key)
+            } else {
+                entries.is(at, id, key)
+            }
+        })?;
+        Some(&entries.narrow.get(Position(*at).narrow()?)?.value)
     }
 
     /// The same shard locked to write instead (another writer may come
@@ -389,6 +403,14 @@ impl<V: Expiring, N: Expiring> Entries<V, N> {
             None => self.wide.get(at as usize).is_some_and(|e| e.is(id, key)),
             Some(i) => self.narrow.get(i).is_some_and(|e| e.is(id, key)),
         }
+    }
+
+    /// Whether the entry at `at` is narrow and `(id, key)`'s.
+    #[inline]
+    fn is_narrow(&self, at: u32, id: u64, key: &str) -> bool {
+        Position(at)
+            .narrow()
+            .is_some_and(|i| self.narrow.get(i).is_some_and(|e| e.is(id, key)))
     }
 
     /// The id, key and expiry of the entry at `at`.
@@ -620,8 +642,10 @@ mod tests {
             shard.insert_narrow(2, &key, Until(2_000 + i), 0);
         }
         assert_eq!(table.len(), 600);
-        assert_eq!(table.read("7").narrow(2, "7").map(|v| v.0), Some(2_007));
-        assert!(table.read("7").narrow(1, "7").is_none(), "a wide entry");
+        for narrow in [Read::narrow::<false>, Read::narrow::<true>] {
+            assert_eq!(narrow(&table.read("7"), 2, "7").map(|v| v.0), Some(2_007));
+            assert!(narrow(&table.read("7"), 1, "7").is_none(), "a wide entry");
+        }
         // Removals move the last entry of each vector into the gap.
         for i in (0..300u64).step_by(3) {
             let key = i.to_string();
