@@ -513,7 +513,7 @@ impl<C: Clock> MemoryBackend<C> {
         // and only then the new ones stored.
         let mut positions = SmallVec::<[Option<Position>; 4]>::new();
         for &id in ids {
-            positions.push(shard.position(id, key));
+            positions.push(shard.position_in_set(id, key));
         }
         let mut stored = Stored {
             shard: &mut shard,

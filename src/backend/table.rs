@@ -259,7 +259,14 @@ impl<V: Expiring, N: Expiring> Locked<'_, V, N> {
     /// [`at_mut`](Self::at_mut).
     #[inline]
     pub(crate) fn position(&self, id: u64, key: &str) -> Option<Position> {
-        self.shard.find(entry_hash(self.key_hash, id), id, key)
+        self.shard.find::<0>(entry_hash(self.key_hash, id), id, key)
+    }
+
+    /// [`position`](Self::position) for the quotas of a set, in a loop: a
+    /// search of its own (see [`Shard::find`]).
+    #[inline]
+    pub(crate) fn position_in_set(&self, id: u64, key: &str) -> Option<Position> {
+        self.shard.find::<1>(entry_hash(self.key_hash, id), id, key)
     }
 
     /// The entry at a position found since the last insert or removal.
@@ -472,8 +479,11 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
 
 impl<V: Expiring, N: Expiring> Shard<V, N> {
     /// The position of `(id, key)`'s entry, whose index hash is `hash`.
+    /// `SITE` sets apart a hot caller: each value is an instance of the
+    /// index's search of its own, which with one caller LLVM inlines
+    /// whole, key comparison included (BENCHMARKS.md, session 13).
     #[inline]
-    fn find(&self, hash: u64, id: u64, key: &str) -> Option<Position> {
+    fn find<const SITE: u8>(&self, hash: u64, id: u64, key: &str) -> Option<Position> {
         let entries = &self.entries;
         self.index
             .find(hash, |&at| entries.is(at, id, key))
