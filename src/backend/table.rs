@@ -259,14 +259,16 @@ impl<V: Expiring, N: Expiring> Locked<'_, V, N> {
     /// [`at_mut`](Self::at_mut).
     #[inline]
     pub(crate) fn position(&self, id: u64, key: &str) -> Option<Position> {
-        self.shard.find::<0>(entry_hash(self.key_hash, id), id, key)
+        self.shard
+            .find::<ANY_CALLER>(entry_hash(self.key_hash, id), id, key)
     }
 
     /// [`position`](Self::position) for the quotas of a set, in a loop: a
     /// search of its own (see [`Shard::find`]).
     #[inline]
     pub(crate) fn position_in_set(&self, id: u64, key: &str) -> Option<Position> {
-        self.shard.find::<1>(entry_hash(self.key_hash, id), id, key)
+        self.shard
+            .find::<SET_LOOP>(entry_hash(self.key_hash, id), id, key)
     }
 
     /// The entry at a position found since the last insert or removal.
@@ -476,6 +478,11 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
     }
     .unwrap_or_else(|| a == b)
 }
+
+/// [`Shard::find`]'s instances: the loop over a set's quotas, and every
+/// other caller.
+const ANY_CALLER: u8 = 0;
+const SET_LOOP: u8 = 1;
 
 impl<V: Expiring, N: Expiring> Shard<V, N> {
     /// The position of `(id, key)`'s entry, whose index hash is `hash`.
