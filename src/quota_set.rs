@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{self, Arrival, Checked, Outcome, State, Update, sliding_window};
+use crate::algorithm::{
+    self, Arrival, Checked, Outcome, Outcomes, State, Update, fixed_window, sliding_window,
+};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
-use crate::quota::{Params, Path, Quota};
+use crate::quota::{Algorithm, Params, Path, Quota};
 use crate::state::QuotaState;
 
 /// Quotas per set decided without a heap allocation (on the stack; a set of
@@ -200,11 +202,14 @@ impl QuotaSet {
             states.store(0, update, &quota.params);
             return decision;
         }
-        // Checks are large (an outcome has two branches, each with its
-        // state): pushed once and settled in place, never moved again.
+        // Pushed once and settled in place, never moved again.
         let mut checks = SmallVec::<[Checked; SET_INLINE]>::new();
+        let mut outcomes = Outcomes::new();
         for (i, quota) in self.quotas.iter().enumerate() {
-            checks.push(states.with(i, |s| Checked::new(quota, s, cost, now, room)));
+            let check = states.with(i, |s| {
+                Checked::new(quota, s, cost, now, room, &mut outcomes)
+            });
+            checks.push(check);
         }
         let allowed = self.admits(checks.iter().map(Checked::allowed));
         // Each check turned into its decision, and its update stored, as it
@@ -216,7 +221,8 @@ impl QuotaSet {
                 .zip(&*self.quotas)
                 .enumerate()
                 .map(|(i, (checked, quota))| {
-                    let (decision, update) = checked.settle(quota, allowed, commit, cost);
+                    let (decision, update) =
+                        checked.settle(quota, allowed, commit, cost, &mut outcomes);
                     states.store(i, update, &quota.params);
                     decision
                 }),
@@ -349,9 +355,17 @@ impl QuotaSet {
 
 // A set's checks, made and settled: here, where quotas and decisions are.
 impl Checked {
-    /// `quota`'s check of a request on its stored `state`.
+    /// `quota`'s check of a request on its stored `state`; a whole outcome
+    /// is kept in `outcomes`.
     #[inline]
-    fn new(quota: &Quota, state: Option<&State>, cost: u64, now: u64, room: bool) -> Checked {
+    fn new(
+        quota: &Quota,
+        state: Option<&State>,
+        cost: u64,
+        now: u64,
+        room: bool,
+        outcomes: &mut Outcomes,
+    ) -> Checked {
         let p = &quota.params;
         if quota.path == Path::Arrival && p.elastic_margin == 0 {
             let tat = algorithm::arrival_time(quota.algorithm(), state, p);
@@ -364,9 +378,12 @@ impl Checked {
                 Some(State::SlidingWindow(c)) => Some(c),
                 _ => None,
             };
-            return sliding_window::admit_or_check(counters, p, cost, now);
+            return sliding_window::admit_or_check(counters, p, cost, now, outcomes);
         }
-        Checked::Outcome(quota.check(state, cost, now, room, false))
+        if quota.algorithm() == Algorithm::FixedWindow && p.elastic_margin == 0 {
+            return Checked::FixedWindow(fixed_window::count(state, p, cost, now));
+        }
+        Checked::outcome(quota.check(state, cost, now, room, false), outcomes)
     }
 
     /// What the check means once the set has decided (`allowed`): the
@@ -378,10 +395,28 @@ impl Checked {
         allowed: bool,
         commit: bool,
         cost: u64,
+        outcomes: &mut Outcomes,
     ) -> (QuotaDecision, Update) {
         match self {
-            Checked::Outcome(outcome) => {
-                let (verdict, update) = settle(outcome, allowed, commit);
+            Checked::Outcome { at, .. } => match outcomes.get_mut(*at) {
+                Some(outcome) => {
+                    let (verdict, update) = settle(outcome, allowed, commit);
+                    (verdict.decision(quota), update)
+                }
+                // Never: a check's outcome is kept where `at` says. Were it
+                // missing, the quota would refuse, and store nothing.
+                None => {
+                    let refused = RawQuotaDecision::settled(false, 1, false, [0; 3]);
+                    (refused.decision(quota), Update::Keep)
+                }
+            },
+            Checked::FixedWindow(counted) => {
+                let admitted = allowed && counted.allowed;
+                let branch = counted.branch(&quota.params, cost, admitted);
+                let wait = if counted.allowed { 0 } else { counted.end };
+                let numbers = [branch.remaining, branch.reset, branch.replenish];
+                let verdict = RawQuotaDecision::settled(counted.allowed, wait, admitted, numbers);
+                let update = if commit { branch.update } else { Update::Keep };
                 (verdict.decision(quota), update)
             }
             Checked::Arrival(a) => {
@@ -707,6 +742,38 @@ mod tests {
         Decision::new(allowed, decisions.into_iter())
     }
 
+    /// Decides 120 requests on `set` both ways, as `evaluate` does and in
+    /// full, asserting that they agree on the states stored and on what
+    /// every quota reports, read now and aged; with a clock stepping back
+    /// every tenth request. Costs are 0 to 3 times `unit`. Returns how often
+    /// the first quota admitted with the set, admitted but was refused by
+    /// another quota, and refused.
+    fn decided_both_ways(set: &QuotaSet, unit: u64, label: &str) -> [u32; 3] {
+        let mut states: Vec<Option<QuotaState>> = vec![None; set.quotas().len()];
+        let mut seen = [0; 3];
+        for i in 0..120u64 {
+            let now = 4_000_000 + i * 125_000 - if i % 10 == 9 { 300_000 } else { 0 };
+            let cost = [1, 2, 1, 3, 0][i as usize % 5] * unit;
+            let mut expected_states = states.clone();
+            let expected = decided_in_full(set, &mut expected_states, cost, now);
+            let at = Timestamp::from_micros(now);
+            let decision = set.evaluate(states.as_mut_slice(), cost, at, true, false);
+            assert_eq!(states, expected_states, "{label}, request {i}");
+            assert_eq!(decision.allowed(), expected.allowed());
+            for (d, e) in decision.quotas().iter().zip(expected.quotas()) {
+                assert_eq!(read(d), read(e), "{label}, request {i}");
+            }
+            assert_eq!(decision, expected);
+            let first = &decision.quotas()[0];
+            seen[match (first.allowed(), decision.allowed()) {
+                (true, true) => 0,
+                (true, false) => 1,
+                (false, _) => 2,
+            }] += 1;
+        }
+        seen
+    }
+
     #[test]
     fn a_sliding_window_in_a_set_reports_when_read_what_the_algorithm_computes() {
         // A sliding window beside a quota that refuses some of what the
@@ -726,31 +793,38 @@ mod tests {
                 .build()
                 .unwrap();
             let set = QuotaSet::new("pair", [window, interval]).unwrap();
-            let mut states: Vec<Option<QuotaState>> = vec![None, None];
-            // The window admitting with the set, admitting but refused by
-            // the interval, refusing.
-            let mut seen = [0; 3];
-            for i in 0..120u64 {
-                let now = 4_000_000 + i * 125_000 - if i % 10 == 9 { 300_000 } else { 0 };
-                let cost = [1, 2, 1, 3, 0][i as usize % 5];
-                let mut expected_states = states.clone();
-                let expected = decided_in_full(&set, &mut expected_states, cost, now);
-                let at = Timestamp::from_micros(now);
-                let decision = set.evaluate(states.as_mut_slice(), cost, at, true, false);
-                assert_eq!(states, expected_states, "{mode:?}, request {i}");
-                assert_eq!(decision.allowed(), expected.allowed());
-                for (d, e) in decision.quotas().iter().zip(expected.quotas()) {
-                    assert_eq!(read(d), read(e), "{mode:?}, request {i}");
-                }
-                assert_eq!(decision, expected);
-                let window = &decision.quotas()[0];
-                seen[match (window.allowed(), decision.allowed()) {
-                    (true, true) => 0,
-                    (true, false) => 1,
-                    (false, _) => 2,
-                }] += 1;
-            }
+            let seen = decided_both_ways(&set, 1, &format!("{mode:?}"));
             assert!(seen.iter().all(|&n| n > 5), "{mode:?}: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn a_fixed_window_in_a_set_reports_what_its_full_outcome_does() {
+        // A set keeps a fixed window's count, not its outcome, and makes
+        // only the branch the set takes: it must report and store what the
+        // full outcome does, for a window kept as one number (5 per 2 s)
+        // and one that is not (more than one a microsecond), in every mode.
+        let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
+        for mode in modes {
+            for (limit, unit) in [(5, 1), (5_000_000, 1_000_000)] {
+                let window = Quota::fixed_window(limit, Duration::from_secs(2))
+                    .name("window")
+                    .mode(mode)
+                    .build()
+                    .unwrap();
+                // Refuses some of what the window admits: 4 units a second,
+                // 3 at once. (At 4 000 000 a second, its check is kept whole,
+                // beside the window's count.)
+                let spacing = Quota::token_bucket(4 * unit, Duration::from_secs(1))
+                    .burst(3 * unit)
+                    .name("spacing")
+                    .build()
+                    .unwrap();
+                let set = QuotaSet::new("pair", [window, spacing]).unwrap();
+                let label = format!("{mode:?}, limit {limit}");
+                let seen = decided_both_ways(&set, unit, &label);
+                assert!(seen.iter().all(|&n| n > 5), "{label}: {seen:?}");
+            }
         }
     }
 

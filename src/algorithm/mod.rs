@@ -15,6 +15,8 @@ pub(crate) mod token_bucket;
 
 use std::collections::VecDeque;
 
+use smallvec::SmallVec;
+
 use crate::quota::{Algorithm, Params};
 
 /// What one key stores for one quota.
@@ -185,9 +187,15 @@ impl Outcome {
 }
 
 /// One quota's check in a set of several, kept until the set has decided.
+/// Small (48 bytes), since a set makes one per quota and moves it into its
+/// list: an outcome's 128 bytes, written as the check returns and read
+/// back at once, made each move wait for its stores (BENCHMARKS.md,
+/// session 14). So the common algorithms keep only what their branches
+/// are made of, and the rest keep their outcome in the set's [`Outcomes`].
 pub(crate) enum Checked {
-    /// The algorithm's outcome, both branches computed.
-    Outcome(Outcome),
+    /// The algorithm's outcome, both branches computed: the set's
+    /// `outcomes[at]`.
+    Outcome { allowed: bool, at: usize },
     /// An arrival-time quota's check, not elastic: what it reports is
     /// derived from its reset when read, as for such a quota alone, so
     /// neither branch's division is made here.
@@ -197,15 +205,34 @@ pub(crate) enum Checked {
     /// decides, what the quota reports is derived from counters when read,
     /// so neither branch's search for its replenish is made here.
     SlidingWindow(sliding_window::Admitted),
+    /// A fixed window, not elastic: the window counted in, from which the
+    /// branch the set takes is made.
+    FixedWindow(fixed_window::Counted),
 }
 
+/// Where a set keeps the outcomes of its [`Checked::Outcome`]s: inline for
+/// two, which most sets never fill.
+pub(crate) type Outcomes = SmallVec<[Outcome; 2]>;
+
 impl Checked {
+    /// A check that keeps its whole `outcome`, in `outcomes`.
+    #[inline]
+    pub(crate) fn outcome(outcome: Outcome, outcomes: &mut Outcomes) -> Checked {
+        let allowed = outcome.allowed;
+        outcomes.push(outcome);
+        Checked::Outcome {
+            allowed,
+            at: outcomes.len() - 1,
+        }
+    }
+
     /// Whether the quota admits the request.
     pub(crate) fn allowed(&self) -> bool {
         match self {
-            Checked::Outcome(outcome) => outcome.allowed,
+            Checked::Outcome { allowed, .. } => *allowed,
             Checked::Arrival(arrival) => arrival.allowed,
             Checked::SlidingWindow(_) => true,
+            Checked::FixedWindow(counted) => counted.allowed,
         }
     }
 }

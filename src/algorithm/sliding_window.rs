@@ -7,7 +7,7 @@
 //! The weighting is the one computation done in floating point, in exactly
 //! the operations the Redis script performs, so both give the same answer.
 
-use super::{Branch, Checked, Outcome, State, Update};
+use super::{Branch, Checked, Outcome, Outcomes, State, Update};
 use crate::quota::Params;
 
 /// The stored counters.
@@ -165,13 +165,20 @@ pub(crate) fn admit_alone(
 
 /// For a quota in a set of several: an admission, whose numbers are left
 /// to be derived when read whichever way the set decides (see
-/// [`Admitted::before`]), or else [`check`]'s outcome, from one estimate.
+/// [`Admitted::before`]), or else [`check`]'s outcome (kept in
+/// `outcomes`), from one estimate.
 #[inline]
-pub(crate) fn admit_or_check(state: Option<&Counters>, p: &Params, cost: u64, now: u64) -> Checked {
+pub(crate) fn admit_or_check(
+    state: Option<&Counters>,
+    p: &Params,
+    cost: u64,
+    now: u64,
+    outcomes: &mut Outcomes,
+) -> Checked {
     let e = estimate(state, p.period, now);
     match admission(&e, p.capacity, cost) {
         Some(admitted) => Checked::SlidingWindow(admitted),
-        None => Checked::Outcome(decide(&e, p, cost, now, false)),
+        None => Checked::outcome(decide(&e, p, cost, now, false), outcomes),
     }
 }
 

@@ -114,7 +114,10 @@ impl Expiring for Word {
 }
 
 impl Word {
-    /// The state it holds, for the algorithms.
+    /// The state it holds, for the algorithms. Inline: returned through
+    /// memory, it is read back wider than it was written, and that load
+    /// waits (a set's loop, BENCHMARKS.md session 14).
+    #[inline]
     fn state(&self) -> State {
         State::Word(self.0.load(Relaxed))
     }
