@@ -290,20 +290,26 @@ impl Decision {
     /// answers in order: one kept inline, several in one exact allocation.
     #[inline]
     pub(crate) fn new(allowed: bool, quotas: impl ExactSizeIterator<Item = QuotaDecision>) -> Self {
-        let quotas: SmallVec<[QuotaDecision; 1]> = if quotas.len() > 1 {
+        if quotas.len() > 1 {
             // A `Vec` of the right size, taken over as it is: growing the
             // `SmallVec` itself past its inline one goes through `try_grow`.
-            // Filled here rather than by `collect`, whose vector comes back
-            // through memory and is read at once, wider than it was
-            // written: a load that waits (BENCHMARKS.md, session 14).
+            // Filled here rather than by `collect`, and taken over where
+            // the decision is built: a vector or a `SmallVec` made first
+            // and then moved in is read back at once, wider than it was
+            // written, a load that waits (BENCHMARKS.md, session 14).
             let mut all = Vec::with_capacity(quotas.len());
+            let mut exceeded = false;
             for quota in quotas {
+                exceeded |= !quota.allowed;
                 all.push(quota);
             }
-            SmallVec::from_vec(all)
-        } else {
-            quotas.collect()
-        };
+            return Decision {
+                allowed,
+                exceeded,
+                quotas: SmallVec::from_vec(all),
+            };
+        }
+        let quotas: SmallVec<[QuotaDecision; 1]> = quotas.collect();
         let exceeded = quotas.iter().any(|q| !q.allowed);
         Decision {
             allowed,

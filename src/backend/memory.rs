@@ -227,12 +227,38 @@ fn store_new(
 /// The states of a set's quotas, at the positions found for them, and the
 /// updates that make new entries, kept until the decision is over (an
 /// insert may sweep or evict, and so move entries).
+///
+/// The new entries are stored when it is dropped, once the decision is
+/// made: so the decision is returned where the set's evaluation writes it,
+/// not copied after (a copy that waited for its stores; BENCHMARKS.md,
+/// session 14).
 struct Stored<'a, 'b> {
     shard: &'a mut Entries<'b>,
     positions: &'a [Option<Position>],
     /// (quota, the update to store anew, whether it replaces a narrow
     /// entry)
     new: SmallVec<[(usize, Update, bool); 4]>,
+    metrics: &'a MemoryMetrics,
+    request: &'a CheckRequest<'a>,
+    now: u64,
+}
+
+impl Drop for Stored<'_, '_> {
+    fn drop(&mut self) {
+        let (ids, quotas) = (
+            self.request.quotas.state_ids(),
+            self.request.quotas.quotas(),
+        );
+        // Drained where it is: moved into an iterator, its inline array
+        // would be copied whole.
+        for (i, update, replaces) in self.new.drain(..) {
+            if let (Some(&id), Some(quota)) = (ids.get(i), quotas.get(i)) {
+                let key = self.request.key;
+                let (p, now) = (&quota.params, self.now);
+                store_new(self.shard, self.metrics, id, key, update, p, now, replaces);
+            }
+        }
+    }
 }
 
 impl States for Stored<'_, '_> {
@@ -522,29 +548,15 @@ impl<C: Clock> MemoryBackend<C> {
             shard: &mut shard,
             positions: &positions,
             new: SmallVec::new(),
+            metrics: &inner.metrics,
+            request: &request,
+            now: now_micros,
         };
-        let decision =
-            request
-                .quotas
-                .evaluate(&mut stored, request.cost, now, request.commit, request.room);
-        // Drained where it is: moved into an iterator, its inline array
-        // would be copied whole.
-        for (i, update, replaces) in stored.new.drain(..) {
-            if let (Some(&id), Some(quota)) = (ids.get(i), quotas.get(i)) {
-                let p = &quota.params;
-                store_new(
-                    &mut shard,
-                    &inner.metrics,
-                    id,
-                    key,
-                    update,
-                    p,
-                    now_micros,
-                    replaces,
-                );
-            }
-        }
-        decision
+        // The last thing done, so the decision is written where it is
+        // returned: the new entries are stored as `stored` is dropped.
+        request
+            .quotas
+            .evaluate(&mut stored, request.cost, now, request.commit, request.room)
     }
 }
 
