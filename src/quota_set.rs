@@ -829,6 +829,14 @@ mod tests {
     }
 
     #[test]
+    fn a_sets_check_is_small() {
+        // A set moves each check into its list; a whole outcome is kept
+        // aside (see `Checked`).
+        assert!(std::mem::size_of::<Checked>() <= 48);
+        assert_eq!(std::mem::size_of::<Outcome>(), 128);
+    }
+
+    #[test]
     fn sets_refuse_duplicates_and_emptiness() {
         let q = Quota::gcra(1, Duration::from_secs(1)).build().unwrap();
         assert_eq!(QuotaSet::new("x", []), Err(QuotaSetError::Empty));
