@@ -6,7 +6,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::algorithm::{
-    self, Arrival, Checked, Outcome, Outcomes, State, Update, fixed_window, sliding_window,
+    self, Arrival, Branch, Checked, Outcome, Outcomes, State, Update, fixed_window, sliding_window,
 };
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
@@ -412,11 +412,10 @@ impl Checked {
             },
             Checked::FixedWindow(counted) => {
                 let admitted = allowed && counted.allowed;
-                let branch = counted.branch(&quota.params, cost, admitted);
+                let mut branch = counted.branch(&quota.params, cost, admitted);
                 let wait = if counted.allowed { 0 } else { counted.end };
-                let numbers = [branch.remaining, branch.reset, branch.replenish];
-                let verdict = RawQuotaDecision::settled(counted.allowed, wait, admitted, numbers);
-                let update = if commit { branch.update } else { Update::Keep };
+                let (verdict, update) =
+                    settle_branch(counted.allowed, wait, admitted, &mut branch, commit);
                 (verdict.decision(quota), update)
             }
             Checked::Arrival(a) => {
@@ -464,8 +463,22 @@ fn settle(outcome: &mut Outcome, allowed: bool, commit: bool) -> (RawQuotaDecisi
     } else {
         &mut outcome.refuse
     };
+    settle_branch(quota_allowed, wait, admitted, branch, commit)
+}
+
+/// [`settle`] once the branch that holds is chosen: a quota whose check
+/// `allowed` the request with `wait` (see `Outcome::wait`), `admitted` or
+/// not by its set. The update is taken out of the branch, not copied.
+#[inline]
+fn settle_branch(
+    allowed: bool,
+    wait: u64,
+    admitted: bool,
+    branch: &mut Branch,
+    commit: bool,
+) -> (RawQuotaDecision, Update) {
     let numbers = [branch.remaining, branch.reset, branch.replenish];
-    let verdict = RawQuotaDecision::settled(quota_allowed, wait, admitted, numbers);
+    let verdict = RawQuotaDecision::settled(allowed, wait, admitted, numbers);
     let update = if commit {
         std::mem::replace(&mut branch.update, Update::Keep)
     } else {
