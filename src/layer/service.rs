@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use http::request::Parts;
 use http::{Request, Response};
 use tower_service::Service;
 
@@ -74,15 +75,14 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let grpc = is_grpc(&parts.headers);
         let Some(verdict) = self.policy.decide_now(&parts) else {
             let policy = Arc::clone(&self.policy);
             return ResponseFuture::deciding(self.take_ready(), async move {
-                let verdict = for_grpc(grpc, policy.decide(&parts).await);
+                let verdict = for_grpc(&parts, policy.decide(&parts).await);
                 after_delay(verdict, Request::from_parts(parts, body)).await
             });
         };
-        let verdict = for_grpc(grpc, verdict);
+        let verdict = for_grpc(&parts, verdict);
         // The request is rebuilt where it is passed on, so that it is built
         // in place rather than copied there (224 bytes, a `memcpy` call).
         match verdict.0 {
@@ -116,11 +116,15 @@ impl<S: Clone, P> RateLimit<S, P> {
     }
 }
 
-/// A verdict for a gRPC call: the layer's own answers in gRPC's terms.
+/// A verdict for a gRPC call: the layer's own answers in gRPC's terms. The
+/// request's content type is looked up only for an answer, not for the
+/// requests passed on.
 #[inline]
-fn for_grpc(grpc: bool, verdict: Verdict) -> Verdict {
+fn for_grpc(parts: &Parts, verdict: Verdict) -> Verdict {
     match verdict.0 {
-        VerdictKind::Respond(response) if grpc => Verdict::respond(to_grpc(*response)),
+        VerdictKind::Respond(response) if is_grpc(&parts.headers) => {
+            Verdict::respond(to_grpc(*response))
+        }
         other => Verdict(other),
     }
 }
