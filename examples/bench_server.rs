@@ -5,16 +5,42 @@
 //! `MODE=bare|tollgate|governor|tollgate-redis|tollgate-redis-lease [PORT=8000] cargo run --release --example bench_server`
 //! (`tollgate-redis` and `tollgate-redis-lease`, leases on, need `--features redis`
 //! and `REDIS_URL`).
+//!
+//! Modes that split tollgate's cost into its parts (BENCHMARKS.md, "Over
+//! HTTP, session 15"): `passthrough` (a layer that does nothing),
+//! `passthrough-boxed` (one that changes the response body's type, which
+//! axum then boxes), `static-headers` (one that adds two fixed lines as long
+//! as tollgate's IETF fields), `tollgate-unkeyed` (tollgate with no key found,
+//! so no decision, and the request let through), `tollgate-no-headers` and
+//! `tollgate-draft6` (tollgate with those header styles).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::{Router, routing::get};
-use tollgate::key::PeerIp;
-use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
+use http::{HeaderValue, Response};
+use tollgate::key::{KeyError, KeyExtractor, KeyFuture, PeerIp};
+use tollgate::{HeaderStyle, Limiter, MemoryBackend, OnMissingKey, Quota, RateLimitLayer};
 
 #[path = "../benches/support/peers.rs"]
 mod peers;
+
+/// A key never found.
+struct NoKey;
+
+impl KeyExtractor for NoKey {
+    fn extract(&self, _: &http::request::Parts) -> KeyFuture {
+        KeyFuture::ready(Err(KeyError::NoPeerAddress))
+    }
+}
+
+/// A limit the load never reaches.
+fn never_reached() -> Result<Quota, tollgate::QuotaError> {
+    Quota::gcra(1_000_000, Duration::from_secs(1))
+        .burst(peers::NEVER_SPENT)
+        .build()
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,17 +50,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(|p| p.parse().ok())
         .unwrap_or(8000);
     let app = Router::new().route("/", get(|| async { "hello" }));
+    let memory = || never_reached().map(|q| Limiter::new(MemoryBackend::new(), q));
     let app = match mode.as_str() {
         "bare" => app,
-        "tollgate" => {
-            let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
-                .burst(peers::NEVER_SPENT)
-                .build()?;
-            app.layer(RateLimitLayer::new(
-                Limiter::new(MemoryBackend::new(), quota),
-                PeerIp::new(),
-            ))
-        }
+        "tollgate" => app.layer(RateLimitLayer::new(memory()?, PeerIp::new())),
         #[cfg(feature = "redis")]
         "tollgate-redis" | "tollgate-redis-lease" => {
             let url =
@@ -44,15 +63,44 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 _ => tollgate::Lease::Off,
             };
             let backend = tollgate::RedisBackend::from_url(url).lease(lease).build()?;
-            let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
-                .burst(peers::NEVER_SPENT)
-                .build()?;
             app.layer(RateLimitLayer::new(
-                Limiter::new(backend, quota),
+                Limiter::new(backend, never_reached()?),
                 PeerIp::new(),
             ))
         }
         "governor" => app.layer(peers::governor_layer()),
+        "passthrough" => app.layer(tower::util::MapRequestLayer::new(|r| r)),
+        "passthrough-boxed" => {
+            app.layer(tower::util::MapResponseLayer::new(|r: Response<Body>| {
+                r.map(|b| http_body_util::BodyExt::map_err(b, |e| e))
+            }))
+        }
+        "static-headers" => app.layer(tower::util::MapResponseLayer::new(
+            |mut r: Response<Body>| {
+                let h = r.headers_mut();
+                let policy = "\"1000000-per-1s\";q=1000000000000;w=1";
+                h.append("ratelimit-policy", HeaderValue::from_static(policy));
+                let state = "\"1000000-per-1s\";r=999999999999;t=1";
+                h.append("ratelimit", HeaderValue::from_static(state));
+                r
+            },
+        )),
+        "tollgate-unkeyed" => app.layer(
+            RateLimitLayer::builder(memory()?, NoKey)
+                .on_missing_key(OnMissingKey::Allow)
+                .build(),
+        ),
+        "tollgate-no-headers" | "tollgate-draft6" => {
+            let style = match mode.as_str() {
+                "tollgate-draft6" => HeaderStyle::Draft6,
+                _ => HeaderStyle::None,
+            };
+            app.layer(
+                RateLimitLayer::builder(memory()?, PeerIp::new())
+                    .header_style(style)
+                    .build(),
+            )
+        }
         other => return Err(format!("unknown MODE {other:?}").into()),
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;

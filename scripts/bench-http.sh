@@ -6,10 +6,15 @@
 # configuration as a ratio to bare from the same run, and the server's CPU
 # time per request (user + system, from /proc/PID/stat over the measured
 # run): on a shared machine, time the server spends per request moves less
-# than requests per second, since waiting for the CPU is not counted.
+# than requests per second, since waiting for the CPU is not counted. User
+# and system time are also reported apart: the layers' own work is user
+# time, and the kernel's share moves with how the server and wrk take turns
+# (BENCHMARKS.md, "Over HTTP, session 15").
 #
 #   scripts/bench-http.sh                 # 5 rounds of 10 s per configuration
 #   ROUNDS=3 DURATION=5s scripts/bench-http.sh
+#   MODES="bare passthrough tollgate-unkeyed tollgate" scripts/bench-http.sh
+#                                         # other modes: examples/bench_server.rs
 #
 # Writes target/bench-http/report.md and docs/bench-http.svg.
 set -euo pipefail
@@ -37,7 +42,7 @@ cargo build --release --example bench_server $features
 server=target/release/examples/bench_server
 out=target/bench-http
 mkdir -p "$out" docs
-printf 'mode\tround\trps\tp99_ms\tcpu_us\n' > "$out/raw.tsv"
+printf 'mode\tround\trps\tp99_ms\tcpu_us\tuser_us\tsys_us\n' > "$out/raw.tsv"
 
 redis_pid=""
 if [ "${REDIS:-0}" = 1 ]; then
@@ -49,11 +54,11 @@ fi
 cleanup() { [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true; }
 trap cleanup EXIT
 
-# The server's user + system CPU time so far, all threads, in clock ticks.
+# The server's user and system CPU time so far, all threads, in clock ticks.
 cpu_ticks() {
   # Fields 14 and 15 of /proc/PID/stat, counted after the ")" that ends the
   # command name (which may hold spaces).
-  sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
+  sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12, $13 }'
 }
 
 wait_port() {
@@ -76,7 +81,9 @@ for round in $(seq "$ROUNDS"); do
     cpu_before=$(cpu_ticks "$pid")
     taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$out/$mode-$round.txt"
     cpu_after=$(cpu_ticks "$pid")
-    echo "cpu_ticks $((cpu_after - cpu_before)) $(getconf CLK_TCK)" >> "$out/$mode-$round.txt"
+    read -r user_before sys_before <<<"$cpu_before"
+    read -r user_after sys_after <<<"$cpu_after"
+    echo "cpu_ticks $((user_after - user_before)) $((sys_after - sys_before)) $(getconf CLK_TCK)" >> "$out/$mode-$round.txt"
     kill "$pid"
     wait "$pid" 2>/dev/null || true
     python3 - "$out/$mode-$round.txt" "$mode" "$round" >> "$out/raw.tsv" <<'PY'
@@ -86,12 +93,12 @@ rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
 v, unit = re.search(r"99%\s+([\d.]+)(us|ms|s)", text).groups()
 p99 = float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 requests = int(re.search(r"(\d+) requests in", text).group(1))
-ticks, hz = map(int, re.search(r"cpu_ticks (\d+) (\d+)", text).groups())
-cpu_us = ticks / hz * 1e6 / requests
+user, system, hz = map(int, re.search(r"cpu_ticks (\d+) (\d+) (\d+)", text).groups())
+user_us, sys_us = (t / hz * 1e6 / requests for t in (user, system))
 non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
 if non2xx:
     sys.exit(f"{sys.argv[2]}: {non2xx.group(1)} responses were not 200; the limit must never be reached")
-print(f"{sys.argv[2]}\t{sys.argv[3]}\t{rps:.0f}\t{p99:.3f}\t{cpu_us:.3f}")
+print(f"{sys.argv[2]}\t{sys.argv[3]}\t{rps:.0f}\t{p99:.3f}\t{user_us + sys_us:.3f}\t{user_us:.3f}\t{sys_us:.3f}")
 PY
     echo "round $round $mode: $(tail -n1 "$out/raw.tsv" | cut -f3) req/s, p99 $(tail -n1 "$out/raw.tsv" | cut -f4) ms, $(tail -n1 "$out/raw.tsv" | cut -f5) us CPU per request"
   done

@@ -15,17 +15,16 @@ LABELS = {
 
 
 def main(raw, svg_path):
-    rows = defaultdict(lambda: {"rps": [], "p99": [], "cpu": []})
+    rows = defaultdict(lambda: {"rps": [], "p99": [], "cpu": [], "user": [], "sys": []})
     order = []
     with open(raw) as f:
         next(f)
         for line in f:
-            mode, _, rps, p99, cpu = line.split("\t")
+            mode, _, rps, p99, cpu, user, system = line.split("\t")
             if mode not in order:
                 order.append(mode)
-            rows[mode]["rps"].append(float(rps))
-            rows[mode]["p99"].append(float(p99))
-            rows[mode]["cpu"].append(float(cpu))
+            for name, value in zip(("rps", "p99", "cpu", "user", "sys"), (rps, p99, cpu, user, system)):
+                rows[mode][name].append(float(value))
     med = {m: (statistics.median(r["rps"]), statistics.median(r["p99"])) for m, r in rows.items()}
     base_rps, base_p99 = med["bare"]
     rounds = len(rows["bare"]["rps"])
@@ -43,21 +42,28 @@ def print_cpu(rows, order):
     """Server CPU per request: the median, and what each configuration adds
     to bare, per round (rounds are interleaved, so a round's configurations
     ran under the same conditions) and as the median of those."""
-    bare = rows["bare"]["cpu"]
+    def added(m, what):
+        return [c - b for c, b in zip(rows[m][what], rows["bare"][what])]
+
     print("\nServer CPU time per request (user + system, all threads), median of the rounds;")
-    print("added = this configuration minus bare in the same round, median over rounds.\n")
-    print("| server | CPU per request | added to bare | added, per round |")
-    print("|---|---:|---:|---|")
+    print("added = this configuration minus bare in the same round, median over rounds;")
+    print("user and system time added, apart, as means over rounds (the kernel's split")
+    print("is sampled at the clock tick, so one round's is coarse).\n")
+    print("| server | CPU per request | added to bare | added, per round | user added | system added |")
+    print("|---|---:|---:|---|---:|---:|")
     for m in order:
-        cpu = rows[m]["cpu"]
-        added = [c - b for c, b in zip(cpu, bare)]
-        per_round = ", ".join(f"{a:+.2f}" for a in added)
-        print(f"| {LABELS.get(m, m)} | {statistics.median(cpu):.2f} us | {statistics.median(added):+.2f} us | {per_round} |")
+        per_round = ", ".join(f"{a:+.2f}" for a in added(m, "cpu"))
+        user, system = (statistics.mean(added(m, w)) for w in ("user", "sys"))
+        print(f"| {LABELS.get(m, m)} | {statistics.median(rows[m]['cpu']):.2f} us | "
+              f"{statistics.median(added(m, 'cpu')):+.2f} us | {per_round} | {user:+.2f} us | {system:+.2f} us |")
     if "tollgate" in rows and "governor" in rows:
-        tg = statistics.median(c - b for c, b in zip(rows["tollgate"]["cpu"], bare))
-        gov = statistics.median(c - b for c, b in zip(rows["governor"]["cpu"], bare))
+        tg = statistics.median(added("tollgate", "cpu"))
+        gov = statistics.median(added("governor", "cpu"))
         if gov > 0:
             print(f"\ntollgate adds {tg / gov:.2f}x what tower_governor adds.")
+        tg, gov = (statistics.mean(added(m, "user")) for m in ("tollgate", "governor"))
+        if gov > 0:
+            print(f"In user time, {tg / gov:.2f}x.")
 
 
 def write_svg(path, order, med, base_rps, base_p99, rounds):
