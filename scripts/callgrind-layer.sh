@@ -2,7 +2,10 @@
 # Instructions per request through the layer (memory backend, IETF headers),
 # counted by callgrind as the difference between a run of 2N and a run of N
 # requests, divided by N: start-up costs cancel and machine noise does not
-# enter. Prints the count for a bare service, tollgate's layer and
+# enter. Only the request loop is counted (`--toggle-collect`), after one
+# uncounted request: the clock's calibration on the first request loops for
+# a span of wall time, so its count differs from run to run and did not
+# cancel (session 15 saw the difference move by thousands per request). Prints the count for a bare service, tollgate's layer and
 # tower_governor's (headers on) without a metrics recorder, what each layer
 # adds to bare, and tollgate's count with a Prometheus recorder installed.
 #
@@ -18,7 +21,8 @@ cargo build --release --quiet --example layer_instructions
 bin="${CARGO_TARGET_DIR:-target}/release/examples/layer_instructions"
 count() { # requests, extra args -> instructions
   local out
-  if ! out=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$@" 2>&1); then
+  if ! out=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \
+    '--toggle-collect=*layer_instructions::counted*' "$bin" "$@" 2>&1); then
     echo "$out" >&2
     exit 1
   fi
