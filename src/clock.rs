@@ -151,12 +151,14 @@ impl Anchor {
 pub(crate) struct Stopwatch(u64);
 
 impl Stopwatch {
+    #[inline]
     pub(crate) fn start() -> Self {
         Stopwatch(Anchor::get().clock.raw())
     }
 
     /// The moment it started, as [`SystemClock`] tells it: so that a check
     /// timed by the limiter reads the counter once for both.
+    #[inline]
     pub(crate) fn started_at(self) -> Timestamp {
         Anchor::at(self.0)
     }

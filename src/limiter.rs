@@ -181,20 +181,26 @@ impl<B: Backend> Limiter<B> {
         room: bool,
     ) -> Option<Result<Decision, Error>> {
         let started = Stopwatch::start();
-        let outcome = match self.request(key, cost, true, room, started) {
-            Ok(request) => match self.backend.check_now(request)? {
-                // Returned as it came, not rewrapped: a Decision is moved
-                // once less.
-                Ok(decision) => {
-                    self.metrics.decided_ok(&decision, started);
-                    return Some(Ok(decision));
-                }
-                Err(e) => Err(Error::Backend(e)),
-            },
-            Err(e) => Err(e),
+        let request = match self.request(key, cost, true, room, started) {
+            Ok(request) => request,
+            Err(e) => {
+                let outcome = Err(e);
+                self.metrics.decided(&outcome, started);
+                return Some(outcome);
+            }
         };
-        self.metrics.decided(&outcome, started);
-        Some(outcome)
+        match self.backend.check_now(request) {
+            Some(Ok(decision)) => {
+                self.metrics.decided_ok(&decision, started);
+                Some(Ok(decision))
+            }
+            Some(Err(e)) => {
+                let outcome = Err(Error::Backend(e));
+                self.metrics.decided(&outcome, started);
+                Some(outcome)
+            }
+            None => None,
+        }
     }
 
     async fn decide(

@@ -59,33 +59,39 @@ pub(crate) struct Counted {
 /// [`Window`], or its end plus its count; either is read.
 #[inline]
 pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> Counted {
-    let stored = match state {
-        Some(State::FixedWindow(w)) => Some(*w),
-        Some(State::Word(end_and_count)) => {
-            let count = end_and_count % p.period;
-            let end = end_and_count - count;
-            Some(Window {
-                start: end.saturating_sub(p.period),
-                count,
-            })
-        }
-        _ => None,
-    };
     // A window newer than the clock (it stepped back) still holds. Starts
     // are multiples of the period, so a window ending after `now` starts
     // at or after the current one: the current start, a division, is only
     // worked out for a new window.
-    let window = match stored {
-        Some(w) if w.start.saturating_add(p.period) > now => w,
-        _ => Window {
-            start: now - now % p.period,
-            count: 0,
-        },
+    let window = match state {
+        Some(State::FixedWindow(w)) if w.start.saturating_add(p.period) > now => *w,
+        Some(&State::Word(end_and_count)) if end_and_count > now => {
+            let count = end_and_count % p.period;
+            let end = end_and_count - count;
+            if end > now {
+                Window {
+                    start: end - p.period,
+                    count,
+                }
+            } else {
+                new_window(p, now)
+            }
+        }
+        _ => new_window(p, now),
     };
     Counted {
         window,
         end: window.start + p.period - now,
         allowed: window.count + cost <= p.capacity,
+    }
+}
+
+/// The window that holds at `now`, with nothing counted yet.
+#[inline]
+fn new_window(p: &Params, now: u64) -> Window {
+    Window {
+        start: now - now % p.period,
+        count: 0,
     }
 }
 
