@@ -181,24 +181,23 @@ impl<B: Backend> Limiter<B> {
         room: bool,
     ) -> Option<Result<Decision, Error>> {
         let started = Stopwatch::start();
+        let failed = |e: Error| {
+            let outcome = Err(e);
+            self.metrics.decided(&outcome, started);
+            Some(outcome)
+        };
         let request = match self.request(key, cost, true, room, started) {
             Ok(request) => request,
-            Err(e) => {
-                let outcome = Err(e);
-                self.metrics.decided(&outcome, started);
-                return Some(outcome);
-            }
+            Err(e) => return failed(e),
         };
+        // One match over what the backend returned: through `?` and an
+        // early return, the decision was copied twice more on its way out.
         match self.backend.check_now(request) {
             Some(Ok(decision)) => {
                 self.metrics.decided_ok(&decision, started);
                 Some(Ok(decision))
             }
-            Some(Err(e)) => {
-                let outcome = Err(Error::Backend(e));
-                self.metrics.decided(&outcome, started);
-                Some(outcome)
-            }
+            Some(Err(e)) => failed(Error::Backend(e)),
             None => None,
         }
     }
