@@ -117,3 +117,37 @@ async fn a_check_the_layer_gives_up_on_counts_as_errored() {
         1.0
     );
 }
+
+/// The direct API's synchronous check counts each outcome once: admitted,
+/// refused, and a cost no quota could admit (an error before the backend).
+#[test]
+fn check_now_counts_each_outcome_once() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let limiter = metrics::with_local_recorder(&recorder, || {
+        let quota = Quota::gcra(2, Duration::from_secs(60)).build().unwrap();
+        Limiter::new(
+            MemoryBackend::new(),
+            QuotaSet::new("direct", [quota]).unwrap(),
+        )
+    });
+    let allowed: Vec<bool> = (0..3)
+        .map(|_| limiter.check_now("k", 1).unwrap().unwrap().allowed())
+        .collect();
+    assert_eq!(allowed, [true, true, false]);
+    let too_costly = limiter.check_now("k", 3).unwrap();
+    assert!(matches!(
+        too_costly,
+        Err(tollgate::Error::CostTooHigh { .. })
+    ));
+    let got = samples(&recorder);
+    let count = |outcome: &str| {
+        got[&format!(r#"tollgate_decisions_total{{policy="direct",outcome="{outcome}"}}"#)]
+    };
+    assert_eq!(count("allowed"), 2.0);
+    assert_eq!(count("refused"), 1.0);
+    assert_eq!(count("errored"), 1.0);
+    assert_eq!(
+        got[r#"tollgate_decision_duration_seconds_count{backend="memory"}"#],
+        4.0
+    );
+}
