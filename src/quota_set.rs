@@ -413,9 +413,13 @@ impl Checked {
             Checked::FixedWindow(counted) => {
                 let admitted = allowed && counted.allowed;
                 let mut branch = counted.branch(&quota.params, cost, admitted);
-                let wait = if counted.allowed { 0 } else { counted.end };
-                let (verdict, update) =
-                    settle_branch(counted.allowed, wait, admitted, &mut branch, commit);
+                let (verdict, update) = settle_branch(
+                    counted.allowed,
+                    counted.wait(),
+                    admitted,
+                    &mut branch,
+                    commit,
+                );
                 (verdict.decision(quota), update)
             }
             Checked::Arrival(a) => {

@@ -37,7 +37,7 @@ pub(crate) fn check(state: Option<&State>, p: &Params, cost: u64, now: u64) -> O
     if counted.allowed {
         Outcome::allow(0, counted.branch(p, cost, true), refuse)
     } else {
-        Outcome::deny(counted.end, refuse)
+        Outcome::deny(counted.wait(), refuse)
     }
 }
 
@@ -65,6 +65,7 @@ pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> C
     // worked out for a new window.
     let window = match state {
         Some(State::FixedWindow(w)) if w.start.saturating_add(p.period) > now => *w,
+        // A word at or before `now` ends before it: no division to know.
         Some(&State::Word(end_and_count)) if end_and_count > now => {
             let count = end_and_count % p.period;
             let end = end_and_count - count;
@@ -96,6 +97,13 @@ fn new_window(p: &Params, now: u64) -> Window {
 }
 
 impl Counted {
+    /// Microseconds until the same request would pass: none if it fits,
+    /// else until the window's end, when the whole quota returns.
+    #[inline]
+    pub(crate) fn wait(&self) -> u64 {
+        if self.allowed { 0 } else { self.end }
+    }
+
     /// What the quota reports and stores if the request is `admitted`
     /// (only when it is [`allowed`](Self::allowed)) or not.
     #[inline]
