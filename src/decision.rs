@@ -104,7 +104,7 @@ impl QuotaDecision {
         let c = admitted.counters;
         QuotaDecision {
             limit: p.reported_capacity,
-            reset: p.period,
+            reset: p.period.get(),
             wait: admitted.elapsed,
             left: (c.prev, c.curr),
             allowed: true,

@@ -612,7 +612,12 @@ fn fingerprint(set: &str, q: &Quota) -> u64 {
     eat(set.as_bytes());
     eat(q.name().as_bytes());
     eat(q.algorithm().name().as_bytes());
-    for n in [p.period, p.limit, p.capacity, u64::from(p.count_rejected)] {
+    for n in [
+        p.period.get(),
+        p.limit,
+        p.capacity,
+        u64::from(p.count_rejected),
+    ] {
         eat(&n.to_le_bytes());
     }
     h

@@ -25,7 +25,7 @@ pub(crate) struct Window {
 /// docs.
 #[inline]
 pub(crate) fn kept_as_one_number(p: &Params) -> bool {
-    p.capacity < p.period
+    p.capacity < p.period.get()
 }
 
 /// The outcome of a request of `cost` at `now` on the stored `state` (see
@@ -64,14 +64,14 @@ pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> C
     // at or after the current one: the current start, a division, is only
     // worked out for a new window.
     let window = match state {
-        Some(State::FixedWindow(w)) if w.start.saturating_add(p.period) > now => *w,
+        Some(State::FixedWindow(w)) if w.start.saturating_add(p.period.get()) > now => *w,
         // A word at or before `now` ends before it: no division to know.
         Some(&State::Word(end_and_count)) if end_and_count > now => {
-            let count = end_and_count % p.period;
+            let count = end_and_count % p.period.get();
             let end = end_and_count - count;
             if end > now {
                 Window {
-                    start: end - p.period,
+                    start: end - p.period.get(),
                     count,
                 }
             } else {
@@ -82,7 +82,7 @@ pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> C
     };
     Counted {
         window,
-        end: window.start + p.period - now,
+        end: window.start + p.period.get() - now,
         allowed: window.count + cost <= p.capacity,
     }
 }
@@ -91,7 +91,7 @@ pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> C
 #[inline]
 fn new_window(p: &Params, now: u64) -> Window {
     Window {
-        start: now - now % p.period,
+        start: now - now % p.period.get(),
         count: 0,
     }
 }
@@ -121,7 +121,7 @@ impl Counted {
         }
         let count = w.count + cost;
         let state = if kept_as_one_number(p) {
-            State::Word(w.start + p.period + count)
+            State::Word(w.start + p.period.get() + count)
         } else {
             State::FixedWindow(Window { count, ..w })
         };

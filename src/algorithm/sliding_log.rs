@@ -36,17 +36,24 @@ pub(crate) fn check(
     let empty = VecDeque::new();
     let log = log.unwrap_or(&empty);
     // One search for the live entries serves every number below.
-    let first = first_live(log, p.period, now);
+    let first = first_live(log, p.period.get(), now);
     let n = (log.len() - first) as u64;
     let newest = log.back().copied();
-    let reset = |newest: Option<u64>| newest.map_or(0, |t| (t + p.period).saturating_sub(now));
+    let reset =
+        |newest: Option<u64>| newest.map_or(0, |t| (t + p.period.get()).saturating_sub(now));
     let append = Update::Log { now, count: cost };
     if n + cost <= p.capacity {
         let logged_at = now.max(newest.unwrap_or(0));
         let admit = Branch {
             remaining: p.capacity - n - cost,
             reset: reset(Some(logged_at)),
-            replenish: replenish(log, first, p.period, now, logged_at + p.period - now),
+            replenish: replenish(
+                log,
+                first,
+                p.period.get(),
+                now,
+                logged_at + p.period.get() - now,
+            ),
             update: append,
         };
         let refuse = if alone {
@@ -55,7 +62,7 @@ pub(crate) fn check(
             Branch {
                 remaining: p.capacity - n,
                 reset: reset(newest),
-                replenish: replenish(log, first, p.period, now, p.period),
+                replenish: replenish(log, first, p.period.get(), now, p.period.get()),
                 update: Update::Keep,
             }
         };
@@ -66,11 +73,11 @@ pub(crate) fn check(
     let (refuse, wait) = if p.count_rejected {
         let mut after = log.clone();
         append_entries(&mut after, p, now, cost);
-        let first = first_live(&after, p.period, now);
+        let first = first_live(&after, p.period.get(), now);
         let view = Branch {
             remaining: p.capacity.saturating_sub((after.len() - first) as u64),
             reset: reset(after.back().copied()),
-            replenish: replenish(&after, first, p.period, now, p.period),
+            replenish: replenish(&after, first, p.period.get(), now, p.period.get()),
             update: append,
         };
         (view, oldest_blocking(&after, p, cost))
@@ -78,12 +85,12 @@ pub(crate) fn check(
         let view = Branch {
             remaining: p.capacity - n.min(p.capacity),
             reset: reset(newest),
-            replenish: replenish(log, first, p.period, now, p.period),
+            replenish: replenish(log, first, p.period.get(), now, p.period.get()),
             update: Update::Keep,
         };
         (view, oldest_blocking(log, p, cost))
     };
-    Outcome::deny((wait + p.period).saturating_sub(now), refuse)
+    Outcome::deny((wait + p.period.get()).saturating_sub(now), refuse)
 }
 
 /// The entry whose expiry lets a request of `cost` pass.
@@ -96,7 +103,7 @@ fn oldest_blocking(log: &VecDeque<u64>, p: &Params, cost: u64) -> u64 {
 
 /// Logs `count` entries at `now` into a stored log.
 pub(crate) fn append(log: &mut VecDeque<u64>, p: &Params, now: u64, count: u64) {
-    log.drain(..first_live(log, p.period, now));
+    log.drain(..first_live(log, p.period.get(), now));
     append_entries(log, p, now, count);
 }
 

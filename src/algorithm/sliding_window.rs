@@ -160,7 +160,7 @@ pub(crate) fn admit_alone(
     cost: u64,
     now: u64,
 ) -> Option<Admitted> {
-    admission(&estimate(state, p.period, now), p.capacity, cost)
+    admission(&estimate(state, p.period.get(), now), p.capacity, cost)
 }
 
 /// For a quota in a set of several: an admission, whose numbers are left
@@ -175,7 +175,7 @@ pub(crate) fn admit_or_check(
     now: u64,
     outcomes: &mut Outcomes,
 ) -> Checked {
-    let e = estimate(state, p.period, now);
+    let e = estimate(state, p.period.get(), now);
     match admission(&e, p.capacity, cost) {
         Some(admitted) => Checked::SlidingWindow(admitted),
         None => Checked::outcome(decide(&e, p, cost, now, false), outcomes),
@@ -236,13 +236,13 @@ pub(crate) fn check(
     now: u64,
     alone: bool,
 ) -> Outcome {
-    decide(&estimate(state, p.period, now), p, cost, now, alone)
+    decide(&estimate(state, p.period.get(), now), p, cost, now, alone)
 }
 
 /// [`check`] from the estimate at `now`.
 #[inline(always)]
 fn decide(e: &Estimate, p: &Params, cost: u64, now: u64, alone: bool) -> Outcome {
-    let period = p.period;
+    let period = p.period.get();
     let (c, used) = (e.c, e.used);
     let elapsed = e.elapsed.unwrap_or(0);
     // From the window's start, not from now, which a clock behind the

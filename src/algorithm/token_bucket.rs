@@ -191,7 +191,7 @@ mod tests {
                 x ^= x >> 7;
                 x ^= x << 17;
                 // About a token a step, two or so a request.
-                now += x % (2 * q.params.period / q.params.limit);
+                now += x % (2 * q.params.period.get() / q.params.limit);
                 let cost = 1 + x % 3;
                 let o = check(state.as_ref(), &q.params, cost, now, false);
                 let (expected, after) = by_level(level, &q, cost, now);

@@ -475,7 +475,7 @@ impl<C: Clock> MemoryBackend<C> {
                     if request.commit {
                         // In place: the state stays a sliding window's.
                         *counters = after;
-                        slot.expires_at = after.expires_at(p.period);
+                        slot.expires_at = after.expires_at(p.period.get());
                     }
                     return decision;
                 }

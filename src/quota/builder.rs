@@ -1,6 +1,7 @@
 //! Building a [`Quota`]: the constructors, and the checks that refuse an
 //! invalid one.
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,10 +129,10 @@ impl QuotaBuilder {
                 return Err(QuotaError::InvalidName(name.to_string()));
             }
         }
-        let period = micros(self.period);
-        if period == 0 {
+        let Some(nonzero_period) = NonZeroU64::new(micros(self.period)) else {
             return Err(QuotaError::ZeroPeriod);
-        }
+        };
+        let period = nonzero_period.get();
         if self.limit == 0 {
             return Err(QuotaError::ZeroLimit);
         }
@@ -184,7 +185,7 @@ impl QuotaBuilder {
             .name
             .unwrap_or_else(|| format!("{}-per-{}", self.limit, period_label(self.period)).into());
         let params = Params {
-            period,
+            period: nonzero_period,
             limit,
             capacity,
             reported_capacity: burst,

@@ -47,7 +47,7 @@ impl Quota {
         // The algorithms never see a cost over the capacity. Such a request
         // fits only with room; try again after a period.
         if strict > p.capacity {
-            return Outcome::deny(p.period, outcome.refuse);
+            return Outcome::deny(p.period.get(), outcome.refuse);
         }
         let strict = algorithm::check(self.algorithm, state, p, strict, now, false);
         if strict.allowed {

@@ -1,5 +1,7 @@
 //! The integers the algorithms compute with.
 
+use std::num::NonZeroU64;
+
 /// The largest integer a Lua number (a double) holds exactly. Every value an
 /// algorithm stores or compares stays below it, so the Redis scripts compute
 /// exactly what the in-memory backend computes.
@@ -12,8 +14,9 @@ pub(crate) const EXACT_MAX: u64 = 1 << 53;
 /// when there is no room (see `Quota::check`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Params {
-    /// The period in microseconds.
-    pub period: u64,
+    /// The period in microseconds, never 0: a division by it needs no
+    /// check.
+    pub period: NonZeroU64,
     /// The effective limit per period.
     pub limit: u64,
     /// The effective capacity: the burst for the bucket algorithms, the limit

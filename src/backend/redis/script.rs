@@ -101,7 +101,7 @@ pub(crate) fn arguments(
     for q in quotas.quotas() {
         let p = &q.params;
         args.push(q.algorithm().name().to_owned());
-        for n in [p.period, p.capacity, p.interval, p.unit, p.refill] {
+        for n in [p.period.get(), p.capacity, p.interval, p.unit, p.refill] {
             args.push(n.to_string());
         }
         args.push(if p.count_rejected { "1" } else { "0" }.to_owned());
