@@ -245,6 +245,11 @@ struct Stored<'a, 'b> {
 
 impl Drop for Stored<'_, '_> {
     fn drop(&mut self) {
+        // Most checks store nothing new (a refusal, or keys already
+        // stored): then not even the drain's setup.
+        if self.new.is_empty() {
+            return;
+        }
         let (ids, quotas) = (
             self.request.quotas.state_ids(),
             self.request.quotas.quotas(),
