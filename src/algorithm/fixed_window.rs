@@ -67,7 +67,7 @@ pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> C
         Some(State::FixedWindow(w)) if w.start.saturating_add(p.period.get()) > now => *w,
         // A word at or before `now` ends before it: no division to know.
         Some(&State::Word(end_and_count)) if end_and_count > now => {
-            let count = end_and_count % p.period.get();
+            let count = end_and_count % p.period;
             let end = end_and_count - count;
             if end > now {
                 Window {
@@ -91,7 +91,7 @@ pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> C
 #[inline]
 fn new_window(p: &Params, now: u64) -> Window {
     Window {
-        start: now - now % p.period.get(),
+        start: now - now % p.period,
         count: 0,
     }
 }
