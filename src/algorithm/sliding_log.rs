@@ -35,25 +35,19 @@ pub(crate) fn check(
 ) -> Outcome {
     let empty = VecDeque::new();
     let log = log.unwrap_or(&empty);
+    let period = p.period.get();
     // One search for the live entries serves every number below.
-    let first = first_live(log, p.period.get(), now);
+    let first = first_live(log, period, now);
     let n = (log.len() - first) as u64;
     let newest = log.back().copied();
-    let reset =
-        |newest: Option<u64>| newest.map_or(0, |t| (t + p.period.get()).saturating_sub(now));
+    let reset = |newest: Option<u64>| newest.map_or(0, |t| (t + period).saturating_sub(now));
     let append = Update::Log { now, count: cost };
     if n + cost <= p.capacity {
         let logged_at = now.max(newest.unwrap_or(0));
         let admit = Branch {
             remaining: p.capacity - n - cost,
             reset: reset(Some(logged_at)),
-            replenish: replenish(
-                log,
-                first,
-                p.period.get(),
-                now,
-                logged_at + p.period.get() - now,
-            ),
+            replenish: replenish(log, first, period, now, logged_at + period - now),
             update: append,
         };
         let refuse = if alone {
@@ -62,7 +56,7 @@ pub(crate) fn check(
             Branch {
                 remaining: p.capacity - n,
                 reset: reset(newest),
-                replenish: replenish(log, first, p.period.get(), now, p.period.get()),
+                replenish: replenish(log, first, period, now, period),
                 update: Update::Keep,
             }
         };
@@ -73,11 +67,11 @@ pub(crate) fn check(
     let (refuse, wait) = if p.count_rejected {
         let mut after = log.clone();
         append_entries(&mut after, p, now, cost);
-        let first = first_live(&after, p.period.get(), now);
+        let first = first_live(&after, period, now);
         let view = Branch {
             remaining: p.capacity.saturating_sub((after.len() - first) as u64),
             reset: reset(after.back().copied()),
-            replenish: replenish(&after, first, p.period.get(), now, p.period.get()),
+            replenish: replenish(&after, first, period, now, period),
             update: append,
         };
         (view, oldest_blocking(&after, p, cost))
@@ -85,12 +79,12 @@ pub(crate) fn check(
         let view = Branch {
             remaining: p.capacity - n.min(p.capacity),
             reset: reset(newest),
-            replenish: replenish(log, first, p.period.get(), now, p.period.get()),
+            replenish: replenish(log, first, period, now, period),
             update: Update::Keep,
         };
         (view, oldest_blocking(log, p, cost))
     };
-    Outcome::deny((wait + p.period.get()).saturating_sub(now), refuse)
+    Outcome::deny((wait + period).saturating_sub(now), refuse)
 }
 
 /// The entry whose expiry lets a request of `cost` pass.
