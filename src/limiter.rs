@@ -116,8 +116,31 @@ impl<B: Backend> Limiter<B> {
     ///
     /// Its metrics (see the README) are registered now, with the recorder
     /// installed at this moment.
+    ///
+    /// Limiters share counters only when asked: a [`Quota`](crate::Quota)
+    /// passed alone makes a set without a name, whose counters belong to
+    /// this limiter and its clones, so two limiters built from the same
+    /// quota on one backend (one per route, say) count apart. Limiters
+    /// whose [`QuotaSet::new`] sets have the same name and quotas share
+    /// them, in this process and, on Redis, across the fleet.
+    ///
+    /// # Panics
+    ///
+    /// On a backend shared between processes ([`Backend::shared`], Redis)
+    /// with a set that has no name: its counters would be this process's
+    /// alone, and a fleet would admit the limit once per server. Name the
+    /// set: `QuotaSet::new("login", [quota])?`.
+    #[track_caller]
     pub fn new(backend: B, quotas: impl Into<QuotaSet>) -> Self {
         let quotas = quotas.into();
+        assert!(
+            quotas.is_named() || !backend.shared(),
+            "quota {:?} has no set name, and the {} backend is shared between processes: \
+             name it with QuotaSet::new(\"<name>\", [quota]) so that every server counts \
+             under that name",
+            quotas.name(),
+            backend.name(),
+        );
         let metrics = DecisionMetrics::new(quotas.name(), backend.name());
         Limiter {
             quotas: Arc::new(quotas),

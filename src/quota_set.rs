@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use smallvec::SmallVec;
 
@@ -21,9 +22,21 @@ const SET_INLINE: usize = 4;
 /// enforced quota admits it, and a request refused by one quota spends
 /// nothing from the others.
 ///
-/// The name keeps the state of different sets apart in one backend: two
-/// limiters whose sets have the same name and the same quota share counters,
-/// which is how several servers share one limit through Redis.
+/// The name is the set's identity in a backend: two limiters whose sets
+/// have the same name and the same quota share counters, which is how
+/// several servers share one limit through Redis. A set made from a quota
+/// alone ([`single`](QuotaSet::single), or a [`Quota`] passed to
+/// [`Limiter::new`](crate::Limiter::new)) has no name: it shares its
+/// counters with its clones only, never with another set built separately,
+/// so two limiters built from the same quota for two routes count apart.
+/// Such a set lives in one process: a backend shared between processes
+/// (Redis) refuses it (see [`Limiter::new`](crate::Limiter::new)).
+///
+/// A quota alone in a named set is shown under the set's name, unless it was
+/// given its own ([`QuotaBuilder::name`](crate::QuotaBuilder::name)): in
+/// headers, problem details and metrics alike. In a set of several, each
+/// quota shows its own name (by default `<limit>-per-<period>`), and metrics
+/// and logs the set's.
 ///
 /// ```
 /// use std::time::Duration;
@@ -40,6 +53,9 @@ const SET_INLINE: usize = 4;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuotaSet {
     name: Arc<str>,
+    /// False for a set of one quota made without a name, whose state ids
+    /// are private to it and its clones.
+    named: bool,
     quotas: Box<[Quota]>,
     ids: Box<[u64]>,
     /// The largest cost every quota could ever admit, so that the check
@@ -77,38 +93,59 @@ impl QuotaSet {
         quotas: impl IntoIterator<Item = Quota>,
     ) -> Result<Self, QuotaSetError> {
         let name = name.into();
-        let quotas: Box<[Quota]> = quotas.into_iter().collect();
+        let mut quotas: Box<[Quota]> = quotas.into_iter().collect();
         if quotas.is_empty() {
             return Err(QuotaSetError::Empty);
+        }
+        if let [alone] = &mut *quotas {
+            *alone = alone.clone().alone_in(&name);
         }
         for (i, q) in quotas.iter().enumerate() {
             if quotas[..i].iter().any(|o| o.name() == q.name()) {
                 return Err(QuotaSetError::DuplicateName(q.name().to_owned()));
             }
         }
-        Ok(QuotaSet::assemble(name, quotas))
+        let ids = quotas.iter().map(|q| fingerprint(&name, q)).collect();
+        Ok(QuotaSet::assemble(name, true, quotas, ids))
     }
 
-    /// A set of one quota, named "default".
+    /// A set of one quota, without a name: its counters are shared by its
+    /// clones only, never by another set, even one of the same quota (see
+    /// [`QuotaSet`]). Metrics and logs call it by the quota's name. A
+    /// backend shared between processes refuses it: name the set with
+    /// [`new`](QuotaSet::new) there.
     pub fn single(quota: Quota) -> Self {
-        QuotaSet::assemble("default".into(), Box::new([quota]))
+        /// Tells apart the sets made without a name in this process. Never
+        /// stored outside it: such a set is refused by a shared backend.
+        static UNNAMED: AtomicU64 = AtomicU64::new(0);
+        let private = format!("\0unnamed:{}", UNNAMED.fetch_add(1, Relaxed));
+        let ids = Box::new([fingerprint(&private, &quota)]);
+        QuotaSet::assemble(quota.name().into(), false, Box::new([quota]), ids)
     }
 
     /// A set of quotas already checked to be non-empty with distinct names.
-    fn assemble(name: Arc<str>, quotas: Box<[Quota]>) -> Self {
-        let ids = quotas.iter().map(|q| fingerprint(&name, q)).collect();
+    fn assemble(name: Arc<str>, named: bool, quotas: Box<[Quota]>, ids: Box<[u64]>) -> Self {
         let max_cost = quotas.iter().map(Quota::max_cost).min().unwrap_or(0);
         QuotaSet {
             name,
+            named,
             quotas,
             ids,
             max_cost,
         }
     }
 
-    /// The set's name.
+    /// The set's name: the one given to [`new`](QuotaSet::new), or for a
+    /// set without one, its quota's.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether the set was given a name ([`new`](QuotaSet::new)), which
+    /// makes its counters shareable across limiters and processes; false
+    /// for [`single`](QuotaSet::single), whose counters are its own.
+    pub fn is_named(&self) -> bool {
+        self.named
     }
 
     /// The quotas, in order.

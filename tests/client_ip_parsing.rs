@@ -10,7 +10,7 @@ use axum::extract::ConnectInfo;
 use http::HeaderValue;
 use http::request::Parts;
 use proptest::prelude::*;
-use tollgate::key::{ClientIp, ForwardedHeader};
+use tollgate::key::{ClientIp, ForwardedHeader, Network};
 
 const HEADERS: [ForwardedHeader; 3] = [
     ForwardedHeader::XForwardedFor,
@@ -181,4 +181,36 @@ fn right_part_wins(
     let by_count = ClientIp::hops(hops.len() + 1).header(header);
     prop_assert_eq!(by_count.client(&p), Ok(client));
     Ok(())
+}
+
+#[test]
+fn a_trusted_proxy_written_as_an_address_is_that_address_alone() {
+    let key = ClientIp::trusted_proxies(["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()]);
+    let xff = |peer: &str| {
+        parts(
+            peer.parse().unwrap(),
+            "x-forwarded-for",
+            &[b"203.0.113.9".to_vec()],
+        )
+    };
+    let client: IpAddr = "203.0.113.9".parse().unwrap();
+    assert_eq!(key.client(&xff("127.0.0.1")), Ok(client));
+    assert_eq!(key.client(&xff("::1")), Ok(client));
+    // Its neighbours are not trusted: their header is not believed.
+    assert_eq!(
+        key.client(&xff("127.0.0.2")),
+        Ok("127.0.0.2".parse::<IpAddr>().unwrap())
+    );
+}
+
+#[test]
+fn a_trusted_proxy_that_is_no_address_is_refused_with_what_was_written() {
+    for bad in ["127.0.0.1/33", "localhost", "", "10.0.0.0/8 "] {
+        let err = bad.parse::<Network>().unwrap_err().to_string();
+        assert!(err.contains(&format!("{bad:?}")), "{err}");
+        assert!(err.contains("10.0.0.0/8"), "{err}");
+    }
+    let net: Network = "10.0.0.0/8".parse().unwrap();
+    assert!(net.contains("10.1.2.3".parse().unwrap()));
+    assert!(!net.contains("11.0.0.1".parse().unwrap()));
 }

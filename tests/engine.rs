@@ -1,5 +1,9 @@
 //! The decision engine through its public API, on a manual clock.
 
+#[cfg(feature = "redis")]
+#[path = "support/redis.rs"]
+mod redis_support;
+
 use std::time::Duration;
 
 use tollgate::{
@@ -459,4 +463,101 @@ async fn many_keys_at_once_stay_within_the_memory_bound() {
         backend.capacity()
     );
     assert!(backend.len() >= backend.capacity() * 9 / 10);
+}
+
+#[tokio::test]
+async fn two_limiters_built_from_one_quota_count_apart() {
+    // One backend, one quota, two routes: each limiter spends its own
+    // counter, not the other's.
+    let backend = MemoryBackend::new();
+    let quota = Quota::gcra(2, 60 * SEC).build().unwrap();
+    let login = Limiter::new(backend.clone(), quota.clone());
+    let search = Limiter::new(backend.clone(), QuotaSet::single(quota));
+    for _ in 0..2 {
+        assert!(login.check("ip:192.0.2.7", 1).await.unwrap().allowed());
+    }
+    assert!(!login.check("ip:192.0.2.7", 1).await.unwrap().allowed());
+    for _ in 0..2 {
+        assert!(search.check("ip:192.0.2.7", 1).await.unwrap().allowed());
+    }
+    assert!(!search.check("ip:192.0.2.7", 1).await.unwrap().allowed());
+    // A clone of a limiter is the same limiter.
+    assert!(!login.clone().check("ip:192.0.2.7", 1).await.unwrap().allowed());
+}
+
+#[tokio::test]
+async fn limiters_of_sets_of_one_name_share_counters_and_of_two_names_do_not() {
+    let backend = MemoryBackend::new();
+    let set = |name: &str| {
+        QuotaSet::new(name, [Quota::gcra(2, 60 * SEC).build().unwrap()]).unwrap()
+    };
+    let a = Limiter::new(backend.clone(), set("api"));
+    let b = Limiter::new(backend.clone(), set("api"));
+    let other = Limiter::new(backend.clone(), set("admin"));
+    assert!(a.check("k", 1).await.unwrap().allowed());
+    assert!(b.check("k", 1).await.unwrap().allowed());
+    assert!(!a.check("k", 1).await.unwrap().allowed());
+    assert!(other.check("k", 1).await.unwrap().allowed());
+}
+
+#[test]
+fn a_quota_alone_in_a_named_set_shows_the_set_name_unless_it_has_its_own() {
+    let q = || Quota::gcra(5, 10 * SEC);
+    let app = QuotaSet::new("app", [q().build().unwrap()]).unwrap();
+    assert_eq!(app.quotas()[0].name(), "app");
+    let named = QuotaSet::new("app", [q().name("burst").build().unwrap()]).unwrap();
+    assert_eq!(named.quotas()[0].name(), "burst");
+    // Several quotas keep their own names: they must stay distinct.
+    let two = QuotaSet::new("app", [q().build().unwrap(), Quota::min_interval(SEC).build().unwrap()])
+        .unwrap();
+    assert_eq!(two.quotas()[0].name(), "5-per-10s");
+    assert_eq!(two.quotas()[1].name(), "min-interval-1s");
+    // A set name that cannot be sent in a header leaves the quota's own.
+    let long = QuotaSet::new("x".repeat(65), [q().build().unwrap()]).unwrap();
+    assert_eq!(long.quotas()[0].name(), "5-per-10s");
+    // Without a set name, the set is called by its quota's.
+    let alone = QuotaSet::single(q().build().unwrap());
+    assert_eq!((alone.name(), alone.is_named()), ("5-per-10s", false));
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn redis_refuses_a_quota_without_a_set_name() {
+    // No server needed: the refusal comes when the limiter is built.
+    let backend = tollgate::RedisBackend::from_url("redis://127.0.0.1:1")
+        .build()
+        .unwrap();
+    let quota = Quota::gcra(2, 60 * SEC).build().unwrap();
+    let built = std::panic::catch_unwind(|| Limiter::new(backend.clone(), quota.clone()));
+    let message = built.expect_err("an unnamed set on Redis is refused");
+    let message = message
+        .downcast_ref::<String>()
+        .expect("a formatted message");
+    assert!(message.contains("QuotaSet::new"), "{message}");
+    assert!(message.contains("2-per-60s"), "{message}");
+    // Named, it is accepted.
+    let _ = Limiter::new(backend, QuotaSet::new("login", [quota]).unwrap());
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_sets_of_one_name_share_counters_across_servers_and_of_two_do_not() {
+    let server = redis_support::RedisServer::start();
+    // Two backends stand for two servers of a fleet.
+    let fleet = || {
+        tollgate::RedisBackend::from_url(server.url())
+            .build()
+            .unwrap()
+    };
+    let set = |name: &str| {
+        QuotaSet::new(name, [Quota::gcra(2, 60 * SEC).build().unwrap()]).unwrap()
+    };
+    let one = Limiter::new(fleet(), set("login"));
+    let two = Limiter::new(fleet(), set("login"));
+    let search = Limiter::new(fleet(), set("search"));
+    assert!(one.check("k", 1).await.unwrap().allowed());
+    assert!(two.check("k", 1).await.unwrap().allowed());
+    assert!(!one.check("k", 1).await.unwrap().allowed());
+    assert!(!two.check("k", 1).await.unwrap().allowed());
+    assert!(search.check("k", 1).await.unwrap().allowed());
 }

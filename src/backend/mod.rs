@@ -96,6 +96,15 @@ pub trait Backend: Send + Sync + 'static {
         false
     }
 
+    /// Whether other processes read and write this backend's state (Redis
+    /// does; memory does not, nor the default). A limiter refuses a
+    /// [`QuotaSet`] without a name on a shared backend, since such a set's
+    /// state is private to this process (see [`Limiter::new`](crate::Limiter::new)):
+    /// a store shared by a fleet says true.
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// The backend's name in metrics (the `backend` label of
     /// `tollgate_decision_duration_seconds`): `"memory"`, `"redis"`, or
     /// `"custom"` (the default). A constant: labels must stay few.

@@ -146,9 +146,86 @@ impl KeyExtractor for PeerIp {
     }
 }
 
+/// A network of trusted proxies, or one proxy's address: parsed from
+/// `10.0.0.0/8` or `2001:db8::/32`, or from `127.0.0.1` or `::1`, which
+/// mean that address alone (/32, /128). Also made from an [`IpNet`] or an
+/// [`IpAddr`].
+///
+/// ```
+/// use tollgate::key::{ClientIp, Network};
+///
+/// let key = ClientIp::trusted_proxies(["127.0.0.1".parse()?, "10.0.0.0/8".parse()?]);
+/// let loopback: Network = "::1".parse()?;
+/// assert_eq!(loopback.to_string(), "::1/128");
+/// # let _ = key;
+/// # Ok::<(), tollgate::key::NetworkParseError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Network(IpNet);
+
+impl Network {
+    /// Whether `ip` is in this network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.0.contains(&ip)
+    }
+}
+
+impl From<IpNet> for Network {
+    fn from(net: IpNet) -> Self {
+        Network(net)
+    }
+}
+
+impl From<IpAddr> for Network {
+    fn from(ip: IpAddr) -> Self {
+        Network(IpNet::from(ip))
+    }
+}
+
+impl From<Network> for IpNet {
+    fn from(net: Network) -> Self {
+        net.0
+    }
+}
+
+impl std::str::FromStr for Network {
+    type Err = NetworkParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Ok(net) = s.parse::<IpNet>() {
+            return Ok(Network(net));
+        }
+        s.parse::<IpAddr>()
+            .map(Network::from)
+            .map_err(|_| NetworkParseError(s.chars().take(64).collect()))
+    }
+}
+
+impl std::fmt::Display for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A string that is neither an IP address nor a network (see [`Network`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkParseError(String);
+
+impl std::fmt::Display for NetworkParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} is not an IP address (such as 127.0.0.1) or network (such as 10.0.0.0/8)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for NetworkParseError {}
+
 #[derive(Debug, Clone)]
 enum Trust {
-    Proxies(Vec<IpNet>),
+    Proxies(Vec<Network>),
     Hops(usize),
 }
 
@@ -165,10 +242,10 @@ enum Trust {
 /// ```
 /// use tollgate::key::{ClientIp, ForwardedHeader};
 ///
-/// let behind_lb = ClientIp::trusted_proxies(["10.0.0.0/8".parse()?, "::1/128".parse()?]);
+/// let behind_lb = ClientIp::trusted_proxies(["10.0.0.0/8".parse()?, "::1".parse()?]);
 /// let behind_two_hops = ClientIp::hops(2).header(ForwardedHeader::Forwarded);
 /// # let _ = (behind_lb, behind_two_hops);
-/// # Ok::<(), ipnet::AddrParseError>(())
+/// # Ok::<(), tollgate::key::NetworkParseError>(())
 /// ```
 ///
 /// Outcomes: a connection from an untrusted peer is keyed by that peer; a
@@ -187,8 +264,10 @@ pub struct ClientIp {
 }
 
 impl ClientIp {
-    /// Trusts proxies whose addresses are in these networks.
-    pub fn trusted_proxies(networks: impl IntoIterator<Item = IpNet>) -> Self {
+    /// Trusts proxies whose addresses are in these networks; a
+    /// [`Network`] is parsed from a network (`10.0.0.0/8`) or an address
+    /// (`127.0.0.1`, that one proxy alone).
+    pub fn trusted_proxies(networks: impl IntoIterator<Item = Network>) -> Self {
         ClientIp {
             trust: Trust::Proxies(networks.into_iter().collect()),
             header: ForwardedHeader::default(),
@@ -227,7 +306,7 @@ impl ClientIp {
 
     fn trusted(&self, ip: IpAddr) -> bool {
         match &self.trust {
-            Trust::Proxies(nets) => nets.iter().any(|n| n.contains(&ip)),
+            Trust::Proxies(nets) => nets.iter().any(|n| n.contains(ip)),
             Trust::Hops(_) => true,
         }
     }

@@ -27,7 +27,7 @@ use http::{HeaderName, StatusCode};
 pub use forwarded::ForwardedHeader;
 #[cfg(feature = "rules")]
 pub(crate) use ip::peer_addr;
-pub use ip::{ClientIp, PeerIp};
+pub use ip::{ClientIp, Network, NetworkParseError, PeerIp};
 
 /// A client key: the name state is kept under.
 ///

@@ -62,7 +62,7 @@ const MAX_NAME_LEN: usize = 64;
 
 /// Whether a name can be sent as an RFC 9651 string (sf-string): printable
 /// ASCII, `"` and `\` escaped when written.
-fn valid_name(name: &str) -> bool {
+pub(super) fn valid_name(name: &str) -> bool {
     (1..=MAX_NAME_LEN).contains(&name.len()) && name.bytes().all(|b| (0x20..=0x7e).contains(&b))
 }
 
@@ -75,6 +75,10 @@ pub struct QuotaBuilder {
     period: Duration,
     burst: Option<u64>,
     name: Option<Arc<str>>,
+    /// Whether `name` was given by the caller rather than made up (as
+    /// `min_interval` does): a quota alone in a named set takes the set's
+    /// name unless its own was given.
+    named: bool,
     mode: Mode,
     count_rejected: bool,
 }
@@ -87,6 +91,7 @@ impl QuotaBuilder {
             period,
             burst: None,
             name: None,
+            named: false,
             mode: Mode::Enforce,
             count_rejected: false,
         }
@@ -105,6 +110,7 @@ impl QuotaBuilder {
     /// ([`QuotaError::InvalidName`]).
     pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
         self.name = Some(name.into());
+        self.named = true;
         self
     }
 
@@ -198,6 +204,7 @@ impl QuotaBuilder {
         };
         Ok(Quota {
             name,
+            named: self.named,
             path: Path::of(a, &params),
             algorithm: a,
             limit: self.limit,

@@ -56,6 +56,9 @@ use super::params::Params;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quota {
     pub(super) name: Arc<str>,
+    /// Whether the name was given ([`QuotaBuilder::name`](super::QuotaBuilder::name)),
+    /// not made from the limit and period.
+    pub(super) named: bool,
     pub(super) algorithm: Algorithm,
     pub(super) limit: u64,
     pub(super) period: Duration,
@@ -126,9 +129,24 @@ impl Quota {
         kept_as_arrival(self.algorithm, &self.params)
     }
 
-    /// The name clients see in headers and problem details.
+    /// The name clients see in headers and problem details: the one given
+    /// to [`QuotaBuilder::name`](super::QuotaBuilder::name), else, alone in
+    /// a [`QuotaSet::new`](crate::QuotaSet::new), the set's name, else
+    /// `<limit>-per-<period>`.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// This quota under `set`'s name, when it is alone in that set and its
+    /// own name was made up: so that the one name a user gave shows in
+    /// headers and metrics alike. A set name that cannot be sent in a header
+    /// (see [`QuotaBuilder::name`](super::QuotaBuilder::name)) leaves the
+    /// quota's own.
+    pub(crate) fn alone_in(mut self, set: &Arc<str>) -> Quota {
+        if !self.named && super::builder::valid_name(set) {
+            self.name = Arc::clone(set);
+        }
+        self
     }
 
     /// The algorithm.

@@ -129,6 +129,14 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn shared(&self) -> bool {
+        match self {
+            AnyBackend::Memory(m) => m.shared(),
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.shared(),
+        }
+    }
+
     fn name(&self) -> &'static str {
         match self {
             AnyBackend::Memory(m) => m.name(),

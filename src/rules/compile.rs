@@ -124,7 +124,7 @@ const MAX_HOPS: usize = 64;
 /// How the client address is found: behind trusted proxies, behind a
 /// number of hops, or (`None`) the connection's peer.
 fn client_ip(ip: &ClientIpConfig) -> Result<Option<ClientIp>, String> {
-    let nets = ip.trusted_proxies.iter().map(|c| c.0);
+    let nets = ip.trusted_proxies.iter().map(|c| c.0.into());
     let client_ip = match (&ip.hops, ip.trusted_proxies.is_empty()) {
         (Some(hops), false) => {
             return Err(hops.error("client_ip: give trusted_proxies or hops, not both"));

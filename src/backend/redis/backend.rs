@@ -459,6 +459,10 @@ impl Backend for RedisBackend {
     fn name(&self) -> &'static str {
         "redis"
     }
+
+    fn shared(&self) -> bool {
+        true
+    }
 }
 
 impl fmt::Debug for RedisBackend {
