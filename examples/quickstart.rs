@@ -30,7 +30,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         QuotaSet::new(
             "app",
             [Quota::gcra(5, Duration::from_secs(10))
-                .name("app")
                 .build()?],
         )?,
     );
@@ -40,7 +39,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         QuotaSet::new(
             "reports",
             [Quota::sliding_window(6, Duration::from_secs(60))
-                .name("reports")
                 .build()?],
         )?,
     );

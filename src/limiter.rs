@@ -1,13 +1,51 @@
 //! The direct API: check a key from any async code, HTTP or not.
 
 use std::fmt;
+use std::hash::BuildHasher;
 use std::sync::Arc;
+
+use tracing::{Instrument, Span};
 
 use crate::backend::{Backend, BackendError, CheckRequest};
 use crate::clock::Stopwatch;
 use crate::decision::Decision;
 use crate::metrics::DecisionMetrics;
 use crate::quota_set::QuotaSet;
+
+/// Records a decision's outcome on its span.
+fn record(span: &Span, outcome: &Result<Decision, Error>) {
+    if !span.is_disabled() {
+        span.record("outcome", outcome_name(outcome.as_ref()));
+    }
+}
+
+/// `allowed`, `refused`, or `errored` (the backend failed or the cost can
+/// never pass): what the span of a decision says.
+fn outcome_name(outcome: Result<&Decision, &Error>) -> &'static str {
+    match outcome {
+        Ok(d) if d.allowed() => "allowed",
+        Ok(_) => "refused",
+        Err(_) => "errored",
+    }
+}
+
+/// A key's hash as a span shows it: 16 hex digits, the same for the same
+/// key in one process, keyed by a secret drawn at start, so that a log
+/// cannot be searched for a guessed key (an IP address is easily guessed).
+struct KeyHash(u64);
+
+impl KeyHash {
+    fn of(key: &str) -> KeyHash {
+        static SECRET: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+        KeyHash(SECRET.get_or_init(std::hash::RandomState::new).hash_one(key))
+    }
+}
+
+impl fmt::Display for KeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
 
 /// A set of quotas bound to a backend. Cheap to clone (the quotas are shared;
 /// clone the backend's handle as it clones).
@@ -165,7 +203,12 @@ impl<B: Backend> Limiter<B> {
         room: bool,
     ) -> Result<Decision, Error> {
         let started = Stopwatch::start();
-        let outcome = self.decide(key, cost, true, room, started).await;
+        let span = self.span(key, cost, "check");
+        let outcome = self
+            .decide(key, cost, true, room, started)
+            .instrument(span.clone())
+            .await;
+        record(&span, &outcome);
         self.metrics.decided(&outcome, started);
         outcome
     }
@@ -183,8 +226,13 @@ impl<B: Backend> Limiter<B> {
         cost: u64,
         room: bool,
     ) -> Result<Decision, Error> {
-        self.decide(key, cost, false, room, Stopwatch::start())
-            .await
+        let span = self.span(key, cost, "peek");
+        let outcome = self
+            .decide(key, cost, false, room, Stopwatch::start())
+            .instrument(span.clone())
+            .await;
+        record(&span, &outcome);
+        outcome
     }
 
     /// [`check`](Limiter::check) without waiting, when the backend can
@@ -204,8 +252,10 @@ impl<B: Backend> Limiter<B> {
         room: bool,
     ) -> Option<Result<Decision, Error>> {
         let started = Stopwatch::start();
+        let span = self.span(key, cost, "check");
         let failed = |e: Error| {
             let outcome = Err(e);
+            record(&span, &outcome);
             self.metrics.decided(&outcome, started);
             Some(outcome)
         };
@@ -215,14 +265,38 @@ impl<B: Backend> Limiter<B> {
         };
         // One match over what the backend returned: through `?` and an
         // early return, the decision was copied twice more on its way out.
-        match self.backend.check_now(request) {
+        match span.in_scope(|| self.backend.check_now(request)) {
             Some(Ok(decision)) => {
+                if !span.is_disabled() {
+                    span.record("outcome", outcome_name(Ok(&decision)));
+                }
                 self.metrics.decided_ok(&decision, started);
                 Some(Ok(decision))
             }
             Some(Err(e)) => failed(Error::Backend(e)),
             None => None,
         }
+    }
+
+    /// The span of one decision (level DEBUG, target `tollgate`): its set,
+    /// the hash of its key (never the key, which may be an API key), its
+    /// cost and, once known, its outcome. Disabled, as without a subscriber
+    /// at that level, it costs a check of the level and nothing more.
+    #[inline]
+    fn span(&self, key: &str, cost: u64, op: &'static str) -> Span {
+        let span = tracing::debug_span!(
+            "tollgate.decision",
+            op,
+            set = self.quotas.name(),
+            backend = self.backend.name(),
+            key_hash = tracing::field::Empty,
+            cost,
+            outcome = tracing::field::Empty,
+        );
+        if !span.is_disabled() {
+            span.record("key_hash", tracing::field::display(KeyHash::of(key)));
+        }
+        span
     }
 
     async fn decide(

@@ -528,7 +528,9 @@ fn redis_refuses_a_quota_without_a_set_name() {
         .build()
         .unwrap();
     let quota = Quota::gcra(2, 60 * SEC).build().unwrap();
-    let built = std::panic::catch_unwind(|| Limiter::new(backend.clone(), quota.clone()));
+    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Limiter::new(backend.clone(), quota.clone())
+    }));
     let message = built.expect_err("an unnamed set on Redis is refused");
     let message = message
         .downcast_ref::<String>()
@@ -560,4 +562,100 @@ async fn on_redis_sets_of_one_name_share_counters_across_servers_and_of_two_do_n
     assert!(!one.check("k", 1).await.unwrap().allowed());
     assert!(!two.check("k", 1).await.unwrap().allowed());
     assert!(search.check("k", 1).await.unwrap().allowed());
+}
+
+/// The spans of decisions a subscriber saw: each one's fields, as text.
+#[derive(Clone, Default)]
+struct Spans(std::sync::Arc<std::sync::Mutex<SpansSeen>>);
+
+/// Each span's fields in the order opened, and where each live span's id
+/// points (ids are reused once a span closes).
+#[derive(Default)]
+struct SpansSeen {
+    fields: Vec<Vec<(String, String)>>,
+    ids: std::collections::HashMap<u64, usize>,
+}
+
+struct Fields<'a>(&'a mut Vec<(String, String)>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.push((field.name().to_owned(), value.to_owned()));
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Spans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = vec![("name".to_owned(), attrs.metadata().name().to_owned())];
+        attrs.record(&mut Fields(&mut fields));
+        let mut spans = self.0.lock().unwrap();
+        let index = spans.fields.len();
+        spans.ids.insert(id.into_u64(), index);
+        spans.fields.push(fields);
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut spans = self.0.lock().unwrap();
+        let index = spans.ids[&id.into_u64()];
+        values.record(&mut Fields(&mut spans.fields[index]));
+    }
+}
+
+fn field<'a>(span: &'a [(String, String)], name: &str) -> &'a str {
+    span.iter()
+        .rev()
+        .find(|(n, _)| n == name)
+        .map_or("", |(_, v)| v.as_str())
+}
+
+#[test]
+fn each_decision_has_a_span_with_its_set_key_hash_and_outcome() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(spans.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            let set = QuotaSet::new("login", [Quota::gcra(1, 60 * SEC).build().unwrap()]).unwrap();
+            let l = Limiter::new(MemoryBackend::new(), set);
+            // Decided at once, then awaited, then a cost that can never pass.
+            assert!(l.check_now("secret-api-key", 1).unwrap().unwrap().allowed());
+            assert!(!l.check("secret-api-key", 1).await.unwrap().allowed());
+            assert!(l.check("other", 5).await.is_err());
+        })
+    });
+    let spans = &spans.0.lock().unwrap().fields;
+    assert_eq!(spans.len(), 3);
+    for (span, outcome) in spans.iter().zip(["allowed", "refused", "errored"]) {
+        assert_eq!(field(span, "name"), "tollgate.decision");
+        assert_eq!(field(span, "set"), "login");
+        assert_eq!(field(span, "backend"), "memory");
+        assert_eq!(field(span, "outcome"), outcome, "{span:?}");
+        assert_eq!(field(span, "key_hash").len(), 16, "{span:?}");
+        assert!(
+            span.iter().all(|(_, v)| !v.contains("secret")),
+            "the key itself is never in a span: {span:?}"
+        );
+    }
+    assert_eq!(field(&spans[0], "key_hash"), field(&spans[1], "key_hash"));
+    assert_ne!(field(&spans[0], "key_hash"), field(&spans[2], "key_hash"));
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 use tollgate::backend::{BackendErrorKind, CheckRequest};
-use tollgate::key::HeaderKey;
+use tollgate::key::{HeaderKey, KeyError, KeyExtractor, KeyFuture};
 use tollgate::layer::Policy;
 use tollgate::{
     Backend, BackendError, Decision, Limiter, MemoryBackend, OnBackendError, Quota, RateLimitLayer,
@@ -39,6 +39,14 @@ fn api_key() -> HeaderKey {
 
 /// One health check with `key` as the `x-api-key` metadata, if any.
 async fn call(addr: SocketAddr, key: Option<&str>) -> Result<(), tonic::Status> {
+    call_with(addr, key.map(|k| ("x-api-key", k))).await
+}
+
+/// One health check with this metadata entry, if any.
+async fn call_with(
+    addr: SocketAddr,
+    metadata: Option<(&'static str, &str)>,
+) -> Result<(), tonic::Status> {
     let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_timeout(Duration::from_secs(5))
@@ -50,10 +58,8 @@ async fn call(addr: SocketAddr, key: Option<&str>) -> Result<(), tonic::Status> 
         service: String::new(),
     });
     request.set_timeout(Duration::from_secs(5));
-    if let Some(key) = key {
-        request
-            .metadata_mut()
-            .insert("x-api-key", key.parse().unwrap());
+    if let Some((name, value)) = metadata {
+        request.metadata_mut().insert(name, value.parse().unwrap());
     }
     client.check(request).await.map(|_| ())
 }
@@ -120,4 +126,56 @@ async fn a_failed_backend_under_reject_is_unavailable() {
     // Under the default (allow), the call goes through.
     let addr = serve(RateLimitLayer::new(Limiter::new(Down, quota), api_key())).await;
     call(addr, Some("alice")).await.unwrap();
+}
+
+#[cfg(feature = "tonic")]
+#[tokio::test]
+async fn peer_ip_keys_a_call_by_the_address_tonic_records() {
+    let limiter = Limiter::new(
+        MemoryBackend::new(),
+        Quota::gcra(2, Duration::from_secs(60)).build().unwrap(),
+    );
+    let addr = serve(RateLimitLayer::new(limiter, tollgate::key::PeerIp::new())).await;
+    call(addr, None).await.unwrap();
+    call(addr, None).await.unwrap();
+    let refused = call(addr, None).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+}
+
+#[cfg(feature = "tonic")]
+#[tokio::test]
+async fn client_ip_behind_a_trusted_proxy_reads_the_forwarded_metadata() {
+    let limiter = Limiter::new(
+        MemoryBackend::new(),
+        Quota::gcra(1, Duration::from_secs(60)).build().unwrap(),
+    );
+    let key = tollgate::key::ClientIp::trusted_proxies(["127.0.0.1".parse().unwrap()]);
+    let addr = serve(RateLimitLayer::new(limiter, key)).await;
+    let from = |client| Some(("x-forwarded-for", client));
+    call_with(addr, from("203.0.113.1")).await.unwrap();
+    let refused = call_with(addr, from("203.0.113.1")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    // Another client behind the same proxy has its own count.
+    call_with(addr, from("203.0.113.2")).await.unwrap();
+}
+
+/// A key extractor on a server that records no peer address.
+struct NoPeer;
+
+impl KeyExtractor for NoPeer {
+    fn extract(&self, _: &http::request::Parts) -> KeyFuture {
+        KeyFuture::ready(Err(KeyError::NoPeerAddress))
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_records_no_peer_address_is_internal_and_says_what_to_do() {
+    let limiter = Limiter::new(
+        MemoryBackend::new(),
+        Quota::gcra(2, Duration::from_secs(60)).build().unwrap(),
+    );
+    let addr = serve(RateLimitLayer::new(limiter, NoPeer)).await;
+    let failed = call(addr, None).await.unwrap_err();
+    assert_eq!(failed.code(), Code::Internal, "{failed:?}");
+    assert!(failed.message().contains("`tonic` feature"), "{failed:?}");
 }

@@ -14,7 +14,9 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use support::{Reply, reply};
 use tollgate::backend::{BackendErrorKind, CheckRequest};
-use tollgate::key::{ClientIp, HeaderKey, PeerIp, RouteKey};
+use tollgate::key::{
+    ClientIp, HeaderKey, KeyExtractor, KeyExtractorExt, KeyFuture, PeerIp, RouteKey,
+};
 use tollgate::layer::{Policy, QUOTA_EXCEEDED};
 use tollgate::{
     Backend, BackendError, Decision, HeaderStyle, Limiter, ManualClock, MemoryBackend, Mode,
@@ -762,4 +764,134 @@ async fn poll_ready_passes_through() {
         svc.poll_ready(&mut cx),
         Poll::Ready(Err("inner not ready"))
     ));
+}
+
+/// The header lines and body a README output block shows.
+fn documented(block: &str) -> (u16, Vec<(String, String)>, String) {
+    let mut lines = block.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap();
+    let mut headers = Vec::new();
+    let mut body = String::new();
+    for line in lines {
+        match line.split_once(": ") {
+            Some((name, value)) if body.is_empty() && !line.starts_with('{') => {
+                headers.push((name.to_owned(), value.to_owned()))
+            }
+            _ => body.push_str(line),
+        }
+    }
+    (status.parse().unwrap(), headers, body)
+}
+
+#[tokio::test]
+async fn the_readme_axum_example_prints_what_the_readme_shows() {
+    let readme = include_str!("../README.md");
+    let shown = readme
+        .split_once("What a client sees")
+        .expect("the README shows the quickstart's output")
+        .1;
+    let blocks: Vec<&str> = shown
+        .split("```text\n")
+        .skip(1)
+        .take(2)
+        .map(|b| b.split("```").next().unwrap().trim_end())
+        .collect();
+    // The README's example, as written there.
+    let backend = MemoryBackend::new();
+    let everywhere = Limiter::new(
+        backend.clone(),
+        QuotaSet::new("app", [Quota::gcra(5, 10 * SEC).build().unwrap()]).unwrap(),
+    );
+    let reports = Limiter::new(
+        backend,
+        QuotaSet::new("reports", [Quota::sliding_window(6, 60 * SEC).build().unwrap()]).unwrap(),
+    );
+    let app = Router::new()
+        .route(
+            "/report",
+            post(|| async { "report queued\n" })
+                .layer(RateLimitLayer::builder(reports, PeerIp::new()).cost(|_| 3).build()),
+        )
+        .route("/", get(|| async { "hello\n" }))
+        .layer(RateLimitLayer::new(everywhere, PeerIp::new()));
+    let addr = support::serve(app).await;
+    let client = support::client();
+    let mut replies = Vec::new();
+    for _ in 0..6 {
+        replies.push(support::get(&client, addr, "/", &[]).await);
+    }
+    for (block, reply) in blocks.iter().zip([&replies[0], &replies[5]]) {
+        let (status, headers, body) = documented(block);
+        assert_eq!(reply.status.as_u16(), status, "{block}");
+        for (name, value) in headers {
+            assert_eq!(reply.header(&name), Some(value.as_str()), "{name} in\n{block}");
+        }
+        assert_eq!(reply.body.trim_end(), body, "{block}");
+    }
+}
+
+/// What a handler read of the decision the layer handed it.
+async fn remaining(decision: Option<axum::Extension<Decision>>) -> String {
+    match decision {
+        Some(axum::Extension(d)) => format!("{} left", d.remaining()),
+        None => "no decision".to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn a_handler_reads_the_decision_from_the_request_extensions() {
+    let c = clock();
+    let quota = || Quota::gcra(3, 60 * SEC).build().unwrap();
+    let handed = Router::new().route("/", get(remaining)).layer(
+        RateLimitLayer::builder(limiter(&c, quota()), PeerIp::new())
+            .decision_in_extensions(true)
+            .build(),
+    );
+    assert_eq!(send(&handed, from("192.0.2.1")).await.body, "2 left");
+    assert_eq!(send(&handed, from("192.0.2.1")).await.body, "1 left");
+    // Decided on the awaited path (a key found asynchronously) too.
+    let awaited = Router::new().route("/", get(remaining)).layer(
+        RateLimitLayer::builder(limiter(&c, quota()), Async(PeerIp::new()))
+            .decision_in_extensions(true)
+            .build(),
+    );
+    assert_eq!(send(&awaited, from("192.0.2.1")).await.body, "2 left");
+    // Off by default.
+    let plain = Router::new()
+        .route("/", get(remaining))
+        .layer(RateLimitLayer::new(limiter(&c, quota()), PeerIp::new()));
+    assert_eq!(send(&plain, from("192.0.2.1")).await.body, "no decision");
+}
+
+/// A key extractor that answers only after a yield, as a lookup would.
+struct Async<K>(K);
+
+impl<K: KeyExtractor> KeyExtractor for Async<K> {
+    fn extract(&self, parts: &http::request::Parts) -> KeyFuture {
+        let found = self.0.extract(parts);
+        KeyFuture::new(async move {
+            tokio::task::yield_now().await;
+            found.await
+        })
+    }
+}
+
+#[tokio::test]
+async fn or_falls_back_on_a_malformed_key_as_on_a_missing_one() {
+    let c = clock();
+    let api_key = HeaderKey::new(http::HeaderName::from_static("x-api-key"));
+    let app = app(RateLimitLayer::new(
+        limiter(&c, Quota::gcra(1, 60 * SEC).build().unwrap()),
+        api_key.or(PeerIp::new()),
+    ));
+    // A key that is not visible ASCII: counted under the client's address.
+    let broken = request("192.0.2.1", &[("x-api-key", b"\xff\xfe")]);
+    assert_eq!(send(&app, broken).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&app, from("192.0.2.1")).await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the broken key spent the address's quota"
+    );
+    let good = request("192.0.2.1", &[("x-api-key", b"alice")]);
+    assert_eq!(send(&app, good).await.status, StatusCode::OK);
 }

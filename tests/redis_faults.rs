@@ -13,7 +13,13 @@ use std::time::{Duration, Instant};
 
 use redis_support::RedisServer;
 use tollgate::backend::{BackendErrorKind, CircuitBreaker};
-use tollgate::{Error, Limiter, MemoryBackend, OnFailure, Quota, RedisBackend};
+use tollgate::{Error, Limiter, MemoryBackend, OnFailure, Quota, QuotaSet, RedisBackend};
+
+/// A set named "t": Redis refuses a set without a name, whose counters
+/// could not be shared by a fleet.
+fn set(quota: Quota) -> QuotaSet {
+    QuotaSet::new("t", [quota]).unwrap()
+}
 
 const LONG: Duration = Duration::from_secs(3600);
 
@@ -30,7 +36,7 @@ async fn script_flush_and_restart_keep_decisions_working() {
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let limiter = Limiter::new(backend.clone(), Quota::gcra(3, LONG).build().unwrap());
+    let limiter = Limiter::new(backend.clone(), set(Quota::gcra(3, LONG).build().unwrap()));
 
     assert!(limiter.check("k", 1).await.unwrap().allowed());
     // A fresh Redis did not know the script.
@@ -141,7 +147,7 @@ async fn kill_and_restart(server: &mut RedisServer, limiter: Limiter<RedisBacken
 async fn redis_killed_under_load_then_restarted_with_errors_returned() {
     let mut server = RedisServer::start();
     let backend = backend(&server, OnFailure::Error);
-    let limiter = Limiter::new(backend.clone(), quota());
+    let limiter = Limiter::new(backend.clone(), set(quota()));
     let run = kill_and_restart(&mut server, limiter.clone()).await;
     let stats = backend.stats();
     eprintln!(
@@ -174,7 +180,7 @@ async fn redis_killed_under_load_then_restarted_with_errors_returned() {
 async fn redis_killed_under_load_then_restarted_with_a_local_fallback() {
     let mut server = RedisServer::start();
     let backend = backend(&server, OnFailure::Fallback(MemoryBackend::new()));
-    let limiter = Limiter::new(backend.clone(), quota());
+    let limiter = Limiter::new(backend.clone(), set(quota()));
     let run = kill_and_restart(&mut server, limiter.clone()).await;
     let stats = backend.stats();
     eprintln!("ok {}, slowest {:?}, {stats:?}", run.ok, run.slowest);
@@ -194,7 +200,7 @@ async fn redis_killed_under_load_then_restarted_with_a_local_fallback() {
 async fn paused_redis_costs_each_check_at_most_the_timeout() {
     let server = RedisServer::start();
     let backend = backend(&server, OnFailure::Error);
-    let limiter = Limiter::new(backend.clone(), quota());
+    let limiter = Limiter::new(backend.clone(), set(quota()));
     assert!(limiter.check("k", 1).await.unwrap().allowed());
 
     server.cli(&["CLIENT", "PAUSE", "1500", "ALL"]);

@@ -17,6 +17,12 @@ use redis_support::{RedisCluster, RedisServer};
 use tollgate::backend::{BackendErrorKind, RedisBackendBuilder, RedisConfigError};
 use tollgate::{Algorithm, Error, Lease, Limiter, Quota, QuotaSet, RedisBackend};
 
+/// A set named "t": Redis refuses a set without a name, whose counters
+/// could not be shared by a fleet.
+fn set(quota: Quota) -> QuotaSet {
+    QuotaSet::new("t", [quota]).unwrap()
+}
+
 /// Fixed windows are aligned to the epoch: ten-year windows cannot roll over
 /// during a test.
 const DECADE: Duration = Duration::from_secs(10 * 365 * 86_400);
@@ -91,7 +97,7 @@ async fn a_leasing_fleet_admits_the_quota_less_at_most_the_parked_units() {
     .enumerate()
     {
         let limit = 500;
-        let quotas = QuotaSet::single(Quota::builder(algorithm, limit, DECADE).build().unwrap());
+        let quotas = set(Quota::builder(algorithm, limit, DECADE).build().unwrap());
         let key = format!("hot:{i}");
         let (admitted, _) = hammer(&backends, &quotas, &key, Duration::from_millis(300)).await;
         let bound = MAX_LEASE * SERVERS as u64;
@@ -115,7 +121,7 @@ async fn a_leasing_fleet_stays_within_the_limit_plus_the_refill() {
     // 400 a second, a burst of 200: in a run of t seconds, at most
     // 200 + 400 t.
     for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
-        let quotas = QuotaSet::single(
+        let quotas = set(
             Quota::builder(algorithm, 400, Duration::from_secs(1))
                 .burst(200)
                 .build()
@@ -137,7 +143,7 @@ async fn a_leasing_fleet_stays_within_the_limit_plus_the_refill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_stops_holding_a_lease_costs_the_fleet_that_lease_only() {
     let server = RedisServer::start();
-    let quotas = QuotaSet::single(
+    let quotas = set(
         Quota::gcra(400, Duration::from_secs(1))
             .burst(50)
             .build()
@@ -185,7 +191,7 @@ async fn leases_in_hand_keep_deciding_while_redis_is_down() {
     );
     let limiter = Limiter::new(
         backend.clone(),
-        Quota::fixed_window(1_000, DECADE).build().unwrap(),
+        set(Quota::fixed_window(1_000, DECADE).build().unwrap()),
     );
     // Leases grow with the pace: 1, 4, 16, then 25 units.
     let mut checks = 0;
@@ -313,7 +319,7 @@ async fn a_lease_never_parks_a_small_quotas_allowance_in_one_process() {
     // A quota of 10: an eighth is less than 2, so every admission is its
     // own Redis call, however hot the key.
     let (a, b) = two();
-    let ten = QuotaSet::single(Quota::gcra(10, DECADE).build().unwrap());
+    let ten = set(Quota::gcra(10, DECADE).build().unwrap());
     let (la, lb) = (
         Limiter::new(a.clone(), ten.clone()),
         Limiter::new(b.clone(), ten),
@@ -333,7 +339,7 @@ async fn a_lease_never_parks_a_small_quotas_allowance_in_one_process() {
     // would have taken all 80), at most 10 are parked there: the other
     // process gets 30 more.
     let (a, b) = two();
-    let eighty = QuotaSet::single(Quota::gcra(80, DECADE).build().unwrap());
+    let eighty = set(Quota::gcra(80, DECADE).build().unwrap());
     let (la, lb) = (
         Limiter::new(a.clone(), eighty.clone()),
         Limiter::new(b.clone(), eighty),
@@ -353,7 +359,7 @@ async fn a_lease_never_parks_a_small_quotas_allowance_in_one_process() {
     // Both hammering a fresh key at once: both are admitted, and together
     // they admit the quota less at most one lease each.
     let (a, b) = two();
-    let quotas = QuotaSet::single(Quota::gcra(80, DECADE).build().unwrap());
+    let quotas = set(Quota::gcra(80, DECADE).build().unwrap());
     let run = Duration::from_millis(200);
     let ((from_a, _), (from_b, _)) = tokio::join!(
         hammer(std::slice::from_ref(&a), &quotas, "both", run),
@@ -372,7 +378,7 @@ async fn a_lease_never_parks_a_small_quotas_allowance_in_one_process() {
 async fn the_http_layer_decides_from_a_lease_through_a_real_server() {
     let server = RedisServer::start();
     let backend = leasing(RedisBackend::from_url(server.url()), Lease::Max(MAX_LEASE));
-    let limiter = Limiter::new(backend.clone(), Quota::gcra(50, DECADE).build().unwrap());
+    let limiter = Limiter::new(backend.clone(), set(Quota::gcra(50, DECADE).build().unwrap()));
     let app = axum::Router::new()
         .fallback(|| async { "ok" })
         .layer(tollgate::RateLimitLayer::new(

@@ -13,6 +13,12 @@ use std::time::Duration;
 use redis_support::RedisServer;
 use tollgate::{Algorithm, Limiter, ManualClock, Quota, QuotaSet, RedisBackend, Timestamp};
 
+/// A set named "t": Redis refuses a set without a name, whose counters
+/// could not be shared by a fleet.
+fn set(quota: Quota) -> QuotaSet {
+    QuotaSet::new("t", [quota]).unwrap()
+}
+
 const YEAR: Duration = Duration::from_secs(365 * 86_400);
 
 fn backend(server: &RedisServer) -> RedisBackend {
@@ -129,10 +135,10 @@ async fn a_sliding_log_keeps_at_most_limit_unique_entries() {
         .unwrap();
     let limiter = Limiter::new(
         backend.clone(),
-        Quota::sliding_log(25, Duration::from_secs(60))
+        set(Quota::sliding_log(25, Duration::from_secs(60))
             .count_rejected(true)
             .build()
-            .unwrap(),
+            .unwrap()),
     );
     let mut admitted = 0;
     for _ in 0..100 {
@@ -156,7 +162,7 @@ async fn a_sliding_log_keeps_at_most_limit_unique_entries() {
 
 /// One key flooded by 8 tasks; returns (admitted, EVALSHA + EVAL calls).
 async fn flood(server: &RedisServer, backend: RedisBackend) -> (u64, u64) {
-    let limiter = Limiter::new(backend, Quota::fixed_window(10, YEAR).build().unwrap());
+    let limiter = Limiter::new(backend, set(Quota::fixed_window(10, YEAR).build().unwrap()));
     // Load the script first, so the count below has no NOSCRIPT round trips.
     limiter.check("warm-up", 1).await.unwrap();
     server.cli(&["CONFIG", "RESETSTAT"]);
@@ -229,7 +235,7 @@ async fn a_flood_costs_one_call_per_retry_after_interval() {
     let server = RedisServer::start();
     let backend = backend(&server);
     let quota = Quota::gcra(20, Duration::from_secs(1)).burst(1);
-    let limiter = Limiter::new(backend.clone(), quota.build().unwrap());
+    let limiter = Limiter::new(backend.clone(), set(quota.build().unwrap()));
     limiter.check("warm-up", 1).await.unwrap();
     let admitted = Arc::new(AtomicU64::new(0));
     let end = Instant::now() + Duration::from_millis(100) + 10 * INTERVAL;
@@ -284,13 +290,13 @@ async fn a_cached_denial_reads_like_the_one_redis_gave() {
     let server = RedisServer::start();
     let backend = backend(&server);
     let quota = Quota::gcra(2, Duration::from_secs(10)).build().unwrap();
-    let limiter = Limiter::new(backend.clone(), quota.clone());
+    let limiter = Limiter::new(backend.clone(), set(quota.clone()));
     // Redis's own answer, through a backend that caches nothing.
     let uncached = RedisBackend::from_url(server.url())
         .denial_cache(0)
         .build()
         .unwrap();
-    let redis = Limiter::new(uncached, quota);
+    let redis = Limiter::new(uncached, set(quota));
     // The admission that empties the quota is remembered as a denial.
     assert!(limiter.check("k", 2).await.unwrap().allowed());
     let from_redis = redis.check("k", 1).await.unwrap();
@@ -316,10 +322,10 @@ async fn an_enforced_quotas_denial_is_not_served_to_its_shadow_twin() {
     let backend = backend(&server);
     let quota = Quota::gcra(1, YEAR);
     // Same name and numbers, so the same state: only the mode differs.
-    let enforced = Limiter::new(backend.clone(), quota.clone().build().unwrap());
+    let enforced = Limiter::new(backend.clone(), set(quota.clone().build().unwrap()));
     let shadow = Limiter::new(
         backend.clone(),
-        quota.mode(tollgate::Mode::Shadow).build().unwrap(),
+        set(quota.mode(tollgate::Mode::Shadow).build().unwrap()),
     );
     // The admission empties the quota: both refusals come from the cache.
     assert!(enforced.check("k", 1).await.unwrap().allowed());

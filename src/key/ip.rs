@@ -94,22 +94,40 @@ impl Ipv4Key {
     }
 }
 
-/// The peer address of the connection: axum's `ConnectInfo<SocketAddr>`, or a
-/// `SocketAddr` extension set by other servers.
+/// The peer address of the connection: axum's `ConnectInfo<SocketAddr>`, a
+/// `SocketAddr` extension set by other servers, or (with the `tonic`
+/// feature) tonic's `TcpConnectInfo`.
 pub(crate) fn peer_addr(parts: &Parts) -> Option<IpAddr> {
-    parts
-        .extensions
+    let extensions = &parts.extensions;
+    extensions
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip())
-        .or_else(|| parts.extensions.get::<SocketAddr>().map(SocketAddr::ip))
-        .map(|ip| ip.to_canonical())
+        .map(|c| c.0)
+        .or_else(|| extensions.get::<SocketAddr>().copied())
+        .or_else(|| tonic_peer(extensions))
+        .map(|addr| addr.ip().to_canonical())
+}
+
+/// The peer address a tonic server records for a TCP connection.
+#[cfg(feature = "tonic")]
+fn tonic_peer(extensions: &http::Extensions) -> Option<SocketAddr> {
+    extensions
+        .get::<tonic::transport::server::TcpConnectInfo>()?
+        .remote_addr()
+}
+
+#[cfg(not(feature = "tonic"))]
+fn tonic_peer(_: &http::Extensions) -> Option<SocketAddr> {
+    None
 }
 
 /// The connection's peer address: `ip:<address>` (IPv6 grouped by /64).
 ///
 /// Serve an axum router with
 /// `into_make_service_with_connect_info::<SocketAddr>()` so the address is
-/// recorded; without it, requests have no key ([`KeyError::NoPeerAddress`]).
+/// recorded; a tonic server records it, and `PeerIp` reads it with this
+/// crate's `tonic` feature; another server may insert the peer's
+/// `SocketAddr` in the request extensions. Without it, requests have no key
+/// ([`KeyError::NoPeerAddress`]).
 /// Behind a reverse proxy every request has the proxy's address: use
 /// [`ClientIp`] there.
 #[derive(Debug, Clone, Copy, Default)]

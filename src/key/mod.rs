@@ -96,8 +96,9 @@ pub enum KeyError {
         /// The most accepted.
         max: usize,
     },
-    /// The server did not record the connection's address: serve the router
-    /// with `into_make_service_with_connect_info::<SocketAddr>()`.
+    /// The server did not record the connection's address: serve an axum
+    /// router with `into_make_service_with_connect_info::<SocketAddr>()`,
+    /// or enable the `tonic` feature for a tonic server.
     NoPeerAddress,
 }
 
@@ -121,7 +122,10 @@ impl fmt::Display for KeyError {
                 write!(f, "the rate-limit key is {len} bytes long, over the {max} accepted")
             }
             KeyError::NoPeerAddress => f.write_str(
-                "the connection's address is unknown (serve with into_make_service_with_connect_info::<SocketAddr>())",
+                "the connection's address is unknown (axum: serve with \
+                 into_make_service_with_connect_info::<SocketAddr>(); tonic: build tollgate \
+                 with its `tonic` feature; other servers: insert the peer's SocketAddr in \
+                 the request extensions)",
             ),
         }
     }
@@ -234,7 +238,12 @@ impl<K: KeyExtractor + ?Sized> KeyExtractor for Box<K> {
 /// Combinators for every extractor.
 pub trait KeyExtractorExt: KeyExtractor + Sized {
     /// This key, or `other`'s when this one cannot be found (an API key if
-    /// there is one, else the client IP).
+    /// there is one, else the client IP). Any [`KeyError`] falls back:
+    /// missing, and malformed too (a header value that is not visible ASCII,
+    /// an unreadable forwarding header, a key a custom extractor refuses), so
+    /// a client sending a broken API key is limited as its address, never
+    /// unlimited. To answer a malformed key 400 instead, use the extractor
+    /// alone.
     fn or<O: KeyExtractor>(self, other: O) -> Or<Self, O> {
         Or(self, other)
     }

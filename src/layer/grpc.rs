@@ -43,7 +43,12 @@ fn code(status: StatusCode) -> (u16, &'static str) {
         StatusCode::UNAUTHORIZED => (UNAUTHENTICATED, "unauthenticated"),
         StatusCode::FORBIDDEN => (PERMISSION_DENIED, "permission denied"),
         StatusCode::PAYLOAD_TOO_LARGE => (RESOURCE_EXHAUSTED, "the call costs more than its quota"),
-        s if s.is_server_error() => (INTERNAL, "the rate limiter cannot find keys"),
+        // Only a server that records no peer address answers 500 itself.
+        s if s.is_server_error() => (
+            INTERNAL,
+            "the rate limiter cannot find keys: the server records no peer address \
+             (build tollgate with its `tonic` feature for PeerIp and ClientIp)",
+        ),
         _ => (UNKNOWN, "refused by the rate limiter"),
     }
 }

@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 use super::headers::Headers;
 use super::load::InFlight;
 use crate::backend::Slot;
+use crate::decision::Decision;
 
 /// Carried from the decision to the response, boxed beside the headers (most
 /// requests carry nothing): a response-aware limit to charge once the
@@ -20,6 +21,9 @@ pub(crate) struct Held {
     pub charge: Option<Charge>,
     pub slots: SmallVec<[Slot; 1]>,
     pub in_flight: Option<InFlight>,
+    /// The decision, for the inner service (taken out when the request is
+    /// passed on).
+    pub decision: Option<Decision>,
 }
 
 impl Held {
@@ -28,6 +32,7 @@ impl Held {
     pub(crate) fn and(mut self: Box<Self>, more: Held) -> Box<Held> {
         self.slots.extend(more.slots);
         self.in_flight = self.in_flight.or(more.in_flight);
+        self.decision = self.decision.or(more.decision);
         self.charge = self.charge.into_iter().chain(more.charge).reduce(both);
         self
     }

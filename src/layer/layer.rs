@@ -208,6 +208,20 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         self
     }
 
+    /// Hands each passed request's [`Decision`](crate::Decision) to the
+    /// inner service, in the request's extensions, so a handler can read
+    /// what is left (axum: `Extension<Decision>`, or
+    /// `request.extensions().get::<Decision>()`). Off by default: it costs
+    /// a passed request an allocation or two. A response-aware limit
+    /// ([`count_status`](Self::count_status)) hands the look made before the
+    /// request, which spent nothing; a request passed without a decision
+    /// (the backend failed under [`OnBackendError::Allow`], no key under
+    /// [`OnMissingKey::Allow`]) carries none.
+    pub fn decision_in_extensions(mut self, yes: bool) -> Self {
+        self.policy.decision_in_extensions = yes;
+        self
+    }
+
     /// Replaces the default 429 response (problem details), for rate and
     /// concurrency refusals alike ([`Rejection::refused`] tells them apart).
     /// The layer still adds `Retry-After` and the rate-limit headers the

@@ -250,6 +250,8 @@ pub struct LimitPolicy<B, K> {
     /// Response-aware: charge only responses with these statuses.
     pub(crate) count_status: Option<CountStatus>,
     pub(crate) protect: Protection,
+    /// Whether a passed request carries its decision in its extensions.
+    pub(crate) decision_in_extensions: bool,
 }
 
 impl<B, K> LimitPolicy<B, K> {
@@ -264,6 +266,7 @@ impl<B, K> LimitPolicy<B, K> {
             cost: None,
             count_status: None,
             protect: Protection::default(),
+            decision_in_extensions: false,
         }
     }
 
@@ -274,6 +277,20 @@ impl<B, K> LimitPolicy<B, K> {
 
     fn cost(&self, parts: &Parts) -> u64 {
         self.cost.as_ref().map_or(1, |f| f(parts))
+    }
+
+    /// `limit`'s verdict, carrying the decision for the inner service when
+    /// asked to.
+    fn judge(&self, limit: &Limit<B>, key: &Key, outcome: Result<Decision, Error>) -> Verdict {
+        let decision = match &outcome {
+            Ok(decision) if self.decision_in_extensions => Some(decision.clone()),
+            _ => None,
+        };
+        let verdict = limit.judge(&self.respond, key, outcome);
+        match decision {
+            Some(decision) => verdict.with_decision(decision),
+            None => verdict,
+        }
     }
 }
 
@@ -321,7 +338,7 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
         let outcome = limit
             .limiter
             .check_now_with_room(key.as_str(), self.cost(parts), room)?;
-        let verdict = limit.judge(&self.respond, &key, outcome);
+        let verdict = self.judge(limit, &key, outcome);
         Some(self.protect.finish(admission, verdict))
     }
 
@@ -353,13 +370,13 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
         let room = limit.room(&self.protect);
         let Some(counts) = &self.count_status else {
             let outcome = check_within(&limit.limiter, &key, cost, self.timeout, room).await;
-            let verdict = limit.judge(&self.respond, &key, outcome);
+            let verdict = self.judge(limit, &key, outcome);
             return self.protect.finish(admission, verdict);
         };
         // Refused now if the counted limit is already reached; charged after
         // the response only if its status counts.
         let outcome = look_within(&limit.limiter, &key, cost, self.timeout, room).await;
-        let verdict = limit.judge(&self.respond, &key, outcome);
+        let verdict = self.judge(limit, &key, outcome);
         let charge = Arc::clone(limit).charge(&self.respond, counts, key, cost, self.timeout, room);
         self.protect.finish(admission, verdict.charging(charge))
     }

@@ -74,15 +74,17 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let Some(verdict) = self.policy.decide_now(&parts) else {
             let policy = Arc::clone(&self.policy);
             return ResponseFuture::deciding(self.take_ready(), async move {
-                let verdict = for_grpc(&parts, policy.decide(&parts).await);
+                let mut verdict = for_grpc(&parts, policy.decide(&parts).await);
+                hand_over(&mut parts, &mut verdict);
                 after_delay(verdict, Request::from_parts(parts, body)).await
             });
         };
-        let verdict = for_grpc(&parts, verdict);
+        let mut verdict = for_grpc(&parts, verdict);
+        hand_over(&mut parts, &mut verdict);
         // The request is rebuilt where it is passed on, so that it is built
         // in place rather than copied there (224 bytes, a `memcpy` call).
         match verdict.0 {
@@ -113,6 +115,16 @@ impl<S: Clone, P> RateLimit<S, P> {
     fn take_ready(&mut self) -> S {
         let clone = self.inner.clone();
         std::mem::replace(&mut self.inner, clone)
+    }
+}
+
+/// Puts the decision a passing verdict carries (see
+/// [`decision_in_extensions`](super::RateLimitLayerBuilder::decision_in_extensions))
+/// in the request's extensions, for the inner service.
+#[inline]
+fn hand_over(parts: &mut Parts, verdict: &mut Verdict) {
+    if let Some(decision) = verdict.take_decision() {
+        parts.extensions.insert(decision);
     }
 }
 

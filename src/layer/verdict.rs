@@ -8,6 +8,7 @@ use http::Response;
 
 use super::headers::Headers;
 use super::held::{Charge, Held};
+use crate::decision::Decision;
 
 /// What becomes of a request: pass it on (maybe after a delay, adding
 /// headers), or answer it. Made by a [`Policy`](super::Policy); opaque, as
@@ -57,6 +58,24 @@ impl Verdict {
             held.get_or_insert_default().charge = Some(charge);
         }
         self
+    }
+
+    /// This verdict, handing `decision` to the inner service if it passes.
+    pub(crate) fn with_decision(mut self, decision: Decision) -> Self {
+        if let VerdictKind::Pass { held, .. } = &mut self.0 {
+            held.get_or_insert_default().decision = Some(decision);
+        }
+        self
+    }
+
+    /// The decision to hand to the inner service, taken out of the verdict.
+    pub(crate) fn take_decision(&mut self) -> Option<Decision> {
+        match &mut self.0 {
+            VerdictKind::Pass {
+                held: Some(held), ..
+            } => held.decision.take(),
+            _ => None,
+        }
     }
 
     pub(crate) fn respond(response: Response<Bytes>) -> Self {

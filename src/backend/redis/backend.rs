@@ -69,7 +69,7 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use tollgate::{Limiter, OnFailure, MemoryBackend, Quota, RedisBackend};
+/// use tollgate::{Limiter, OnFailure, MemoryBackend, Quota, QuotaSet, RedisBackend};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -78,7 +78,9 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 ///     .timeout(Duration::from_millis(50))
 ///     .on_failure(OnFailure::Fallback(MemoryBackend::new()))
 ///     .build()?;
-/// let limiter = Limiter::new(backend, Quota::gcra(100, Duration::from_secs(60)).build()?);
+/// // A set name: every server using it counts under it.
+/// let api = QuotaSet::new("api", [Quota::gcra(100, Duration::from_secs(60)).build()?])?;
+/// let limiter = Limiter::new(backend, api);
 /// let decision = limiter.check("user:42", 1).await?;
 /// println!("allowed: {}", decision.allowed());
 /// # Ok(())
