@@ -27,19 +27,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Everything: 5 requests per 10 seconds per client IP, bursts allowed.
     let everywhere = Limiter::new(
         backend.clone(),
-        QuotaSet::new(
-            "app",
-            [Quota::gcra(5, Duration::from_secs(10))
-                .build()?],
-        )?,
+        QuotaSet::new("app", [Quota::gcra(5, Duration::from_secs(10)).build()?])?,
     );
     // /report: 6 units a minute, and each report costs 3.
     let reports = Limiter::new(
         backend,
         QuotaSet::new(
             "reports",
-            [Quota::sliding_window(6, Duration::from_secs(60))
-                .build()?],
+            [Quota::sliding_window(6, Duration::from_secs(60)).build()?],
         )?,
     );
 

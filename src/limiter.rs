@@ -37,7 +37,11 @@ struct KeyHash(u64);
 impl KeyHash {
     fn of(key: &str) -> KeyHash {
         static SECRET: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
-        KeyHash(SECRET.get_or_init(std::hash::RandomState::new).hash_one(key))
+        KeyHash(
+            SECRET
+                .get_or_init(std::hash::RandomState::new)
+                .hash_one(key),
+        )
     }
 }
 

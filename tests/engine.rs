@@ -482,15 +482,21 @@ async fn two_limiters_built_from_one_quota_count_apart() {
     }
     assert!(!search.check("ip:192.0.2.7", 1).await.unwrap().allowed());
     // A clone of a limiter is the same limiter.
-    assert!(!login.clone().check("ip:192.0.2.7", 1).await.unwrap().allowed());
+    assert!(
+        !login
+            .clone()
+            .check("ip:192.0.2.7", 1)
+            .await
+            .unwrap()
+            .allowed()
+    );
 }
 
 #[tokio::test]
 async fn limiters_of_sets_of_one_name_share_counters_and_of_two_names_do_not() {
     let backend = MemoryBackend::new();
-    let set = |name: &str| {
-        QuotaSet::new(name, [Quota::gcra(2, 60 * SEC).build().unwrap()]).unwrap()
-    };
+    let set =
+        |name: &str| QuotaSet::new(name, [Quota::gcra(2, 60 * SEC).build().unwrap()]).unwrap();
     let a = Limiter::new(backend.clone(), set("api"));
     let b = Limiter::new(backend.clone(), set("api"));
     let other = Limiter::new(backend.clone(), set("admin"));
@@ -508,8 +514,14 @@ fn a_quota_alone_in_a_named_set_shows_the_set_name_unless_it_has_its_own() {
     let named = QuotaSet::new("app", [q().name("burst").build().unwrap()]).unwrap();
     assert_eq!(named.quotas()[0].name(), "burst");
     // Several quotas keep their own names: they must stay distinct.
-    let two = QuotaSet::new("app", [q().build().unwrap(), Quota::min_interval(SEC).build().unwrap()])
-        .unwrap();
+    let two = QuotaSet::new(
+        "app",
+        [
+            q().build().unwrap(),
+            Quota::min_interval(SEC).build().unwrap(),
+        ],
+    )
+    .unwrap();
     assert_eq!(two.quotas()[0].name(), "5-per-10s");
     assert_eq!(two.quotas()[1].name(), "min-interval-1s");
     // A set name that cannot be sent in a header leaves the quota's own.
@@ -551,9 +563,8 @@ async fn on_redis_sets_of_one_name_share_counters_across_servers_and_of_two_do_n
             .build()
             .unwrap()
     };
-    let set = |name: &str| {
-        QuotaSet::new(name, [Quota::gcra(2, 60 * SEC).build().unwrap()]).unwrap()
-    };
+    let set =
+        |name: &str| QuotaSet::new(name, [Quota::gcra(2, 60 * SEC).build().unwrap()]).unwrap();
     let one = Limiter::new(fleet(), set("login"));
     let two = Limiter::new(fleet(), set("login"));
     let search = Limiter::new(fleet(), set("search"));
@@ -658,4 +669,47 @@ fn each_decision_has_a_span_with_its_set_key_hash_and_outcome() {
     }
     assert_eq!(field(&spans[0], "key_hash"), field(&spans[1], "key_hash"));
     assert_ne!(field(&spans[0], "key_hash"), field(&spans[2], "key_hash"));
+}
+
+#[tokio::test]
+async fn a_backend_chosen_by_url_decides_as_the_one_it_names() {
+    use tollgate::Backend;
+    use tollgate::backend::AnyBackend;
+    let memory = AnyBackend::from_url("memory://").unwrap();
+    assert_eq!(
+        (memory.name(), memory.shared(), memory.decides_now()),
+        ("memory", false, true)
+    );
+    let l = Limiter::new(memory, Quota::gcra(1, 60 * SEC).build().unwrap());
+    assert!(l.check_now("k", 1).unwrap().unwrap().allowed());
+    assert!(!l.check("k", 1).await.unwrap().allowed());
+    for url in [
+        "http://example.com",
+        "no scheme",
+        "mysql://user:secret@host/db",
+    ] {
+        let error = AnyBackend::from_url(url).unwrap_err().to_string();
+        assert!(error.contains("memory://"), "{error}");
+        assert!(
+            !error.contains("secret"),
+            "the URL may hold a password: {error}"
+        );
+    }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_redis_url_makes_a_backend_a_fleet_shares() {
+    use tollgate::Backend;
+    use tollgate::backend::AnyBackend;
+    let server = redis_support::RedisServer::start();
+    let (a, b) = (
+        AnyBackend::from_url(&server.url()).unwrap(),
+        AnyBackend::from_url(&server.url()).unwrap(),
+    );
+    assert_eq!((a.name(), a.shared()), ("redis", true));
+    let set = || QuotaSet::new("login", [Quota::gcra(1, 60 * SEC).build().unwrap()]).unwrap();
+    let (la, lb) = (Limiter::new(a, set()), Limiter::new(b, set()));
+    assert!(la.check("k", 1).await.unwrap().allowed());
+    assert!(!lb.check("k", 1).await.unwrap().allowed());
 }

@@ -804,13 +804,20 @@ async fn the_readme_axum_example_prints_what_the_readme_shows() {
     );
     let reports = Limiter::new(
         backend,
-        QuotaSet::new("reports", [Quota::sliding_window(6, 60 * SEC).build().unwrap()]).unwrap(),
+        QuotaSet::new(
+            "reports",
+            [Quota::sliding_window(6, 60 * SEC).build().unwrap()],
+        )
+        .unwrap(),
     );
     let app = Router::new()
         .route(
             "/report",
-            post(|| async { "report queued\n" })
-                .layer(RateLimitLayer::builder(reports, PeerIp::new()).cost(|_| 3).build()),
+            post(|| async { "report queued\n" }).layer(
+                RateLimitLayer::builder(reports, PeerIp::new())
+                    .cost(|_| 3)
+                    .build(),
+            ),
         )
         .route("/", get(|| async { "hello\n" }))
         .layer(RateLimitLayer::new(everywhere, PeerIp::new()));
@@ -824,7 +831,11 @@ async fn the_readme_axum_example_prints_what_the_readme_shows() {
         let (status, headers, body) = documented(block);
         assert_eq!(reply.status.as_u16(), status, "{block}");
         for (name, value) in headers {
-            assert_eq!(reply.header(&name), Some(value.as_str()), "{name} in\n{block}");
+            assert_eq!(
+                reply.header(&name),
+                Some(value.as_str()),
+                "{name} in\n{block}"
+            );
         }
         assert_eq!(reply.body.trim_end(), body, "{block}");
     }

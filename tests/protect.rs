@@ -398,7 +398,11 @@ fn elastic_rate<B: tollgate::Backend>(backend: B) -> RateLimitLayerBuilder<B, He
         .build()
         .unwrap();
     RateLimitLayer::builder(
-        Limiter::new(backend, quota),
+        // Named: Redis refuses a set without a name.
+        Limiter::new(
+            backend,
+            tollgate::QuotaSet::new("per-minute", [quota]).unwrap(),
+        ),
         HeaderKey::new(http::HeaderName::from_static("x-key")),
     )
     .timeout(BOUND)

@@ -121,12 +121,10 @@ async fn a_leasing_fleet_stays_within_the_limit_plus_the_refill() {
     // 400 a second, a burst of 200: in a run of t seconds, at most
     // 200 + 400 t.
     for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
-        let quotas = set(
-            Quota::builder(algorithm, 400, Duration::from_secs(1))
-                .burst(200)
-                .build()
-                .unwrap(),
-        );
+        let quotas = set(Quota::builder(algorithm, 400, Duration::from_secs(1))
+            .burst(200)
+            .build()
+            .unwrap());
         let (admitted, run) = hammer(&backends, &quotas, "k", Duration::from_millis(500)).await;
         let most = 200 + (400.0 * run.as_secs_f64()).ceil() as u64;
         // The last lease of each server may be parked, and the refill of
@@ -143,12 +141,10 @@ async fn a_leasing_fleet_stays_within_the_limit_plus_the_refill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_stops_holding_a_lease_costs_the_fleet_that_lease_only() {
     let server = RedisServer::start();
-    let quotas = set(
-        Quota::gcra(400, Duration::from_secs(1))
-            .burst(50)
-            .build()
-            .unwrap(),
-    );
+    let quotas = set(Quota::gcra(400, Duration::from_secs(1))
+        .burst(50)
+        .build()
+        .unwrap());
     // A server that takes leases, then stops (is dropped) mid-lease.
     let stopping = leasing(
         RedisBackend::from_url(server.url()).lease_lifetime(Duration::from_secs(5)),
@@ -378,7 +374,10 @@ async fn a_lease_never_parks_a_small_quotas_allowance_in_one_process() {
 async fn the_http_layer_decides_from_a_lease_through_a_real_server() {
     let server = RedisServer::start();
     let backend = leasing(RedisBackend::from_url(server.url()), Lease::Max(MAX_LEASE));
-    let limiter = Limiter::new(backend.clone(), set(Quota::gcra(50, DECADE).build().unwrap()));
+    let limiter = Limiter::new(
+        backend.clone(),
+        set(Quota::gcra(50, DECADE).build().unwrap()),
+    );
     let app = axum::Router::new()
         .fallback(|| async { "ok" })
         .layer(tollgate::RateLimitLayer::new(

@@ -3,6 +3,7 @@
 //! implements [`Backend`] with [`QuotaSet::decide`](crate::QuotaSet::decide)
 //! over [`QuotaState`](crate::QuotaState)s it keeps.
 
+mod any;
 mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
@@ -12,6 +13,7 @@ mod table;
 use std::fmt;
 use std::future::Future;
 
+pub use any::{AnyBackend, AnyBackendError};
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{

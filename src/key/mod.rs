@@ -119,7 +119,10 @@ impl fmt::Display for KeyError {
             KeyError::Missing(what) => write!(f, "the request has no {what}"),
             KeyError::Malformed(what) => write!(f, "cannot read {what}"),
             KeyError::TooLong { len, max } => {
-                write!(f, "the rate-limit key is {len} bytes long, over the {max} accepted")
+                write!(
+                    f,
+                    "the rate-limit key is {len} bytes long, over the {max} accepted"
+                )
             }
             KeyError::NoPeerAddress => f.write_str(
                 "the connection's address is unknown (axum: serve with \

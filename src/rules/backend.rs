@@ -1,22 +1,10 @@
-//! A backend chosen by configuration.
+//! The backend a rules file names ([`AnyBackend`], made from its settings).
 
 use super::model::BackendConfig;
-use crate::backend::{Backend, BackendError, CheckRequest, MemoryBackend};
-use crate::decision::Decision;
+pub use crate::backend::AnyBackend;
+use crate::backend::MemoryBackend;
 use crate::layer::ConcurrencyQuota;
 use crate::quota_set::QuotaSet;
-
-/// The backend a rules file names: in memory, or Redis (with the `redis`
-/// feature).
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum AnyBackend {
-    /// This process's memory.
-    Memory(MemoryBackend),
-    /// Redis, shared by every server pointed at it.
-    #[cfg(feature = "redis")]
-    Redis(crate::backend::redis::RedisBackend),
-}
 
 impl AnyBackend {
     pub(crate) fn from_config(config: &BackendConfig) -> Result<Self, String> {
@@ -97,51 +85,6 @@ impl AnyBackend {
             AnyBackend::Memory(_) => None,
             #[cfg(feature = "redis")]
             AnyBackend::Redis(r) => r.supports_leases(quotas).err().map(|e| e.to_string()),
-        }
-    }
-}
-
-impl Backend for AnyBackend {
-    async fn check(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
-        match self {
-            AnyBackend::Memory(m) => m.check(request).await,
-            #[cfg(feature = "redis")]
-            AnyBackend::Redis(r) => r.check(request).await,
-        }
-    }
-
-    fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
-        match self {
-            AnyBackend::Memory(m) => m.check_now(request),
-            #[cfg(feature = "redis")]
-            AnyBackend::Redis(r) => r.check_now(request),
-        }
-    }
-
-    fn decides_now(&self) -> bool {
-        match self {
-            AnyBackend::Memory(m) => m.decides_now(),
-            // Redis answers now only sometimes (from a lease), and a plan
-            // of several steps given up halfway would spend its first
-            // steps twice: rules always ask Redis's backend by `check`.
-            #[cfg(feature = "redis")]
-            AnyBackend::Redis(_) => false,
-        }
-    }
-
-    fn shared(&self) -> bool {
-        match self {
-            AnyBackend::Memory(m) => m.shared(),
-            #[cfg(feature = "redis")]
-            AnyBackend::Redis(r) => r.shared(),
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        match self {
-            AnyBackend::Memory(m) => m.name(),
-            #[cfg(feature = "redis")]
-            AnyBackend::Redis(r) => r.name(),
         }
     }
 }

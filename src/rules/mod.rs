@@ -215,9 +215,31 @@ impl Rules {
 
 /// Reads a duration written as in rules files (`500ms`, `10s`, `1m30s`); the
 /// error says how to write one.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    period::Period::parse(text)
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::rules::parse_duration;
+///
+/// assert_eq!(parse_duration("1m30s")?, Duration::from_secs(90));
+/// let error = parse_duration("soon").unwrap_err();
+/// assert!(error.to_string().contains("soon"));
+/// # Ok::<(), tollgate::rules::DurationError>(())
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    period::Period::parse(text).map_err(DurationError)
 }
+
+/// A duration [`parse_duration`] could not read; it says how to write one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurationError(String);
+
+impl std::fmt::Display for DurationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DurationError {}
 
 fn read(path: &Path) -> Result<String, RulesError> {
     std::fs::read_to_string(path)
@@ -251,7 +273,10 @@ impl Sealed for Rules {}
 impl Policy for Rules {
     fn decide_now(&self, parts: &Parts) -> Option<Verdict> {
         let compiled = self.inner.current.load();
-        if !compiled.backend.decides_now() {
+        // Redis answers now only sometimes (from a lease), and a plan of
+        // several steps given up halfway would spend its first steps twice:
+        // rules always ask Redis's backend by `check`.
+        if !matches!(&compiled.backend, AnyBackend::Memory(m) if m.decides_now()) {
             return None;
         }
         let checks = match compiled.plan(parts) {
