@@ -278,7 +278,13 @@ impl<B: Backend> Limiter<B> {
                 Some(Ok(decision))
             }
             Some(Err(e)) => failed(Error::Backend(e)),
-            None => None,
+            None => {
+                // The awaited check that follows has a span of its own.
+                if !span.is_disabled() {
+                    span.record("outcome", "deferred");
+                }
+                None
+            }
         }
     }
 
