@@ -663,7 +663,7 @@ fn fingerprint(set: &str, q: &Quota) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::Mode;
+    use crate::quota::{Mode, QuotaBuilder};
     use std::time::Duration;
 
     /// What a caller reads of a quota's decision, now and aged as a cached
@@ -908,12 +908,20 @@ mod tests {
     #[test]
     fn state_ids_ignore_the_mode_but_not_the_numbers() {
         let base = Quota::gcra(5, Duration::from_secs(1));
-        let enforce = QuotaSet::single(base.clone().build().unwrap());
-        let shadow = QuotaSet::single(base.clone().mode(Mode::Shadow).build().unwrap());
-        let bigger = QuotaSet::single(Quota::gcra(6, Duration::from_secs(1)).build().unwrap());
-        let other_set = QuotaSet::new("other", [base.build().unwrap()]).unwrap();
+        let set = |name: &str, quota: QuotaBuilder| QuotaSet::new(name, [quota.build().unwrap()]);
+        let enforce = set("api", base.clone()).unwrap();
+        let shadow = set("api", base.clone().mode(Mode::Shadow)).unwrap();
+        let bigger = set("api", Quota::gcra(6, Duration::from_secs(1))).unwrap();
+        let other_set = set("other", base.clone()).unwrap();
         assert_eq!(enforce.state_ids(), shadow.state_ids());
         assert_ne!(enforce.state_ids(), bigger.state_ids());
         assert_ne!(enforce.state_ids(), other_set.state_ids());
+        // A set without a name is only its own (and its clones').
+        let unnamed = QuotaSet::single(base.clone().build().unwrap());
+        assert_eq!(unnamed.clone().state_ids(), unnamed.state_ids());
+        assert_ne!(
+            QuotaSet::single(base.build().unwrap()).state_ids(),
+            unnamed.state_ids()
+        );
     }
 }

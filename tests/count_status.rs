@@ -104,7 +104,9 @@ async fn five_failed_logins_per_window_in_redis() {
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    five_failures_per_window(Limiter::new(backend, quota())).await;
+    // Named: Redis refuses a set without a name.
+    let logins = tollgate::QuotaSet::new("logins", [quota()]).unwrap();
+    five_failures_per_window(Limiter::new(backend, logins)).await;
 }
 
 #[cfg(feature = "rules")]
