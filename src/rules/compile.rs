@@ -6,10 +6,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::HeaderName;
+use http::header::HOST;
+
 use super::backend::{AnyBackend, with_slots};
 use super::error::RulesError;
+use super::host::normalize_host;
 use super::key_part::KeyPart;
-use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RuleConfig, RulesFile};
+use super::model::{
+    BackendConfig, ClientIpConfig, MatchConfig, MethodName, RuleConfig, RulesFile,
+};
 use super::names::MatchMode;
 use crate::key::{ClientIp, ExtensionKey, GlobalKey, HeaderKey, KeyExtractor, PeerIp, UserId};
 use crate::layer::{
@@ -34,6 +40,12 @@ pub(super) struct Compiled {
     /// Load shedding and the measured load, from the `shedding:` section.
     pub protect: Protection,
     pub rules: Vec<Rule>,
+    /// The request headers some rule reads one value of (`Host`, match and
+    /// key headers): a request sending one of them twice is refused.
+    pub single_headers: Vec<HeaderName>,
+    /// Whether some rule matches the host: then a request naming a host
+    /// with no normal form is refused.
+    pub host_rules: bool,
 }
 
 /// One rule, ready to decide.
@@ -97,7 +109,10 @@ impl Compiled {
             check_elastic(rc, &protect).map_err(error)?;
             rules.push(rule);
         }
+        let (single_headers, host_rules) = super::host::single_headers(&file);
         Ok(Compiled {
+            single_headers,
+            host_rules,
             respond: ResponsePolicy {
                 header_style: file.headers.0,
                 on_backend_error: file.on_backend_error.0,
@@ -201,7 +216,7 @@ fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<R
         .unwrap_or_else(|| format!("rule {name}"));
     Ok(Rule {
         name: name.clone(),
-        matches: rc.matches.clone(),
+        matches: matches(rc)?,
         key: rc
             .key
             .0
@@ -378,4 +393,26 @@ fn check_cost(rc: &RuleConfig, quotas: &[Quota], whose: &str) -> Result<(), Stri
         ))),
         _ => Ok(()),
     }
+}
+
+/// A rule's `match` as requests are compared with it: a GET rule covers
+/// HEAD (servers answer HEAD with the GET handler), and a `host` value is
+/// in its normal form.
+fn matches(rc: &RuleConfig) -> Result<MatchConfig, String> {
+    let mut m = rc.matches.clone();
+    let has = |m: &MatchConfig, method| m.methods.iter().any(|x| x.0 == method);
+    if has(&m, http::Method::GET) && !has(&m, http::Method::HEAD) {
+        m.methods.push(MethodName(http::Method::HEAD));
+    }
+    for h in m.headers.iter_mut().filter(|h| h.name.0 == HOST) {
+        if let Some(value) = &h.value {
+            h.value = Some(normalize_host(value).ok_or_else(|| {
+                rc.name.error(format_args!(
+                    "rule {}: {value:?} is not a host name (with a port if not 80)",
+                    rc.name.value.0
+                ))
+            })?);
+        }
+    }
+    Ok(m)
 }

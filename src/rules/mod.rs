@@ -39,6 +39,7 @@ mod backend;
 mod compile;
 mod describe;
 mod error;
+mod host;
 mod key_part;
 mod model;
 mod names;
@@ -60,6 +61,7 @@ use http::request::Parts;
 
 pub use backend::AnyBackend;
 pub use error::RulesError;
+pub use host::normalize_host;
 pub use path::{PathError, normalize_path};
 
 use crate::backend::Backend;

@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 
 use super::backend::AnyBackend;
 use super::compile::{Compiled, Rule, RuleKey};
+use super::host::header_matches;
 use super::names::MatchMode;
 use super::path::normalize_path;
 use crate::decision::Decision;
@@ -47,6 +48,8 @@ impl Compiled {
         &'a self,
         parts: &Parts,
     ) -> Result<SmallVec<[RuleCheck<'a>; 2]>, Verdict> {
+        self.check_head(parts)
+            .map_err(|detail| refused(StatusCode::BAD_REQUEST, &detail))?;
         let path = normalize_path(parts.uri.path()).map_err(|e| {
             tracing::debug!(error = %e, "path refused");
             refused(
@@ -158,14 +161,11 @@ impl Rule {
         let how = m.compare();
         m.path.as_ref().is_none_or(|p| p.matches(path, how))
             && m.prefix.as_ref().is_none_or(|p| p.matches(path, how))
-            && (m.methods.is_empty() || m.methods.iter().any(|x| x.0 == parts.method))
-            && m.headers
-                .iter()
-                .all(|h| match (parts.headers.get(&h.name.0), &h.value) {
-                    (Some(v), Some(want)) => v.as_bytes() == want.as_bytes(),
-                    (Some(_), None) => true,
-                    (None, _) => false,
-                })
+            // Methods are tokens, but `get` reaches many servers as GET.
+            && (m.methods.is_empty()
+                || (m.methods.iter())
+                    .any(|x| x.0.as_str().eq_ignore_ascii_case(parts.method.as_str())))
+            && m.headers.iter().all(|h| header_matches(parts, h))
     }
 
     fn key(&self, parts: &Parts) -> Result<Key, KeyError> {
