@@ -321,6 +321,13 @@ async fn every_forwarded_for_line_reaches_the_upstream_with_the_peer_appended() 
     request.extend_from_slice(b"X-Forwarded-For: caf\xc3\xa9, 198.51.100.1\r\n");
     request.extend_from_slice(b"X-Forwarded-For: 203.0.113.9\r\n\r\n");
     assert_eq!(status(&raw(gw.addr, &request).await), 201);
+    // Naming the forwarding fields hop-by-hop does not strip the chain
+    // before the peer is appended.
+    let mut request = b"GET /x HTTP/1.1\r\nHost: gw\r\n".to_vec();
+    request.extend_from_slice(b"Connection: close, X-Forwarded-For, forwarded, x-real-ip\r\n");
+    request.extend_from_slice(b"X-Forwarded-For: 198.51.100.1\r\nForwarded: for=198.51.100.1\r\n");
+    request.extend_from_slice(b"X-Real-IP: 198.51.100.1\r\n\r\n");
+    assert_eq!(status(&raw(gw.addr, &request).await), 201);
     let seen = up.seen.lock().unwrap();
     let lines: Vec<&[u8]> = seen[0]
         .headers
@@ -332,6 +339,10 @@ async fn every_forwarded_for_line_reaches_the_upstream_with_the_peer_appended() 
         lines,
         [b"caf\xc3\xa9, 198.51.100.1, 203.0.113.9, 127.0.0.1".as_slice()]
     );
+    let named = &seen[1].headers;
+    assert_eq!(named["x-forwarded-for"], "198.51.100.1, 127.0.0.1");
+    assert_eq!(named["forwarded"], "for=198.51.100.1");
+    assert_eq!(named["x-real-ip"], "198.51.100.1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -465,7 +465,10 @@ mod tests {
     fn a_key_header_sent_twice_is_unreadable() {
         let key = HeaderKey::new(HeaderName::from_static("x-api-key"));
         let once = parts("GET", &[("x-api-key", "k1")]);
-        assert_eq!(key.extract(&once).into_ready().unwrap().unwrap().as_str(), "key:k1");
+        assert_eq!(
+            key.extract(&once).into_ready().unwrap().unwrap().as_str(),
+            "key:k1"
+        );
         let twice = parts("GET", &[("x-api-key", "junk"), ("x-api-key", "revoked")]);
         let error = key.extract(&twice).into_ready().unwrap().unwrap_err();
         assert!(matches!(error, KeyError::Malformed(_)), "{error:?}");
@@ -481,6 +484,9 @@ mod tests {
         }
         let post = http::Method::from_bytes(b"post").unwrap();
         assert_eq!(Key::route(&post, "/login").as_str(), "route:POST /login");
-        assert_eq!(Key::route(&http::Method::DELETE, "/x").as_str(), "route:DELETE /x");
+        assert_eq!(
+            Key::route(&http::Method::DELETE, "/x").as_str(),
+            "route:DELETE /x"
+        );
     }
 }

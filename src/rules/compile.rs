@@ -13,9 +13,7 @@ use super::backend::{AnyBackend, with_slots};
 use super::error::RulesError;
 use super::host::normalize_host;
 use super::key_part::KeyPart;
-use super::model::{
-    BackendConfig, ClientIpConfig, MatchConfig, MethodName, RuleConfig, RulesFile,
-};
+use super::model::{BackendConfig, ClientIpConfig, MatchConfig, MethodName, RuleConfig, RulesFile};
 use super::names::MatchMode;
 use crate::key::{ClientIp, ExtensionKey, GlobalKey, HeaderKey, KeyExtractor, PeerIp, UserId};
 use crate::layer::{

@@ -120,8 +120,12 @@ impl super::compile::Compiled {
         }
         if self.host_rules {
             let host = request_host(parts);
-            if host.is_some_and(|h| std::str::from_utf8(h).ok().and_then(normalize_host).is_none())
-            {
+            if host.is_some_and(|h| {
+                std::str::from_utf8(h)
+                    .ok()
+                    .and_then(normalize_host)
+                    .is_none()
+            }) {
                 return Err("The request's host cannot be read.".to_owned());
             }
         }

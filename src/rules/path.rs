@@ -273,7 +273,10 @@ mod tests {
             assert_eq!(normalize_path(raw).as_deref(), Ok(encoded), "{raw}");
             assert_eq!(normalize_path(encoded).as_deref(), Ok(encoded), "{encoded}");
         }
-        assert_eq!(normalize_pattern("/u/{id}/\u{e9}").unwrap(), "/u/{id}/%C3%A9");
+        assert_eq!(
+            normalize_pattern("/u/{id}/\u{e9}").unwrap(),
+            "/u/{id}/%C3%A9"
+        );
         assert_eq!(escape_raw("/{id}/\u{e9}//"), "/{id}/%C3%A9//");
         assert!(matches!(escape_raw("/a/{b}"), Cow::Borrowed(_)));
     }

@@ -94,10 +94,7 @@ impl PathPattern {
             };
             segments.push(segment);
         }
-        Ok(PathPattern {
-            text,
-            segments,
-        })
+        Ok(PathPattern { text, segments })
     }
 
     /// Whether a normalised path matches.
