@@ -411,3 +411,126 @@ fn limit_flags_refuse_values_that_would_disable_them() {
         assert!(err.contains(flag) && err.contains(says), "{err}");
     }
 }
+
+/// A queue of three drained one a second: the third request waits 2 s, far
+/// past the idle timeout given below.
+const QUEUE: &str = "rules:\n  - name: queue\n    key: global\n    quotas: [{ algorithm: leaky_bucket, limit: 1, period: 1s, burst: 3 }]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_held_in_a_leaky_bucket_past_the_idle_timeout_is_answered() {
+    let up = upstream().await;
+    let rules = RulesFile::new("queue", QUEUE);
+    let log_path = rules.0.with_file_name("gateway.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let flags = ["--idle-timeout", "300ms"];
+    let gw = Gateway::start_logging_to(&rules.0, Some(up.addr), &flags, Some(log));
+    let post =
+        b"POST /x HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nContent-Length: 4\r\n\r\nbody";
+    let requests = [get("", b""), get("", b""), post.to_vec()];
+    let addr = gw.addr;
+    let waiting: Vec<_> = (requests.into_iter())
+        .map(|request| tokio::spawn(async move { raw(addr, &request).await }))
+        .collect();
+    for answer in waiting {
+        let answer = answer.await.unwrap();
+        assert_eq!(status(&answer), 201, "{answer}");
+    }
+    let seen = up.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3);
+    assert!(
+        seen.iter().any(|s| s.body == b"body"),
+        "the held body arrived whole"
+    );
+    drop(gw);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        log.contains("rule queue may hold a request for up to 2s"),
+        "serve warns at start: {log}"
+    );
+}
+
+#[test]
+fn check_warns_when_a_leaky_bucket_may_hold_a_request_past_the_idle_timeout() {
+    let rules = RulesFile::new("queue-check", QUEUE);
+    let check = |flags: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .arg("check")
+            .arg("--config")
+            .arg(&rules.0)
+            .args(flags)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let warned = check(&["--idle-timeout", "1500ms"]);
+    assert!(
+        warned.contains("warning: rule queue may hold a request for up to 2s")
+            && warned.contains("idle timeout of 1.5s"),
+        "{warned}"
+    );
+    assert_eq!(check(&[]), "", "2 s is within the default 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holding_idle_connections_leaves_room_for_another() {
+    let rules = RulesFile::new("per-ip", OPEN);
+    // The default cap per address (64) under a total of 80: without it, 100
+    // idle connections from one address would take all 80 and queue
+    // everyone else for the header timeout (30 s here).
+    let flags = ["--max-connections", "80", "--header-timeout", "30s"];
+    let gw = Gateway::start(&rules.0, None, &flags);
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(TcpStream::connect(gw.addr).await.unwrap());
+    }
+    // Each connection over the cap is answered 429 and closed at once; the
+    // others stay open.
+    let probes: Vec<_> = (idle.into_iter())
+        .map(|mut s| {
+            tokio::spawn(async move {
+                let mut answer = Vec::new();
+                let read = s.read_to_end(&mut answer);
+                let closed = tokio::time::timeout(Duration::from_secs(3), read).await;
+                (s, closed.is_ok(), answer)
+            })
+        })
+        .collect();
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for probe in probes {
+        let (s, closed, answer) = probe.await.unwrap();
+        if closed {
+            refused += 1;
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(answer.starts_with("HTTP/1.1 429 "), "{answer}");
+        } else {
+            held.push(s);
+        }
+    }
+    assert_eq!((held.len(), refused), (64, 36));
+
+    // Another address is served while they are held.
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = other.connect(gw.addr).await.unwrap();
+    other.write_all(&get("", b"")).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), other.read_to_end(&mut answer))
+        .await
+        .expect("another address is served while one holds its cap")
+        .unwrap();
+    assert_eq!(status(&String::from_utf8_lossy(&answer)), 200);
+
+    // The address gets its room back as its connections close.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let answer = raw(gw.addr, &get("", b"")).await;
+        if status(&answer) == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no room came back: {answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

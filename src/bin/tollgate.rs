@@ -32,6 +32,8 @@ use tollgate::rules::{Rules, normalize_path};
 mod intermediary;
 #[path = "tollgate/metrics.rs"]
 mod metrics;
+#[path = "tollgate/per_ip.rs"]
+mod per_ip;
 
 const USAGE: &str = "\
 tollgate: rate-limit any HTTP service with rules kept in a file
@@ -39,7 +41,8 @@ tollgate: rate-limit any HTTP service with rules kept in a file
 usage:
   tollgate serve --config FILE [--listen ADDR] [--upstream URL] [--redis URL] [--redis-lease MODE]
                  [--log-level LEVEL] [--header-timeout T] [--idle-timeout T]
-                 [--max-connections N] [--max-header-bytes N] [--connect-timeout T]
+                 [--max-connections N] [--max-connections-per-ip N]
+                 [--max-header-bytes N] [--connect-timeout T]
                  [--upstream-timeout T] [--metrics-listen ADDR]
   tollgate check --config FILE
 
@@ -65,6 +68,9 @@ limits (durations as in rules files: 500ms, 10s, 1m):
                          keep-alive connection may wait for its next request (10s)
   --idle-timeout T       close a connection on which nothing moved for T (60s)
   --max-connections N    connections served at once; more wait to be accepted (1024)
+  --max-connections-per-ip N
+                         connections one client address (IPv6: its /64) may hold;
+                         more are answered 429 and closed at once (64)
   --max-header-bytes N   the longest request head, in bytes; 431 beyond (32768)
   --connect-timeout T    connecting to the upstream; 504 beyond (5s)
   --upstream-timeout T   the upstream's answer must begin within T; 504 beyond (30s)
@@ -159,6 +165,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--max-connections" => {
                 limits.max_connections = count(&flag, &value()?, 1, 1 << 20)?;
             }
+            "--max-connections-per-ip" => {
+                limits.max_connections_per_ip = count(&flag, &value()?, 1, 1 << 20)?;
+            }
             "--max-header-bytes" => {
                 limits.max_header_bytes = count(&flag, &value()?, 1024, 1 << 20)?;
             }
@@ -237,10 +246,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let warnings = delay_warnings(&rules, args.limits.idle_timeout);
     if args.command == "check" {
+        for warning in &warnings {
+            eprintln!("tollgate: warning: {warning}");
+        }
         println!("{}: valid\n", args.config.display());
         print!("{}", rules.describe());
         return ExitCode::SUCCESS;
+    }
+    for warning in &warnings {
+        tracing::warn!("{warning}");
     }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -256,6 +272,20 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The rules whose leaky bucket may hold a request longer than the idle
+/// timeout: the gateway keeps such a connection open, but a client or a
+/// proxy in front, with its own timeout, may give up first.
+fn delay_warnings(rules: &Rules, idle: Duration) -> Vec<String> {
+    (rules.longest_delays().into_iter())
+        .filter(|(_, delay)| *delay > idle)
+        .map(|(rule, delay)| {
+            format!(
+                "rule {rule} may hold a request for up to {delay:?} (its leaky bucket's queue), longer than the idle timeout of {idle:?}: the gateway keeps the connection open meanwhile, but clients and proxies in front of it may give up first"
+            )
+        })
+        .collect()
 }
 
 #[derive(Clone)]

@@ -414,3 +414,39 @@ fn matches(rc: &RuleConfig) -> Result<MatchConfig, String> {
     }
     Ok(m)
 }
+
+impl super::Rules {
+    /// For each rule whose leaky-bucket quota can delay a request, in file
+    /// order, the name and the longest it may hold one before passing it on
+    /// (its queue full ahead of it): what the `tollgate` gateway compares
+    /// with its idle timeout, since a client or proxy may give up first.
+    pub fn longest_delays(&self) -> Vec<(String, Duration)> {
+        let compiled = self.inner.current.load();
+        (compiled.rules.iter())
+            .filter_map(|rule| {
+                let limits = rule.limit.iter().chain(rule.overrides.values());
+                let longest = limits
+                    .flat_map(|l| l.limiter.quotas().quotas())
+                    .filter_map(|q| longest_delay(q, rule.cost))
+                    .max()?;
+                Some((rule.name.clone(), longest))
+            })
+            .collect()
+    }
+}
+
+/// The delay a leaky bucket gives a request of `cost` that finds its queue
+/// full but for it: one interval (`period / limit`) per unit ahead.
+fn longest_delay(q: &Quota, cost: u64) -> Option<Duration> {
+    if q.algorithm() != crate::Algorithm::LeakyBucket {
+        return None;
+    }
+    let ahead = q.max_cost().saturating_sub(cost);
+    if ahead == 0 {
+        return None;
+    }
+    let micros = q.period().as_micros() * u128::from(ahead) / u128::from(q.limit().max(1));
+    Some(Duration::from_micros(
+        u64::try_from(micros).unwrap_or(u64::MAX),
+    ))
+}
