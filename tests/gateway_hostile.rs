@@ -534,3 +534,44 @@ async fn one_address_holding_idle_connections_leaves_room_for_another() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_connections_are_not_capped_per_address() {
+    let rules = RulesFile::new(
+        "per-ip-proxy",
+        &format!("client_ip: {{ trusted_proxies: [\"127.0.0.1\"] }}\n{OPEN}"),
+    );
+    let flags = ["--max-connections-per-ip", "2"];
+    let gw = Gateway::start(&rules.0, None, &flags);
+    let connect_from = |ip: &'static str| async move {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{ip}:0").parse().unwrap()).unwrap();
+        socket.connect(gw.addr).await.unwrap()
+    };
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(connect_from("127.0.0.1").await);
+    }
+    for _ in 0..2 {
+        held.push(connect_from("127.0.0.2").await);
+    }
+    let mut over = connect_from("127.0.0.2").await;
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), over.read_to_end(&mut answer))
+        .await
+        .expect("the third connection of an untrusted address is closed")
+        .unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 429 "));
+    // The proxy's connections, over the cap of 2, are all served.
+    for s in &mut held[..5] {
+        s.write_all(b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = [0u8; 12];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
+            .await
+            .expect("a trusted proxy's connection is served")
+            .unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+    }
+}

@@ -304,6 +304,8 @@ async fn serve(
         metrics::serve(addr, handle, args.limits).await?;
     }
     let _watcher = rules.watch(Duration::from_millis(250));
+    let trusted = rules.clone();
+    let uncapped: server::Uncapped = std::sync::Arc::new(move |ip| trusted.is_trusted_proxy(ip));
     let layer = RateLimitLayer::from_policy(rules);
     let app = match args.upstream {
         Some(base) => {
@@ -325,7 +327,7 @@ async fn serve(
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, limits = ?args.limits, "tollgate serving");
-    server::serve(listener, app, args.limits, shutdown()).await;
+    server::serve(listener, app, args.limits, uncapped, shutdown()).await;
     tracing::info!("tollgate stopped");
     Ok(())
 }

@@ -416,6 +416,15 @@ fn matches(rc: &RuleConfig) -> Result<MatchConfig, String> {
 }
 
 impl super::Rules {
+    /// Whether `ip` is in the file's `client_ip.trusted_proxies` (as now in
+    /// force): a proxy whose connections carry many clients, which the
+    /// `tollgate` gateway does not cap per address.
+    pub fn is_trusted_proxy(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        let compiled = self.inner.current.load();
+        (compiled.file.client_ip.trusted_proxies.iter()).any(|net| net.0.contains(&ip))
+    }
+
     /// For each rule whose leaky-bucket quota can delay a request, in file
     /// order, the name and the longest it may hold one before passing it on
     /// (its queue full ahead of it): what the `tollgate` gateway compares

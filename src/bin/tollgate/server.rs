@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -69,12 +69,17 @@ const MIN_BUFFER: usize = 8 * 1024;
 /// How long a graceful stop waits for open connections before it gives up.
 const DRAIN: Duration = Duration::from_secs(30);
 
+/// Whether connections from an address escape the per-address cap: those
+/// of a trusted proxy, which carry many clients.
+pub type Uncapped = Arc<dyn Fn(IpAddr) -> bool + Send + Sync>;
+
 /// Serves `app` on `listener` until `shutdown` completes, then lets open
 /// connections finish their current request (for at most 30 s).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
+    uncapped: Uncapped,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut http = http1::Builder::new();
@@ -94,9 +99,16 @@ pub async fn serve(
         let Some((permit, stream, peer)) = accepted else {
             continue;
         };
-        let Some(counted) = per_ip.admit(peer.ip(), limits.max_connections_per_ip) else {
-            refuse(stream, peer);
-            continue;
+        let counted = if uncapped(peer.ip()) {
+            None
+        } else {
+            match per_ip.admit(peer.ip(), limits.max_connections_per_ip) {
+                Some(counted) => Some(counted),
+                None => {
+                    refuse(stream, peer);
+                    continue;
+                }
+            }
         };
         let _ = stream.set_nodelay(true);
         let hold = Arc::new(Hold::default());
