@@ -326,32 +326,45 @@ async fn serve(
         None => Router::new().fallback(echo).layer(layer),
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let stop = shutdown();
     tracing::info!(listen = %listener.local_addr()?, limits = ?args.limits, "tollgate serving");
-    server::serve(listener, app, args.limits, uncapped, shutdown()).await;
+    server::serve(listener, app, args.limits, uncapped, stop).await;
     tracing::info!("tollgate stopped");
     Ok(())
 }
 
-async fn shutdown() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Completes on Ctrl-C or SIGTERM. The handlers are installed when this is
+/// called, not when it is first polled, so that a signal sent as soon as
+/// the gateway says it is serving is never missed (and never kills it).
+fn shutdown() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
+    let (mut term, mut int) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
+    async move {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: Option<&mut tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = recv(term.as_mut()) => {}
+                () = recv(int.as_mut()) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
     }
-    tracing::info!("shutting down");
 }
 
 /// Without an upstream: say what was decided, for trying rules out.
