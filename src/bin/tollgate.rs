@@ -334,33 +334,46 @@ async fn serve(
         }
         None => Router::new().fallback(echo).layer(layer),
     };
+    let stop = shutdown();
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, limits = ?args.limits, "tollgate serving");
-    server::serve(listener, app, args.limits, shutdown()).await;
+    server::serve(listener, app, args.limits, stop).await;
     tracing::info!("tollgate stopped");
     Ok(())
 }
 
-async fn shutdown() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Completes on Ctrl-C or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled: a signal arriving once
+/// "tollgate serving" is logged must stop the gateway gracefully, not kill it.
+fn shutdown() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
+    let signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        [SignalKind::terminate(), SignalKind::interrupt()].map(|kind| signal(kind).ok())
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |signal: Option<tokio::signal::unix::Signal>| async move {
+                match signal {
+                    Some(mut signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let [term, int] = signals;
+            tokio::select! {
+                () = wait(term) => {}
+                () = wait(int) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutting down");
     }
-    tracing::info!("shutting down");
 }
 
 /// Without an upstream: say what was decided, for trying rules out.

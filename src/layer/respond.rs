@@ -257,3 +257,24 @@ pub(crate) fn with_headers(mut response: Response<Bytes>, headers: Headers) -> R
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logged_keys_are_the_partition_key_unless_raw_keys_are_asked_for() {
+        let key = Key::from("key:sk_live_SECRET123".to_owned());
+        let mut respond = ResponsePolicy::default();
+        assert_eq!(
+            respond.logged_key(&key),
+            PartitionKey::random().of(key.as_str())
+        );
+        let pk = PartitionKey::with_secret([7; 16]);
+        respond.partition_key = Some(pk.clone());
+        assert_eq!(respond.logged_key(&key), pk.of(key.as_str()));
+        assert!(!respond.logged_key(&key).contains("SECRET"));
+        respond.log_raw_keys = true;
+        assert_eq!(respond.logged_key(&key), key.as_str());
+    }
+}

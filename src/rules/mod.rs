@@ -178,7 +178,9 @@ impl Rules {
     /// keys are often API keys or addresses, which logs should not hold.
     /// Either way the value is quoted, so a key cannot pose as other fields.
     pub fn log_raw_keys(self, raw: bool) -> Self {
-        self.inner.raw_keys_logged.store(raw, Ordering::Relaxed);
+        if self.inner.raw_keys_logged.swap(raw, Ordering::Relaxed) == raw {
+            return self;
+        }
         // The rules in force were compiled with the old setting: compile
         // them again (from the same text, so every quota keeps its
         // counters). That text compiled before, so this fails only if

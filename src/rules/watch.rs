@@ -223,7 +223,9 @@ pub(super) fn spawn(rules: &Rules, every: Duration) -> JoinHandle<()> {
     };
     tokio::spawn(async move {
         let errors = LogLimit::new();
-        let mut tick = tokio::time::interval(every);
+        // The first look one interval after the start: the file was just
+        // read, and a process starting up has better things to do.
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
