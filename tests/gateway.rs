@@ -322,7 +322,11 @@ async fn a_fifo_in_place_of_the_rules_file_keeps_traffic_and_rules_going() {
         assert_eq!(answer.status, StatusCode::OK);
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    logged(&log_path, &["rules file refused", "is a FIFO, not a regular file"]).await;
+    logged(
+        &log_path,
+        &["rules file refused", "is a FIFO, not a regular file"],
+    )
+    .await;
     // The rules in force still hold (the api key's limit is 2)...
     let key = [("x-api-key", "fifo")];
     let statuses = [
@@ -332,7 +336,11 @@ async fn a_fifo_in_place_of_the_rules_file_keeps_traffic_and_rules_going() {
     ];
     assert_eq!(
         statuses,
-        [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
     );
     // ...and a regular file renamed over the FIFO is applied.
     let next = rules.0.with_file_name("next.yaml");
@@ -378,7 +386,10 @@ fn check_refuses_a_fifo_and_an_oversized_rules_file_with_the_reason() {
     let fifo = rules.0.with_file_name("fifo.yaml");
     mkfifo(&fifo);
     let (ok, err) = check(&fifo);
-    assert!(!ok && err.contains("is a FIFO, not a regular file"), "{err}");
+    assert!(
+        !ok && err.contains("is a FIFO, not a regular file"),
+        "{err}"
+    );
 
     let big = rules.0.with_file_name("big.yaml");
     let text = format!("{RULES}#{}\n", "x".repeat(4 << 20));

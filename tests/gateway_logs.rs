@@ -89,7 +89,10 @@ async fn a_backend_failure_logs_a_hash_of_the_key_never_the_key_and_no_colour() 
     assert!(!log.contains("SECRET123"), "{log}");
     let failed = line(&log, "rate limiter could not decide");
     assert!(failed.contains(" key=\":"), "{failed}");
-    assert!(!log.contains('\x1b'), "colour codes in a piped log:\n{log:?}");
+    assert!(
+        !log.contains('\x1b'),
+        "colour codes in a piped log:\n{log:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,12 +116,18 @@ async fn raw_keys_are_logged_only_when_asked_and_quoted_so_no_field_is_forged() 
     let wait = "shadow quota would have refused";
 
     let (hashed, _) = run(SHADOW, &[], keys, wait).await;
-    assert!(!hashed.contains("bob") && !hashed.contains("SECRET123"), "{hashed}");
+    assert!(
+        !hashed.contains("bob") && !hashed.contains("SECRET123"),
+        "{hashed}"
+    );
 
     let (raw, _) = run(SHADOW, &["--log-raw-keys"], keys, wait).await;
     assert!(raw.contains(SECRET), "asked for, the key is logged:\n{raw}");
     // The value is quoted, its quotes escaped: `outcome` stays inside it.
-    assert!(raw.contains(r#"key="key:bob outcome=\"allowed\"""#), "{raw}");
+    assert!(
+        raw.contains(r#"key="key:bob outcome=\"allowed\"""#),
+        "{raw}"
+    );
     assert!(!raw.contains(r#"outcome="allowed""#), "{raw}");
     assert!(!raw.contains('\x1b'), "{raw:?}");
 }
@@ -132,11 +141,14 @@ async fn log_format_json_writes_one_object_a_line() {
     let (log, _) = run(SHADOW, &flags, keys, wait).await;
     let mut shadow = None;
     for line in log.lines() {
-        let event: serde_json::Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+        let event: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
         let fields = event["fields"].as_object().expect("an object of fields");
         assert!(event["level"].is_string(), "{line}");
-        if fields["message"].as_str().is_some_and(|m| m.starts_with(wait)) {
+        if fields["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(wait))
+        {
             shadow = Some(fields.clone());
         }
     }
@@ -156,5 +168,8 @@ fn log_format_refuses_what_it_does_not_know() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--log-format \"xml\": give text or json"), "{err}");
+    assert!(
+        err.contains("--log-format \"xml\": give text or json"),
+        "{err}"
+    );
 }

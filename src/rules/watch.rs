@@ -246,9 +246,7 @@ pub(super) fn spawn(rules: &Rules, every: Duration) -> JoinHandle<()> {
             match step {
                 Ok(Step::Applied(true)) => tracing::info!("rules reloaded"),
                 Ok(Step::Settling) => {
-                    tracing::debug!(
-                        "rules file changed; it applies once unchanged for {every:?}"
-                    );
+                    tracing::debug!("rules file changed; it applies once unchanged for {every:?}");
                 }
                 Ok(Step::Applied(false) | Step::Unchanged) => {}
                 Err(failure) => {
