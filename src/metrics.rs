@@ -192,3 +192,42 @@ impl RedisMetrics {
         self.circuit_open.set(f64::from(u8::from(open)));
     }
 }
+
+/// Reads of a rules file's content.
+#[cfg(feature = "rules")]
+pub(crate) const RULES_READS: &str = "tollgate_rules_reads_total";
+/// Rules file versions met, by outcome: applied, invalid, refused.
+#[cfg(feature = "rules")]
+pub(crate) const RULES_RELOADS: &str = "tollgate_rules_reloads_total";
+
+/// Describes the rules file's counters and registers them at zero, so that
+/// a scrape shows them before anything happened.
+#[cfg(feature = "rules")]
+pub(crate) fn rules_registered() {
+    describe_counter!(
+        RULES_READS,
+        Unit::Count,
+        "Reads of the rules file's content (the watcher reads it only when its size, time or inode changed)."
+    );
+    describe_counter!(
+        RULES_RELOADS,
+        Unit::Count,
+        "Rules file versions by outcome: applied (now in force), invalid (kept out: not valid rules), refused (not read: not a regular file, too large, unreadable)."
+    );
+    counter!(RULES_READS).increment(0);
+    for outcome in ["applied", "invalid", "refused"] {
+        counter!(RULES_RELOADS, "outcome" => outcome).increment(0);
+    }
+}
+
+/// The rules file's content was read.
+#[cfg(feature = "rules")]
+pub(crate) fn rules_file_read() {
+    counter!(RULES_READS).increment(1);
+}
+
+/// A version of the rules file met `outcome`.
+#[cfg(feature = "rules")]
+pub(crate) fn rules_reloaded(outcome: &'static str) {
+    counter!(RULES_RELOADS, "outcome" => outcome).increment(1);
+}

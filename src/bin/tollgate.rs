@@ -3,7 +3,8 @@
 //! ```text
 //! tollgate serve --config rules.yaml [--listen 127.0.0.1:8080] [--upstream http://127.0.0.1:9000]
 //!                [--redis redis://127.0.0.1:6379] [--redis-lease auto] [--log-level info]
-//!                [--metrics-listen 127.0.0.1:9090] [limits...]
+//!                [--metrics-listen 127.0.0.1:9090] [--log-format json] [--log-raw-keys]
+//!                [limits...]
 //! tollgate check --config rules.yaml
 //! ```
 
@@ -44,6 +45,7 @@ usage:
                  [--max-connections N] [--max-connections-per-ip N]
                  [--max-header-bytes N] [--connect-timeout T]
                  [--upstream-timeout T] [--metrics-listen ADDR]
+                 [--log-format text|json] [--log-raw-keys]
   tollgate check --config FILE
 
 serve   runs a rate-limiting reverse proxy in front of --upstream (or, without
@@ -59,6 +61,10 @@ options:
   --redis-lease MODE  with --redis: lease quota from Redis in batches: off
                       (default), auto, or the most units one lease holds
   --log-level LEVEL   error, warn, info (default), debug or trace; RUST_LOG overrides
+  --log-format FORMAT text (default; coloured only on a terminal) or json (one
+                      object a line)
+  --log-raw-keys      write client keys as they are in log lines (by default
+                      a keyed hash of each, as the `pk` parameter sends)
   --metrics-listen ADDR
                       serve Prometheus metrics at http://ADDR/metrics (a listener
                       of its own; off by default)
@@ -84,9 +90,18 @@ struct Args {
     redis: Option<String>,
     redis_lease: Option<String>,
     log_level: String,
+    log_format: LogFormat,
+    log_raw_keys: bool,
     metrics_listen: Option<SocketAddr>,
     limits: server::Limits,
     upstream_limits: UpstreamLimits,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 /// How long the upstream may take.
@@ -137,6 +152,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut limits = server::Limits::default();
     let mut upstream_limits = UpstreamLimits::default();
     let mut metrics_listen = None;
+    let (mut log_format, mut log_raw_keys) = (LogFormat::Text, false);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
@@ -160,6 +176,14 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--redis" => redis = Some(value()?),
             "--redis-lease" => redis_lease = Some(value()?),
             "--log-level" => log_level = value()?,
+            "--log-format" => {
+                log_format = match value()?.as_str() {
+                    "text" => LogFormat::Text,
+                    "json" => LogFormat::Json,
+                    other => return Err(format!("--log-format {other:?}: give text or json")),
+                };
+            }
+            "--log-raw-keys" => log_raw_keys = true,
             "--header-timeout" => limits.header_timeout = duration(&flag, &value()?)?,
             "--idle-timeout" => limits.idle_timeout = duration(&flag, &value()?)?,
             "--max-connections" => {
@@ -198,6 +222,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         redis,
         redis_lease,
         log_level,
+        log_format,
+        log_raw_keys,
         limits,
         upstream_limits,
         metrics_listen,
@@ -216,12 +242,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(&args);
 
     // Before the rules: their limiters register metrics when built.
     let metrics = match args.metrics_listen.filter(|_| args.command == "serve") {
@@ -240,7 +261,7 @@ fn main() -> ExitCode {
         (None, _) => Rules::load(&args.config),
     };
     let rules = match rules {
-        Ok(rules) => rules,
+        Ok(rules) => rules.log_raw_keys(args.log_raw_keys),
         Err(error) => {
             eprintln!("tollgate: {error}");
             return ExitCode::FAILURE;
@@ -286,6 +307,26 @@ fn delay_warnings(rules: &Rules, idle: Duration) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Log lines to stderr, in the format asked for. Colours only on a
+/// terminal (and never under `NO_COLOR`): in a file or a collector, escape
+/// codes are noise that hides the text from searches.
+fn init_logging(args: &Args) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Json => builder.with_ansi(false).json().init(),
+        LogFormat::Text => {
+            let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+            let ansi = std::io::stderr().is_terminal() && !no_color;
+            builder.with_ansi(ansi).init();
+        }
+    }
 }
 
 #[derive(Clone)]

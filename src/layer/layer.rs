@@ -155,6 +155,18 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         self
     }
 
+    /// Writes client keys as they are in the layer's log lines (a backend
+    /// failure, a shadow quota's refusal) when `raw` is true. By default a
+    /// line shows a keyed hash of the key instead, the one
+    /// [`partition_key`](Self::partition_key) sends as `pk` (with its secret
+    /// when one is set): keys are often API keys or addresses, which logs
+    /// should not hold. Either way the value is quoted, so that a key
+    /// cannot pose as other fields.
+    pub fn log_raw_keys(mut self, raw: bool) -> Self {
+        self.policy.respond.log_raw_keys = raw;
+        self
+    }
+
     /// What to do when the backend fails or times out ([`OnBackendError::Allow`] by default).
     pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
         self.policy.respond.on_backend_error = policy;

@@ -216,7 +216,11 @@ impl<B> Limit<B> {
                     }
                     Ok(_) => None,
                     Err(error) => {
-                        tracing::warn!(key = %key, %error, "could not charge a counted response");
+                        tracing::warn!(
+                            key = respond.logged_key(&key).as_str(),
+                            error = error.to_string().as_str(),
+                            "could not charge a counted response"
+                        );
                         None
                     }
                 }
