@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 use deadpool_redis::redis::{Cmd, Script};
 use smallvec::SmallVec;
 
+use crate::quota::{EXACT_MAX, Params};
 use crate::quota_set::{QuotaSet, RawQuotaDecision};
 
 /// The whole script: the Lua files of this folder, concatenated.
@@ -142,34 +143,71 @@ pub(crate) struct Reply {
     pub lease_ends: u64,
 }
 
-/// The reply's numbers read, or what is wrong with them.
-pub(crate) fn reply(reply: &[i64], quotas: usize) -> Result<Reply, String> {
-    let expected = quotas * REPLY_PER_QUOTA + REPLY_TAIL;
+/// The longest wait, in microseconds, that a quota with parameters `p` can
+/// report as a reset, retry-after, delay or replenish: the longest of its
+/// period, its bucket's depth (GCRA, leaky bucket) and its refill from empty
+/// (token bucket), three times over: a sliding window's reset reaches twice
+/// its period, and the third leaves room for a Redis clock stepped back by
+/// up to one such span (a failover to a replica whose clock is behind),
+/// which the algorithms add to their waits.
+fn longest_wait(p: &Params) -> u64 {
+    let depth = p.capacity.saturating_mul(p.interval);
+    let refill = match p.refill {
+        0 => 0,
+        r => p.capacity.saturating_mul(p.unit).div_ceil(r),
+    };
+    p.period.get().max(depth).max(refill).saturating_mul(3)
+}
+
+/// The reply's numbers read, or what is wrong with them. A reply is taken
+/// only if every number is within what the quotas and the request allow
+/// (see `longest_wait`): a Redis that lies (a script replaced, a proxy in
+/// between) could otherwise hang a request on a delay of centuries, or
+/// send `Retry-After` values the denial cache would then serve.
+/// `most_spent` is the most units the call may spend: its cost, or the
+/// units a lease asked for.
+pub(crate) fn reply(reply: &[i64], quotas: &QuotaSet, most_spent: u64) -> Result<Reply, String> {
+    let count = quotas.quotas().len();
+    let expected = count * REPLY_PER_QUOTA + REPLY_TAIL;
     if reply.len() != expected {
         return Err(format!(
-            "the script returned {} numbers for {quotas} quotas; expected {expected}",
+            "the script returned {} numbers for {count} quotas; expected {expected}",
             reply.len(),
         ));
     }
-    let get = |n: i64| u64::try_from(n).map_err(|_| format!("the script returned {n}"));
-    let (per_quota, tail) = reply.split_at(quotas * REPLY_PER_QUOTA);
+    // Each number with its name and its largest allowed value.
+    let get = |n: i64, what: &str, most: u64| match u64::try_from(n) {
+        Ok(v) if v <= most => Ok(v),
+        _ => Err(format!(
+            "the script returned {what} {n}, out of bounds (0 to {most})"
+        )),
+    };
+    let (per_quota, tail) = reply.split_at(count * REPLY_PER_QUOTA);
+    let longest = quotas
+        .quotas()
+        .iter()
+        .map(|q| longest_wait(&q.params))
+        .max()
+        .unwrap_or(0);
     let mut out = Reply {
         verdicts: SmallVec::new(),
         next_free: SmallVec::new(),
-        spent: get(tail[0])?,
-        now: get(tail[1])?,
-        lease_ends: get(tail[2])?,
+        spent: get(tail[0], "units spent", most_spent)?,
+        now: get(tail[1], "time", EXACT_MAX)?,
+        lease_ends: get(tail[2], "lease end", longest)?,
     };
-    for n in per_quota.chunks_exact(REPLY_PER_QUOTA) {
+    for (n, q) in per_quota.chunks_exact(REPLY_PER_QUOTA).zip(quotas.quotas()) {
+        let p = &q.params;
+        let wait = longest_wait(p);
         out.verdicts.push(RawQuotaDecision {
-            allowed: get(n[0])? == 1,
-            remaining: get(n[1])?,
-            reset: get(n[2])?,
-            retry_after: get(n[3])?,
-            delay: get(n[4])?,
-            replenish: get(n[6])?,
+            allowed: get(n[0], "verdict", 1)? == 1,
+            remaining: get(n[1], "remaining", p.capacity)?,
+            reset: get(n[2], "reset", wait)?,
+            retry_after: get(n[3], "retry-after", wait)?,
+            delay: get(n[4], "delay", wait)?,
+            replenish: get(n[6], "replenish", wait)?,
         });
-        out.next_free.push(get(n[5])?);
+        out.next_free.push(get(n[5], "next free unit", wait)?);
     }
     Ok(out)
 }
