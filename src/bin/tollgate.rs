@@ -25,6 +25,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tollgate::RateLimitLayer;
+use tollgate::backend::BackendErrorKind;
 use tollgate::layer::problem_response;
 use tollgate::rules::{Rules, normalize_path};
 
@@ -237,11 +238,6 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if args.command == "check" {
-        println!("{}: valid\n", args.config.display());
-        print!("{}", rules.describe());
-        return ExitCode::SUCCESS;
-    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -249,6 +245,20 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // A Redis that refuses the scripts would leave every request to the
+    // failure policy: refuse to start. One that is down may come back.
+    if let Err(e) = runtime.block_on(rules.backend().probe()) {
+        if e.kind() != BackendErrorKind::Timeout && e.kind() != BackendErrorKind::Unavailable {
+            eprintln!("tollgate: {e}");
+            return ExitCode::FAILURE;
+        }
+        tracing::warn!(error = %e, "tollgate: Redis could not be probed; starting anyway");
+    }
+    if args.command == "check" {
+        println!("{}: valid\n", args.config.display());
+        print!("{}", rules.describe());
+        return ExitCode::SUCCESS;
+    }
     match runtime.block_on(serve(args, rules, metrics)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

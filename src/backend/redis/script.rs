@@ -266,3 +266,50 @@ mod tests {
         assert_eq!(SHA1.len(), 40);
     }
 }
+
+#[cfg(test)]
+mod bounds {
+    use super::*;
+    use crate::Quota;
+    use std::time::Duration;
+
+    /// A reply for one quota: the verdict's seven numbers, then spent, time
+    /// and lease end.
+    fn one(numbers: [i64; 7], spent: i64) -> Vec<i64> {
+        let mut r = numbers.to_vec();
+        r.extend([spent, 1_700_000_000_000_000, 0]);
+        r
+    }
+
+    #[test]
+    fn numbers_beyond_what_the_quota_allows_are_refused() {
+        let leaky = QuotaSet::new(
+            "s",
+            [Quota::leaky_bucket(10, Duration::from_secs(1))
+                .build()
+                .unwrap()],
+        )
+        .unwrap();
+        let fine = reply(&one([1, 3, 900_000, 0, 100_000, 0, 100_000], 1), &leaky, 1).unwrap();
+        assert_eq!(fine.verdicts[0].delay, 100_000);
+        // Three seconds is the bound for a one-second quota.
+        assert!(reply(&one([1, 3, 0, 0, 3_000_000, 0, 0], 1), &leaky, 1).is_ok());
+        let lies = [
+            one([1, 3, 0, 0, 1 << 62, 0, 0], 1),
+            one([0, 0, 0, 1 << 53, 0, 0, 0], 0),
+            one([1, 3, 0, 0, 3_000_001, 0, 0], 1),
+            one([1, 11, 0, 0, 0, 0, 0], 1),
+            one([2, 0, 0, 0, 0, 0, 0], 1),
+            one([1, 0, 0, 0, 0, 1 << 40, 0], 1),
+            one([1, 0, -1, 0, 0, 0, 0], 1),
+            one([1, 0, 0, 0, 0, 0, 0], 2),
+        ];
+        for lie in lies {
+            let err = reply(&lie, &leaky, 1).unwrap_err();
+            assert!(err.contains("out of bounds"), "{lie:?}: {err}");
+        }
+        let mut late = one([1, 0, 0, 0, 0, 0, 0], 1);
+        late[8] = (1 << 53) + 1;
+        assert!(reply(&late, &leaky, 1).is_err());
+    }
+}
