@@ -26,8 +26,15 @@ use crate::quota_set::QuotaSet;
 pub(crate) const ACL_COMMANDS: &str = "+evalsha +eval +script|load +time +get +set +del +hmget \
      +hset +pexpire +zadd +zcard +zcount +zrange +zrem +zremrangebyrank +zremrangebyscore";
 
-/// The client key the probe decides for (under the backend's prefix).
-const PROBE_KEY: &str = "tollgate:probe";
+/// The client key the probe decides for (under the backend's prefix): new
+/// at each probe, so that state an earlier probe left (for a second) cannot
+/// spare this one the writes an admission makes.
+fn probe_key() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("tollgate:probe:{}:{nanos:x}", std::process::id())
+}
 
 /// The first call may have to connect: it gets at least this long.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -97,7 +104,8 @@ pub(super) async fn run(inner: &Inner) -> Result<(), BackendError> {
         )
     };
     let quotas = probe_quotas();
-    let keys = script::redis_keys(&inner.prefix, PROBE_KEY, &quotas);
+    let probe_key = probe_key();
+    let keys = script::redis_keys(&inner.prefix, &probe_key, &quotas);
     let ask = Ask {
         cost: 1,
         commit: true,
@@ -125,7 +133,7 @@ pub(super) async fn run(inner: &Inner) -> Result<(), BackendError> {
     }
     let slots = async {
         let (mut conn, _) = inner.connections.connection().await?;
-        let key = format!("{}{{{PROBE_KEY}}}:slots", inner.prefix);
+        let key = format!("{}{{{probe_key}}}:slots", inner.prefix);
         for (op, limit) in [("acquire", 1), ("release", 0)] {
             slots_call(&mut conn.1, &key, op, limit).await?;
         }
