@@ -194,7 +194,10 @@ async fn redis_calls_cache_hits_failures_and_the_breaker_are_scraped() {
         ("tollgate_redis_calls_total", 2.0),
         ("tollgate_redis_cache_hits_total", 2.0),
         (r#"tollgate_redis_failures_total{kind="unavailable"}"#, 0.0),
-        (r#"tollgate_redis_failures_total{kind="misconfigured"}"#, 0.0),
+        (
+            r#"tollgate_redis_failures_total{kind="misconfigured"}"#,
+            0.0,
+        ),
         ("tollgate_redis_circuit_open", 0.0),
         (
             r#"tollgate_decisions_total{outcome="allowed",policy="api"}"#,

@@ -269,7 +269,10 @@ async fn a_redis_refusing_the_scripts_is_logged_once_as_an_error_and_counted_apa
     let server = RedisServer::start();
     let password = "s3cret-passw0rd";
     let set = ["ACL", "SETUSER", "limited", "on", &format!(">{password}")];
-    assert_eq!(server.cli(&[&set[..], &["~*", "+@all", "-evalsha"]].concat()), "OK");
+    assert_eq!(
+        server.cli(&[&set[..], &["~*", "+@all", "-evalsha"]].concat()),
+        "OK"
+    );
     let url = format!("redis://limited:{password}@127.0.0.1:{}", server.port());
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let backend = metrics::with_local_recorder(&recorder, || {
@@ -303,7 +306,10 @@ async fn a_redis_refusing_the_scripts_is_logged_once_as_an_error_and_counted_apa
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
     assert_eq!(errors.len(), 1, "{text}");
-    assert!(errors[0].contains("Redis refuses the rate-limit scripts"), "{text}");
+    assert!(
+        errors[0].contains("Redis refuses the rate-limit scripts"),
+        "{text}"
+    );
     assert!(errors[0].contains("+evalsha"), "says what to grant: {text}");
     assert!(!text.contains(password), "{text}");
     let rendered = recorder.handle().render();

@@ -245,7 +245,9 @@ async fn a_delay_of_centuries_is_a_protocol_error_not_a_wait() {
     let backend = backend(&url);
     let limiter = Limiter::new(
         backend.clone(),
-        Quota::leaky_bucket(10, Duration::from_secs(1)).build().unwrap(),
+        Quota::leaky_bucket(10, Duration::from_secs(1))
+            .build()
+            .unwrap(),
     );
     let checked = tokio::time::timeout(Duration::from_secs(5), limiter.check("k", 1))
         .await
@@ -258,7 +260,10 @@ async fn a_delay_of_centuries_is_a_protocol_error_not_a_wait() {
         other => panic!("expected a protocol error, got {other:?}"),
     }
     assert_eq!(calls.load(Ordering::Relaxed), 1);
-    let e = backend.probe().await.expect_err("the probe reads replies alike");
+    let e = backend
+        .probe()
+        .await
+        .expect_err("the probe reads replies alike");
     assert_eq!(e.kind(), BackendErrorKind::Protocol, "{e}");
 }
 

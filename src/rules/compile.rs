@@ -77,7 +77,10 @@ impl Compiled {
             _ => AnyBackend::from_config(&backend_config).map_err(error)?,
         };
         for (list, name) in [(&file.deny, "deny"), (&file.allow, "allow")] {
-            list.keys.iter().try_for_each(|k| listed_key(k, name)).map_err(error)?;
+            list.keys
+                .iter()
+                .try_for_each(|k| listed_key(k, name))
+                .map_err(error)?;
         }
         let client_ip = client_ip(&file.client_ip).map_err(error)?;
         let peer_ip = PeerIp::new().ipv6_prefix(file.client_ip.ipv6_prefix);
@@ -417,14 +420,26 @@ mod tests {
         let err = Rules::parse(&format!("deny: {{ keys: [\"revoked\"] }}\n{RULES}"))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("deny: keys: \"revo…\" can never match"), "{err}");
+        assert!(
+            err.contains("deny: keys: \"revo…\" can never match"),
+            "{err}"
+        );
         assert!(err.contains("\"key:revo…\""), "{err}");
         assert!(!err.contains("revoked"), "the key is shortened: {err}");
         let err = Rules::parse(&format!("allow: {{ keys: [\"vip\"] }}\n{RULES}"))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("allow: keys: \"vip\" can never match"), "{err}");
-        for good in ["key:revoked", "user:7", "ip:192.0.2.1", "global", "key:a|ip:192.0.2.1"] {
+        assert!(
+            err.contains("allow: keys: \"vip\" can never match"),
+            "{err}"
+        );
+        for good in [
+            "key:revoked",
+            "user:7",
+            "ip:192.0.2.1",
+            "global",
+            "key:a|ip:192.0.2.1",
+        ] {
             let yaml = format!("deny: {{ keys: [\"{good}\"] }}\n{RULES}");
             assert!(Rules::parse(&yaml).is_ok(), "{good}");
         }

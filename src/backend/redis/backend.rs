@@ -55,7 +55,8 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 ///   ([`OnFailure::Fallback`]). A [`CircuitBreaker`](super::CircuitBreaker) stops calling Redis
 ///   after repeated failures and probes it again later, so an outage costs
 ///   no waiting once noticed. Failures are logged with `tracing::warn!` and
-///   counted in [`stats`](RedisBackend::stats).
+///   counted in [`stats`](RedisBackend::stats); a Redis that refuses the
+///   scripts (see [`probe`](RedisBackend::probe)) with `tracing::error!`.
 /// - **Denial cache**: a key Redis refused stays refused locally until its
 ///   retry-after has passed, without asking Redis (on by default).
 ///
@@ -64,7 +65,8 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 /// place) and replaced by another when it fails. Getting a pooled connection
 /// per check would cost deadpool's health-check `PING`: a second round trip.
 ///
-/// Needs Redis 5 or later (tested with 7.0) or a Redis Cluster of those.
+/// Needs Redis 5 or later (tested with Redis 7.0 and 8.2 and Valkey 9.1)
+/// or a Redis Cluster of those.
 ///
 /// Clones share the connection, the breaker, the cache and the counters.
 ///

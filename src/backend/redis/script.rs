@@ -410,7 +410,9 @@ mod lua_subset {
                 continue;
             }
             match c {
-                '(' if previous == "function" || in_params_after_name(&bytes, i) => in_params = true,
+                '(' if previous == "function" || in_params_after_name(&bytes, i) => {
+                    in_params = true
+                }
                 ')' => in_params = false,
                 _ => {}
             }
@@ -461,8 +463,14 @@ mod lua_subset {
             "local function f(a, b) return table.maxn(a) end\n-- math.pow(2, 3)\nlocal s = 'x.y(1)'\nf(1, 2)\n",
         ));
         assert!(calls.contains("table.maxn"), "{calls:?}");
-        assert!(!calls.contains("math.pow") && !calls.contains("x.y"), "{calls:?}");
-        assert!(locals.contains("f") && locals.contains("a") && locals.contains("s"), "{locals:?}");
+        assert!(
+            !calls.contains("math.pow") && !calls.contains("x.y"),
+            "{calls:?}"
+        );
+        assert!(
+            locals.contains("f") && locals.contains("a") && locals.contains("s"),
+            "{locals:?}"
+        );
         assert!(!SUBSET.contains(&"table.maxn"));
     }
 }
