@@ -123,6 +123,39 @@ async fn a_user_with_the_documented_acl_works_and_one_without_evalsha_is_refused
     assert!(!e.contains("pw@"), "{e}");
 }
 
+/// A command the script sends, refused inside it, found by the probe on
+/// every server of the matrix (each words it its own way), and named
+/// where the server names it.
+#[tokio::test]
+async fn a_command_refused_inside_the_script_is_named_on_every_server() {
+    for server in Server::ALL {
+        server.check_version();
+        let redis =
+            RedisServer::start_on(server, Vec::new(), None, || redis_support::free_port(None));
+        let url = acl_user(&redis, "no-hset", &ACL.replace("+hset", ""));
+        let e = backend(&url)
+            .probe()
+            .await
+            .expect_err("the probe must refuse");
+        assert_eq!(e.kind(), BackendErrorKind::Misconfigured, "{server:?}: {e}");
+        // Redis 7.0 does not say which command a script was refused.
+        let says = match server {
+            Server::Redis7 => "may not use a command the scripts send",
+            _ => "may not use `HSET`",
+        };
+        assert!(e.to_string().contains(says), "{server:?}: {e}");
+        let url = acl_user(&redis, "no-evalsha", &ACL.replace("+evalsha", ""));
+        let e = backend(&url)
+            .probe()
+            .await
+            .expect_err("the probe must refuse");
+        assert!(
+            e.to_string().contains("may not use `EVALSHA`"),
+            "{server:?}: {e}"
+        );
+    }
+}
+
 async fn backend_error(url: &str) -> String {
     backend(url).probe().await.unwrap_err().to_string()
 }

@@ -42,30 +42,56 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// What is wrong when `e` says Redis refuses the scripts (rather than being
 /// down or busy): `None` for any other error.
 pub(super) fn misconfiguration(e: &RedisError) -> Option<String> {
-    let detail = e.detail().unwrap_or_default();
-    let acl = || {
-        format!(
-            "the Redis user may not run a command or key the scripts need; grant them: \
-             ACL SETUSER <user> ~<prefix>* {ACL_COMMANDS}"
-        )
-    };
-    match e.code()? {
-        "NOPERM" => Some(acl()),
-        // A command called from a script that the user may not run.
-        "ERR" if detail.contains("can't run this command") => Some(acl()),
+    misconfiguration_of(e.code()?, e.detail().unwrap_or_default())
+}
+
+/// [`misconfiguration`] from an error's code and text, as Redis 7.0 and
+/// 8.2 and Valkey 9.1 word them.
+fn misconfiguration_of(code: &str, detail: &str) -> Option<String> {
+    let grant = format!("grant them: ACL SETUSER <user> ~<prefix>* {ACL_COMMANDS}");
+    // Inside a script, Redis 7.0 says "The user executing the script can't
+    // run this command" or "can't access at least one of the keys"; 8.2 and
+    // Valkey "ACL failure in script: User u has no permissions to run the
+    // 'hset' command" or "... to access a key".
+    let acl = code == "NOPERM"
+        || (code == "ERR"
+            && ["ACL failure", "can't run this command", "can't access"]
+                .iter()
+                .any(|s| detail.contains(s)));
+    if acl {
+        let what = if detail.contains("access") {
+            "the backend's keys (under its prefix)".to_owned()
+        } else {
+            // The name only if it looks like one: the text is the server's.
+            let named = detail
+                .split_once("run the '")
+                .and_then(|(_, r)| r.split_once('\''));
+            match named.filter(|(c, _)| {
+                c.len() <= 40 && c.chars().all(|c| c.is_ascii_alphanumeric() || c == '|')
+            }) {
+                Some((command, _)) => format!("`{}`", command.to_ascii_uppercase()),
+                None => "a command the scripts send".to_owned(),
+            }
+        };
+        return Some(format!(
+            "Redis refuses the rate-limit scripts: the user may not use {what}; {grant}"
+        ));
+    }
+    match code {
         "ERR" if detail.starts_with("unknown command") => Some(
-            "Redis does not know a command the backend sends (renamed or disabled with \
-             rename-command?); it needs EVALSHA and EVAL"
+            "Redis refuses the rate-limit scripts: it does not know a command the backend sends \
+             (renamed or disabled with rename-command?); the backend needs EVALSHA and EVAL"
                 .to_owned(),
         ),
         "ERR" if detail.contains("scripting engine") => Some(
-            "Redis has no Lua engine (Valkey without its lua module?); the backend runs Lua \
-             scripts"
+            "Redis refuses the rate-limit scripts: it has no Lua engine (Valkey without its lua \
+             module?)"
                 .to_owned(),
         ),
         "OOM" => Some(
-            "Redis is full (maxmemory reached under maxmemory-policy noeviction) and refuses \
-             the scripts' writes; set maxmemory-policy volatile-ttl or give it more memory"
+            "Redis refuses the rate-limit scripts: it is full (maxmemory reached under \
+             maxmemory-policy noeviction) and refuses their writes; set maxmemory-policy \
+             volatile-ttl, or give it more memory"
                 .to_owned(),
         ),
         _ => None,
@@ -156,4 +182,79 @@ async fn slots_call(conn: &mut Conn, key: &str, op: &str, limit: u64) -> Result<
     reply
         .map(drop)
         .map_err(|e| super::connection::redis_error(e).0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::misconfiguration_of as of;
+
+    #[test]
+    fn each_servers_wording_of_a_refusal_is_told_apart() {
+        let cases = [
+            // Redis 7.0, outside and inside a script.
+            (
+                "NOPERM",
+                "this user has no permissions to run the 'evalsha' command",
+                "`EVALSHA`",
+            ),
+            (
+                "ERR",
+                "The user executing the script can't run this command or subcommand script: 88c9, on @user_script:1.",
+                "a command the scripts send",
+            ),
+            (
+                "ERR",
+                "The user executing the script can't access at least one of the keys mentioned in the command arguments script: 0df3, on @user_script:1.",
+                "keys",
+            ),
+            (
+                "NOPERM",
+                "this user has no permissions to access one of the keys used as arguments",
+                "keys",
+            ),
+            // Redis 8.2 and Valkey 9.1.
+            (
+                "ERR",
+                "ACL failure in script: User x has no permissions to run the 'hset' command script: on @user_script:1.",
+                "`HSET`",
+            ),
+            (
+                "ERR",
+                "ACL failure in script: No permissions to access a key script: on @user_script:1.",
+                "keys",
+            ),
+            (
+                "NOPERM",
+                "User x has no permissions to run the 'set' command",
+                "`SET`",
+            ),
+            (
+                "ERR",
+                "unknown command 'EVALSHA', with args beginning with: 'e0e1' '0'",
+                "rename-command",
+            ),
+            (
+                "ERR",
+                "Could not find scripting engine 'lua'",
+                "no Lua engine",
+            ),
+            (
+                "OOM",
+                "command not allowed when used memory > 'maxmemory'. script: 88c9, on @user_script:1.",
+                "volatile-ttl",
+            ),
+        ];
+        for (code, detail, says) in cases {
+            let got = of(code, detail).unwrap_or_else(|| panic!("{code} {detail}"));
+            assert!(got.contains(says), "{code} {detail}: {got}");
+        }
+        for (code, detail) in [
+            ("ERR", "wrong number of arguments for 'evalsha' command"),
+            ("BUSY", "Redis is busy running a script."),
+            ("LOADING", "Redis is loading the dataset in memory"),
+            ("READONLY", "You can't write against a read only replica."),
+        ] {
+            assert_eq!(of(code, detail), None, "{code} {detail}");
+        }
+    }
 }
