@@ -246,13 +246,17 @@ fn main() -> ExitCode {
         }
     };
     // A Redis that refuses the scripts would leave every request to the
-    // failure policy: refuse to start. One that is down may come back.
-    if let Err(e) = runtime.block_on(rules.backend().probe()) {
-        if e.kind() != BackendErrorKind::Timeout && e.kind() != BackendErrorKind::Unavailable {
-            eprintln!("tollgate: {e}");
-            return ExitCode::FAILURE;
-        }
-        tracing::warn!(error = %e, "tollgate: Redis could not be probed; starting anyway");
+    // failure policy: refuse to start. One that is down may come back (and
+    // the backend logs its failures when requests meet them).
+    let refused = runtime.block_on(rules.backend().probe()).err().filter(|e| {
+        !matches!(
+            e.kind(),
+            BackendErrorKind::Timeout | BackendErrorKind::Unavailable
+        )
+    });
+    if let Some(e) = refused {
+        eprintln!("tollgate: {e}");
+        return ExitCode::FAILURE;
     }
     if args.command == "check" {
         println!("{}: valid\n", args.config.display());
