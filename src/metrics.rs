@@ -13,6 +13,8 @@ use metrics::{
     gauge, histogram,
 };
 
+#[cfg(feature = "redis")]
+use crate::backend::BackendErrorKind;
 use crate::clock::Stopwatch;
 use crate::decision::Decision;
 
@@ -25,7 +27,7 @@ pub(crate) const MEMORY_STATES: &str = "tollgate_memory_states";
 /// Redis round trips attempted.
 #[cfg(feature = "redis")]
 pub(crate) const REDIS_CALLS: &str = "tollgate_redis_calls_total";
-/// Redis calls that failed, timeouts included.
+/// Redis calls that failed, labelled `kind` (see `BackendErrorKind::name`).
 #[cfg(feature = "redis")]
 pub(crate) const REDIS_FAILURES: &str = "tollgate_redis_failures_total";
 /// Checks answered from the Redis backend's denial cache.
@@ -142,10 +144,20 @@ impl MemoryMetrics {
 #[derive(Debug, Clone)]
 pub(crate) struct RedisMetrics {
     calls: Counter,
-    failures: Counter,
+    /// By kind: timeout, unavailable, protocol, misconfigured.
+    failures: [Counter; 4],
     cache_hits: Counter,
     circuit_open: Gauge,
 }
+
+/// The kinds of failure, in the order of `RedisMetrics::failures`.
+#[cfg(feature = "redis")]
+const KINDS: [BackendErrorKind; 4] = [
+    BackendErrorKind::Timeout,
+    BackendErrorKind::Unavailable,
+    BackendErrorKind::Protocol,
+    BackendErrorKind::Misconfigured,
+];
 
 #[cfg(feature = "redis")]
 impl RedisMetrics {
@@ -154,7 +166,7 @@ impl RedisMetrics {
         describe_counter!(
             REDIS_FAILURES,
             Unit::Count,
-            "Redis calls that failed, timeouts included."
+            "Redis calls that failed, by kind: timeout, unavailable (down, unreachable, busy), protocol (a reply that makes no sense), misconfigured (Redis refuses the scripts: ACL, renamed commands, full under noeviction)."
         );
         describe_counter!(
             REDIS_CACHE_HITS,
@@ -169,7 +181,7 @@ impl RedisMetrics {
         circuit_open.set(0.0);
         RedisMetrics {
             calls: counter!(REDIS_CALLS),
-            failures: counter!(REDIS_FAILURES),
+            failures: KINDS.map(|k| counter!(REDIS_FAILURES, "kind" => k.name())),
             cache_hits: counter!(REDIS_CACHE_HITS),
             circuit_open,
         }
@@ -179,8 +191,14 @@ impl RedisMetrics {
         self.calls.increment(1);
     }
 
-    pub(crate) fn failure(&self) {
-        self.failures.increment(1);
+    pub(crate) fn failure(&self, kind: BackendErrorKind) {
+        let i = match kind {
+            BackendErrorKind::Timeout => 0,
+            BackendErrorKind::Unavailable => 1,
+            BackendErrorKind::Protocol => 2,
+            BackendErrorKind::Misconfigured => 3,
+        };
+        self.failures[i].increment(1);
     }
 
     pub(crate) fn cache_hit(&self) {

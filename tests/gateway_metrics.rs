@@ -229,7 +229,11 @@ async fn redis_calls_cache_hits_failures_and_the_breaker_are_scraped() {
     let redis_series = [
         ("tollgate_redis_calls_total", 2.0),
         ("tollgate_redis_cache_hits_total", 2.0),
-        ("tollgate_redis_failures_total", 0.0),
+        (r#"tollgate_redis_failures_total{kind="unavailable"}"#, 0.0),
+        (
+            r#"tollgate_redis_failures_total{kind="misconfigured"}"#,
+            0.0,
+        ),
         ("tollgate_redis_circuit_open", 0.0),
         (
             r#"tollgate_decisions_total{outcome="allowed",policy="api"}"#,
@@ -262,7 +266,7 @@ async fn redis_calls_cache_hits_failures_and_the_breaker_are_scraped() {
     let got = samples(&text);
     let down = [
         ("tollgate_redis_calls_total", 7.0),
-        ("tollgate_redis_failures_total", 5.0),
+        (r#"tollgate_redis_failures_total{kind="unavailable"}"#, 5.0),
         ("tollgate_redis_circuit_open", 1.0),
         (
             r#"tollgate_decisions_total{outcome="errored",policy="api"}"#,

@@ -115,6 +115,24 @@ pub enum BackendErrorKind {
     Unavailable,
     /// The store answered something that makes no sense.
     Protocol,
+    /// The store answered, but refuses what the backend asks of it: a
+    /// misconfiguration, which lasts until an operator fixes it, not an
+    /// outage (a Redis user without the commands the scripts need, a
+    /// scripting command renamed away, a Redis full under `noeviction`).
+    Misconfigured,
+}
+
+impl BackendErrorKind {
+    /// Its name in metrics and logs: `timeout`, `unavailable`, `protocol`
+    /// or `misconfigured`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendErrorKind::Timeout => "timeout",
+            BackendErrorKind::Unavailable => "unavailable",
+            BackendErrorKind::Protocol => "protocol",
+            BackendErrorKind::Misconfigured => "misconfigured",
+        }
+    }
 }
 
 /// A backend could not decide. Callers fall back to their failure policy

@@ -26,6 +26,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tollgate::RateLimitLayer;
+use tollgate::backend::BackendErrorKind;
 use tollgate::layer::problem_response;
 use tollgate::rules::{Rules, normalize_path};
 
@@ -267,6 +268,26 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tollgate: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // A Redis that refuses the scripts would leave every request to the
+    // failure policy: refuse to start. One that is down may come back (and
+    // the backend logs its failures when requests meet them).
+    let refused = runtime.block_on(rules.backend().probe()).err().filter(|e| {
+        !matches!(
+            e.kind(),
+            BackendErrorKind::Timeout | BackendErrorKind::Unavailable
+        )
+    });
+    if let Some(e) = refused {
+        eprintln!("tollgate: {e}");
+        return ExitCode::FAILURE;
+    }
     let warnings = delay_warnings(&rules, args.limits.idle_timeout);
     if args.command == "check" {
         for warning in &warnings {
@@ -279,13 +300,6 @@ fn main() -> ExitCode {
     for warning in &warnings {
         tracing::warn!("{warning}");
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tollgate: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     match runtime.block_on(serve(args, rules, metrics)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

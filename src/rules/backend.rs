@@ -90,6 +90,17 @@ pub(crate) fn with_slots(
 }
 
 impl AnyBackend {
+    /// Whether the backend can decide at all, asked before serving: for
+    /// Redis, [`RedisBackend::probe`](crate::RedisBackend::probe); memory
+    /// always can.
+    pub async fn probe(&self) -> Result<(), BackendError> {
+        match self {
+            AnyBackend::Memory(_) => Ok(()),
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.probe().await,
+        }
+    }
+
     /// Why `quotas` cannot be used on this backend, if they cannot: a set
     /// that needs every arrival on a Redis backend that leases.
     pub(crate) fn refuses(&self, quotas: &QuotaSet) -> Option<String> {

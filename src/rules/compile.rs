@@ -86,6 +86,12 @@ impl Compiled {
             Some(old) if old.backend_config == backend_config => old.backend.clone(),
             _ => AnyBackend::from_config(&backend_config).map_err(error)?,
         };
+        for (list, name) in [(&file.deny, "deny"), (&file.allow, "allow")] {
+            list.keys
+                .iter()
+                .try_for_each(|k| listed_key(k, name))
+                .map_err(error)?;
+        }
         let client_ip = client_ip(&file.client_ip).map_err(error)?;
         let peer_ip = PeerIp::new().ipv6_prefix(file.client_ip.ipv6_prefix);
         let protect = protection(&file, old).map_err(error)?;
@@ -128,6 +134,29 @@ impl Compiled {
             file,
         })
     }
+}
+
+/// Refuses a listed key that no rule could ever build: keys are written as
+/// built (`key:<header value>`, `user:<id>`, `ip:<address>`, `route:...`,
+/// `global`, parts joined by `|`), and a bare `revoked` would pass a check
+/// of the file yet never deny anything.
+fn listed_key(key: &str, list: &str) -> Result<(), String> {
+    const BUILT: [&str; 4] = ["key:", "user:", "ip:", "route:"];
+    let first = key.split('|').next().unwrap_or_default();
+    if first == "global" || BUILT.iter().any(|p| first.starts_with(p)) {
+        return Ok(());
+    }
+    // Shortened: a listed key may be a live API key, and this message may
+    // be logged (a reload's error).
+    let mut shown: String = key.chars().take(4).collect();
+    if shown.len() < key.len() {
+        shown.push('…');
+    }
+    Err(format!(
+        "{list}: keys: {shown:?} can never match: keys are written as they are built, \
+         such as \"key:{shown}\" (an API key header's value), \"user:{shown}\" or \"ip:{shown}\" \
+         (shortened here)"
+    ))
 }
 
 /// The most proxies a forwarding header is read through: longer chains are
@@ -458,4 +487,41 @@ fn longest_delay(q: &Quota, cost: u64) -> Option<Duration> {
     Some(Duration::from_micros(
         u64::try_from(micros).unwrap_or(u64::MAX),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rules::Rules;
+
+    const RULES: &str = "rules:\n  - name: api\n    key: header:x-api-key\n    quotas: [{ name: q, algorithm: gcra, limit: 5, period: 1m }]\n";
+
+    #[test]
+    fn a_listed_key_no_rule_could_build_is_refused_with_its_spelling() {
+        let err = Rules::parse(&format!("deny: {{ keys: [\"revoked\"] }}\n{RULES}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("deny: keys: \"revo…\" can never match"),
+            "{err}"
+        );
+        assert!(err.contains("\"key:revo…\""), "{err}");
+        assert!(!err.contains("revoked"), "the key is shortened: {err}");
+        let err = Rules::parse(&format!("allow: {{ keys: [\"vip\"] }}\n{RULES}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("allow: keys: \"vip\" can never match"),
+            "{err}"
+        );
+        for good in [
+            "key:revoked",
+            "user:7",
+            "ip:192.0.2.1",
+            "global",
+            "key:a|ip:192.0.2.1",
+        ] {
+            let yaml = format!("deny: {{ keys: [\"{good}\"] }}\n{RULES}");
+            assert!(Rules::parse(&yaml).is_ok(), "{good}");
+        }
+    }
 }

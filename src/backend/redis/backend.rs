@@ -17,6 +17,7 @@ use super::stats::{Counters, RedisStats, bump};
 use crate::backend::{Backend, BackendError, BackendErrorKind, CheckRequest};
 use crate::clock::{Clock, Stopwatch, micros};
 use crate::decision::Decision;
+use crate::log_limit::LogLimit;
 use crate::metrics::RedisMetrics;
 use crate::quota::Quota;
 use crate::quota_set::QuotaSet;
@@ -54,7 +55,8 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 ///   ([`OnFailure::Fallback`]). A [`CircuitBreaker`](super::CircuitBreaker) stops calling Redis
 ///   after repeated failures and probes it again later, so an outage costs
 ///   no waiting once noticed. Failures are logged with `tracing::warn!` and
-///   counted in [`stats`](RedisBackend::stats).
+///   counted in [`stats`](RedisBackend::stats); a Redis that refuses the
+///   scripts (see [`probe`](RedisBackend::probe)) with `tracing::error!`.
 /// - **Denial cache**: a key Redis refused stays refused locally until its
 ///   retry-after has passed, without asking Redis (on by default).
 ///
@@ -63,7 +65,8 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 /// place) and replaced by another when it fails. Getting a pooled connection
 /// per check would cost deadpool's health-check `PING`: a second round trip.
 ///
-/// Needs Redis 5 or later (tested with 7.0) or a Redis Cluster of those.
+/// Needs Redis 5 or later (tested with Redis 7.0 and 8.2 and Valkey 9.1)
+/// or a Redis Cluster of those.
 ///
 /// Clones share the connection, the breaker, the cache and the counters.
 ///
@@ -123,6 +126,29 @@ impl RedisBackend {
     /// What the backend did so far.
     pub fn stats(&self) -> RedisStats {
         self.inner.counters.stats(&self.inner.breaker)
+    }
+
+    /// Runs the rate-limit scripts once on Redis, on keys of their own under
+    /// the prefix (expiring within seconds), with every algorithm's commands:
+    /// for calling before serving. A Redis that refuses them (the user's ACL
+    /// lacks a command, `EVALSHA` renamed away, no Lua engine, full under
+    /// `noeviction`) is an error of kind
+    /// [`Misconfigured`](BackendErrorKind::Misconfigured) saying what to
+    /// fix; a reply out of bounds is [`Protocol`](BackendErrorKind::Protocol);
+    /// a Redis that cannot be reached is `Timeout` or `Unavailable`. Neither
+    /// the circuit breaker, the denial cache nor the failure policy takes
+    /// part, and nothing is counted in [`stats`](RedisBackend::stats)
+    /// but script loads.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let backend = tollgate::RedisBackend::from_url("redis://127.0.0.1:6379").build()?;
+    /// backend.probe().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn probe(&self) -> Result<(), BackendError> {
+        super::probe::run(&self.inner).await
     }
 
     /// The Redis keys that hold `key`'s state for `quotas`, one per quota in
@@ -294,7 +320,7 @@ impl RedisBackend {
             }
             Err(e) => {
                 let failures = bump(&inner.counters.failures);
-                inner.metrics.failure();
+                inner.metrics.failure(e.kind());
                 let transition = match e.kind() {
                     // Redis answered: it is up, whatever it said.
                     BackendErrorKind::Protocol => inner.breaker.success(probe),
@@ -302,8 +328,21 @@ impl RedisBackend {
                 };
                 inner.metrics.circuit(inner.breaker.is_open());
                 let consecutive = inner.breaker.consecutive_failures();
-                static FAILED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
-                if let Some(more) = FAILED.admit() {
+                static FAILED: LogLimit = LogLimit::new();
+                static MISCONFIGURED: LogLimit = LogLimit::new();
+                if e.kind() == BackendErrorKind::Misconfigured {
+                    bump(&inner.counters.misconfigured);
+                    // Not an outage that passes: it lasts until someone
+                    // fixes Redis, and meanwhile the failure policy decides
+                    // every request.
+                    if let Some(more) = MISCONFIGURED.admit() {
+                        tracing::error!(
+                            failures,
+                            error = %e,
+                            "tollgate: Redis refuses the rate-limit scripts; the failure policy decides requests until this is fixed{more}"
+                        );
+                    }
+                } else if let Some(more) = FAILED.admit() {
                     tracing::warn!(
                         kind = ?e.kind(),
                         failures,
@@ -357,7 +396,7 @@ impl RedisBackend {
             reply => reply,
         };
         let reply = reply.map_err(|(e, _)| e)?;
-        script::reply(&reply, quotas.quotas().len())
+        script::reply(&reply, quotas, ask.want.max(ask.cost))
             .map_err(|m| BackendError::new(BackendErrorKind::Protocol, m))
     }
 

@@ -15,7 +15,8 @@ use super::connection::redis_error;
 use crate::backend::{Acquired, BackendError, BackendErrorKind, Slot, SlotFuture, SlotStore};
 use crate::sync::lock;
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("concurrency.lua")));
+pub(super) static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("concurrency.lua")));
 
 /// Concurrency slots in Redis, so that a limit holds across every server of
 /// a fleet. Each key's slots are a sorted set of slot ids scored by when

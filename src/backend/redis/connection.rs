@@ -78,6 +78,9 @@ pub(super) fn redis_error(e: RedisError) -> (BackendError, bool) {
         )
     {
         (BackendErrorKind::Unavailable, true)
+    } else if let Some(wrong) = super::probe::misconfiguration(&e) {
+        let e = BackendError::new(BackendErrorKind::Misconfigured, wrong).with_source(e);
+        return (e, false);
     } else if matches!(
         e.kind(),
         ErrorKind::Server(

@@ -9,6 +9,7 @@ mod config_error;
 mod connection;
 mod lease;
 mod on_failure;
+mod probe;
 mod script;
 mod stats;
 
