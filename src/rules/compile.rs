@@ -74,7 +74,7 @@ impl Compiled {
         let backend_config = backend_override.unwrap_or(&file.backend).clone();
         let backend = match old {
             Some(old) if old.backend_config == backend_config => old.backend.clone(),
-            _ => AnyBackend::from_config(&backend_config).map_err(error)?,
+            _ => AnyBackend::from_config(&backend_config, path).map_err(error)?,
         };
         let client_ip = client_ip(&file.client_ip).map_err(error)?;
         let peer_ip = PeerIp::new().ipv6_prefix(file.client_ip.ipv6_prefix);

@@ -58,7 +58,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use http::request::Parts;
 
-pub use backend::AnyBackend;
+pub use backend::{AnyBackend, RedisTarget};
 pub use error::RulesError;
 pub use path::{PathError, normalize_path};
 
@@ -121,16 +121,19 @@ impl Rules {
         url: &str,
         lease: &str,
     ) -> Result<Self, RulesError> {
+        Rules::load_with_redis_target(path, &RedisTarget::url(url).lease(lease))
+    }
+
+    /// Rules from a file, with the backend replaced by the Redis `target`
+    /// names (one server, a cluster or Sentinel's master) whatever the file
+    /// says.
+    pub fn load_with_redis_target(
+        path: impl AsRef<Path>,
+        target: &RedisTarget,
+    ) -> Result<Self, RulesError> {
         let path = path.as_ref();
         let text = read(path)?;
-        let config = BackendConfig::Redis {
-            url: at::At::unplaced(url.to_owned()),
-            prefix: "tollgate:".into(),
-            timeout: model::default_redis_timeout(),
-            on_failure: Default::default(),
-            lease: at::At::unplaced(names::LeaseText(lease.to_owned())),
-        };
-        Rules::build(&text, Some(path), Some(config))
+        Rules::build(&text, Some(path), Some(target.config.clone()))
     }
 
     fn build(

@@ -10,6 +10,7 @@ mod connection;
 mod lease;
 mod on_failure;
 mod script;
+mod source;
 mod stats;
 
 pub use backend::RedisBackend;
