@@ -155,7 +155,11 @@ impl Rules {
 
     /// The rules in force, described in words (what `tollgate check` prints).
     pub fn describe(&self) -> String {
-        self.inner.current.load().file.to_string()
+        let current = self.inner.current.load();
+        // The backend in force: a command line's Redis replaces the file's.
+        let mut file = current.file.clone();
+        file.backend = current.backend_config.clone();
+        file.to_string()
     }
 
     /// The backend in force.
