@@ -164,6 +164,42 @@ async fn auth_decides_and_a_wrong_password_is_a_clear_error_without_it() {
     assert!(!text.contains(wrong), "the password shows: {text}");
 }
 
+#[test]
+fn a_rules_file_names_exactly_one_redis() {
+    let rules = "rules: []\n";
+    let error = |backend: &str| {
+        Rules::parse(&format!("backend:\n  redis: {backend}\n{rules}"))
+            .expect_err(backend)
+            .to_string()
+    };
+    let both = error("{ url: redis://a:1, cluster: [redis://b:1] }");
+    assert!(
+        both.contains("only one of url, cluster and sentinel"),
+        "{both}"
+    );
+    let none = error("{ prefix: x }");
+    assert!(none.contains("needs where Redis is"), "{none}");
+    let empty = error("{ cluster: [] }");
+    assert!(empty.contains("at least one node"), "{empty}");
+    let user = error("{ sentinel: { master: m, urls: [redis://s:1], username: u } }");
+    assert!(user.contains("a username needs a password"), "{user}");
+    let typo = error("{ url: redis://a:1, tls: { ca: x.pem } }");
+    assert!(typo.contains("ca"), "{typo}");
+    let no_master = error("{ sentinel: { master: \"\", urls: [redis://s:1] } }");
+    assert!(no_master.contains("master's name"), "{no_master}");
+    // A sentinel's password in the file never shows in check's output.
+    let ok = Rules::parse(&format!(
+        "backend:\n  redis: {{ sentinel: {{ master: m, urls: [\"redis://:{PASSWORD}@s:26379\"], password: {PASSWORD} }} }}\n{rules}"
+    ))
+    .unwrap();
+    let described = ok.describe();
+    assert!(
+        described.contains("sentinel master \"m\" via redis://:***@s:26379"),
+        "{described}"
+    );
+    assert!(!described.contains(PASSWORD), "{described}");
+}
+
 fn tollgate(args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .args(args)

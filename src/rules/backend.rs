@@ -331,6 +331,7 @@ pub(crate) fn with_slots(
 impl AnyBackend {
     /// Why `quotas` cannot be used on this backend, if they cannot: a set
     /// that needs every arrival on a Redis backend that leases.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
     pub(crate) fn refuses(&self, quotas: &QuotaSet) -> Option<String> {
         match self {
             AnyBackend::Memory(_) => None,
