@@ -281,13 +281,14 @@ rules:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_from_a_rules_file_limits_every_key_through_the_gateway() {
-    let cluster = Cluster::start();
-    // One node named: the others are found from it.
+    let cluster = Cluster::start(PASSWORD);
+    let url = |n: usize| format!("redis://:{PASSWORD}@127.0.0.1:{}", cluster.nodes[n].port);
+    // One node named: the others are found from it, and AUTH goes to each.
     let file = RulesFile::new(
         "deploy-cluster",
         &format!(
-            "backend:\n  redis:\n    cluster: [{}]\n    timeout: 2s\ntimeout: 3s\n{GATEWAY_RULES}",
-            cluster.nodes[0].url()
+            "backend:\n  redis:\n    cluster: [\"{}\"]\n    timeout: 2s\ntimeout: 3s\n{GATEWAY_RULES}",
+            url(0)
         ),
     );
     let gw = Gateway::start(&file.0, None, &[]);
@@ -319,7 +320,7 @@ async fn cluster_from_a_rules_file_limits_every_key_through_the_gateway() {
     );
 
     // A gateway given another node by flag shares the same counts.
-    let flagged = Gateway::start(&file.0, None, &["--redis-cluster", &cluster.nodes[2].url()]);
+    let flagged = Gateway::start(&file.0, None, &["--redis-cluster", &url(2)]);
     // Its first connection (the slots map, then each node) may take longer
     // than the default 50 ms timeout of a flag-made backend: until it is
     // made, the answer is 503 (on_backend_error: reject).

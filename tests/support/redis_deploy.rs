@@ -274,14 +274,14 @@ impl Certs {
     }
 }
 
-/// Three masters, no replicas, all slots covered.
+/// Three masters, no replicas, all slots covered, each with `password`.
 pub struct Cluster {
     pub nodes: Vec<Server>,
 }
 
 impl Cluster {
-    pub fn start() -> Cluster {
-        let args: Vec<String> = [
+    pub fn start(password: &str) -> Cluster {
+        let mut args: Vec<String> = [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -291,11 +291,12 @@ impl Cluster {
         ]
         .map(String::from)
         .to_vec();
+        args.extend(["--requirepass", password, "--masterauth", password].map(String::from));
         let nodes: Vec<Server> = (0..3)
-            .map(|_| Server::start("redis-server", &args, None, true))
+            .map(|_| Server::start("redis-server", &args, Some(password), true))
             .collect();
         let mut cmd = Command::new("redis-cli");
-        cmd.args(["--cluster", "create"]);
+        cmd.args(["--no-auth-warning", "-a", password, "--cluster", "create"]);
         for n in &nodes {
             cmd.arg(format!("127.0.0.1:{}", n.port));
         }
