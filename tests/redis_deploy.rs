@@ -93,7 +93,7 @@ async fn tls_with_a_private_ca_decides_and_an_untrusted_ca_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_from_a_rules_file_with_files_beside_it() {
     let certs = Certs::make();
-    let (_server, tls_port) = certs.server(true);
+    let (server, tls_port) = certs.server(true);
     // Without a client certificate the server refuses the handshake.
     let anonymous = tls_backend(tls_port)
         .tls_ca(certs.pem("ca.pem"))
@@ -102,12 +102,13 @@ async fn mutual_tls_from_a_rules_file_with_files_beside_it() {
     let refused = Limiter::new(anonymous, quotas(3)).check("k", 1).await;
     assert!(refused.is_err(), "{refused:?}");
 
-    // The rules file names the files relative to itself.
+    // The rules file names the files relative to itself; its concurrency
+    // slots go through the same TLS, and a failure would answer 503.
     let rules_path = certs.path("rules.yaml");
     std::fs::write(
         &rules_path,
         format!(
-            "backend:\n  redis:\n    url: rediss://127.0.0.1:{tls_port}\n    timeout: 5s\n    tls: {{ ca_file: ca.pem, cert_file: client.pem, key_file: client.key }}\nrules:\n  - {{ name: r, key: peer_ip, quotas: [{{ algorithm: fixed_window, limit: 3, period: 1h }}] }}\n"
+            "backend:\n  redis:\n    url: rediss://127.0.0.1:{tls_port}\n    timeout: 5s\n    tls: {{ ca_file: ca.pem, cert_file: client.pem, key_file: client.key }}\non_backend_error: reject\ntimeout: 5s\nrules:\n  - {{ name: r, key: peer_ip, concurrency: {{ limit: 2 }}, quotas: [{{ algorithm: fixed_window, limit: 3, period: 1h }}] }}\n"
         ),
     )
     .unwrap();
@@ -117,8 +118,24 @@ async fn mutual_tls_from_a_rules_file_with_files_beside_it() {
         "{}",
         rules.describe()
     );
-    let limiter = Limiter::new(rules.backend(), quotas(3));
-    assert_eq!(admitted(&limiter, "k", 4).await, 3, "3 of 4 through mTLS");
+    let app = axum::Router::new()
+        .fallback(|| async { "ok" })
+        .layer(tollgate::RateLimitLayer::from_policy(rules));
+    let addr = support::serve(app).await;
+    let client = support::client();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(support::get(&client, addr, "/", &[]).await.status);
+    }
+    let ok = StatusCode::OK;
+    assert_eq!(
+        seen,
+        [ok, ok, ok, StatusCode::TOO_MANY_REQUESTS],
+        "through mTLS"
+    );
+    // The slots' script ran there (the fixed window's uses no ZADD).
+    let stats = server.cli(&["INFO", "commandstats"]);
+    assert!(stats.contains("cmdstat_zadd"), "{stats}");
 
     let missing = std::fs::write(
         &rules_path,

@@ -282,6 +282,7 @@ impl RedisTarget {
 /// in this process otherwise.
 pub(crate) fn with_slots(
     config: &BackendConfig,
+    base: Option<&Path>,
     rule: &str,
     quota: ConcurrencyQuota,
 ) -> Result<ConcurrencyQuota, String> {
@@ -297,13 +298,12 @@ pub(crate) fn with_slots(
             // alone: a cluster, a sentinel's master or a private CA cannot
             // hold them yet, and a limit that cannot be kept is refused here
             // rather than left to fail at every request.
+            // The slots live in one standalone Redis: a cluster or a
+            // sentinel's master cannot hold them yet, and a limit that
+            // cannot be kept is refused here rather than left to fail at
+            // every request.
             let url = match redis_place(config)? {
-                RedisPlace::Url(url) if *tls == RedisTlsConfig::default() => url,
-                RedisPlace::Url(url) => {
-                    return Err(url.error(format!(
-                        "rule {rule}: concurrency in Redis cannot use tls files yet; use a public CA (rediss:// alone) or drop the rule's concurrency"
-                    )));
-                }
+                RedisPlace::Url(url) => url,
                 RedisPlace::Cluster(at) => {
                     return Err(at.error(format!(
                         "rule {rule}: concurrency in Redis needs one Redis (url), not a cluster"
@@ -316,13 +316,23 @@ pub(crate) fn with_slots(
                 }
             };
             let prefix = format!("{prefix}concurrency:{rule}:");
-            let slots = crate::backend::RedisSlots::from_url(url.value.expose(), &prefix)
-                .map_err(|e| url.error(format!("backend: redis: {e}")))?
-                .timeout(timeout.0);
+            let ca = tls
+                .ca_file
+                .as_ref()
+                .map(|f| read_pem(f, base))
+                .transpose()?;
+            let client_cert = match (&tls.cert_file, &tls.key_file) {
+                (Some(cert), Some(key)) => Some((read_pem(cert, base)?, read_pem(key, base)?)),
+                _ => None,
+            };
+            let slots =
+                crate::backend::RedisSlots::with_tls(url.value.expose(), &prefix, ca, client_cert)
+                    .map_err(|e| url.error(format!("backend: redis: {e}")))?
+                    .timeout(timeout.0);
             Ok(quota.store(slots))
         }
         _ => {
-            let _ = rule;
+            let _ = (rule, base);
             Ok(quota)
         }
     }

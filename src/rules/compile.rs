@@ -93,7 +93,8 @@ impl Compiled {
             };
             check_limited(rc).map_err(error)?;
             let mut rule = rule(rc, &backend, &parts).map_err(error)?;
-            rule.concurrency = concurrency(rc, old, &protect, &backend_config).map_err(error)?;
+            rule.concurrency =
+                concurrency(rc, old, &protect, &backend_config, path).map_err(error)?;
             check_elastic(rc, &protect).map_err(error)?;
             rules.push(rule);
         }
@@ -254,6 +255,7 @@ fn concurrency(
     old: Option<&Compiled>,
     file: &Protection,
     backend: &BackendConfig,
+    path: Option<&Path>,
 ) -> Result<Option<Protection>, String> {
     let Some(c) = &rc.concurrency else {
         return Ok(None);
@@ -289,7 +291,7 @@ fn concurrency(
         .and_then(|r| r.concurrency.as_ref()?.concurrency.clone());
     let quota = match kept {
         Some(kept) => kept,
-        None => with_slots(backend, name, quota)?,
+        None => with_slots(backend, path, name, quota)?,
     };
     Ok(Some(Protection {
         concurrency: Some(quota),

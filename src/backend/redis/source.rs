@@ -91,6 +91,32 @@ fn parse(url: &str) -> Result<redis::ConnectionInfo, RedisConfigError> {
         .map_err(|e| RedisConfigError::Pool(format!("{}: {e}", redact(url))))
 }
 
+/// Certificates given for URLs without TLS are refused: they would be
+/// ignored, and the connection made in the clear.
+fn check_tls(has_certificates: bool, uses_tls: bool) -> Result<(), RedisConfigError> {
+    if has_certificates && !uses_tls {
+        return Err(RedisConfigError::Tls(
+            "a CA or client certificate is set, so the URLs must be rediss://".into(),
+        ));
+    }
+    if uses_tls {
+        ensure_crypto_provider();
+    }
+    Ok(())
+}
+
+/// A client of the one server at `url`, with `tls`'s certificates.
+pub(super) fn client(url: &str, tls: &Tls) -> Result<redis::Client, RedisConfigError> {
+    let info = parse(url)?;
+    check_tls(tls.is_set(), uses_tls(&info))?;
+    let client = if tls.is_set() {
+        redis::Client::build_with_tls(info, tls.certificates()?)
+    } else {
+        redis::Client::open(info)
+    };
+    client.map_err(|e| RedisConfigError::Pool(format!("{}: {e}", redact(url))))
+}
+
 /// Where the backend's connections will come from; nothing is connected.
 pub(super) fn source(
     config: SourceConfig,
@@ -103,28 +129,12 @@ pub(super) fn source(
         None
     };
     let has_certificates = certificates.is_some();
-    let needs_tls = move |uses: bool| {
-        if has_certificates && !uses {
-            return Err(RedisConfigError::Tls(
-                "a CA or client certificate is set, so the URLs must be rediss://".into(),
-            ));
-        }
-        if uses {
-            ensure_crypto_provider();
-        }
-        Ok(())
-    };
+    let needs_tls = move |uses: bool| check_tls(has_certificates, uses);
     let source = match config {
         SourceConfig::Pool(pool) => Source::Single(pool),
         SourceConfig::ClusterPool(pool) => Source::Cluster(pool),
         SourceConfig::Url(url) => {
-            let info = parse(&url)?;
-            needs_tls(uses_tls(&info))?;
-            let client = match &certificates {
-                Some(c) => redis::Client::build_with_tls(info, c.clone()),
-                None => redis::Client::open(info),
-            }
-            .map_err(|e| RedisConfigError::Pool(format!("{}: {e}", redact(&url))))?;
+            let client = client(&url, tls)?;
             let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
                 .map_err(|e| RedisConfigError::Pool(format!("{}: {e}", redact(&url))))?;
             Source::Single(
