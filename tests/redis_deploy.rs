@@ -277,6 +277,53 @@ fn check_and_errors_never_print_the_password() {
     assert!(!debug.contains(PASSWORD), "{debug}");
 }
 
+#[test]
+fn gateway_flags_name_a_sentinel_and_tls_files() {
+    let file = RulesFile::new("deploy-flags", "rules: []\n");
+    let config = file.0.to_string_lossy().into_owned();
+    let sentinel = format!("redis://:{PASSWORD}@127.0.0.1:26379");
+    let (ok, out) = tollgate(&[
+        "check",
+        "--config",
+        &config,
+        "--redis-sentinel",
+        &sentinel,
+        "--redis-sentinel-master",
+        "mymaster",
+    ]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("redis sentinel master \"mymaster\" via redis://:***@127.0.0.1:26379"),
+        "{out}"
+    );
+    assert!(!out.contains(PASSWORD), "{out}");
+    let (ok, out) = tollgate(&["check", "--config", &config, "--redis-sentinel", &sentinel]);
+    assert!(!ok && out.contains("--redis-sentinel-master"), "{out}");
+    let (ok, out) = tollgate(&[
+        "check",
+        "--config",
+        &config,
+        "--redis",
+        "redis://h:1",
+        "--redis-cluster",
+        "redis://h:2",
+    ]);
+    assert!(!ok && out.contains("only one of"), "{out}");
+    // A CA file that is not there is named in the error.
+    let (ok, out) = tollgate(&[
+        "check",
+        "--config",
+        &config,
+        "--redis",
+        "rediss://h:1",
+        "--redis-ca",
+        "no-such-ca.pem",
+    ]);
+    assert!(!ok && out.contains("no-such-ca.pem"), "{out}");
+    let (ok, out) = tollgate(&["check", "--config", &config, "--redis-ca", "ca.pem"]);
+    assert!(!ok && out.contains("need --redis"), "{out}");
+}
+
 async fn status(gw: &Gateway, key: &str) -> StatusCode {
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let req = Request::get(format!("http://{}/api", gw.addr))

@@ -67,6 +67,7 @@ options:
                       the master's name in the sentinels' configuration
   --redis-ca FILE     trust the CAs in this PEM file for rediss:// (a private CA)
   --redis-cert FILE   with --redis-key: a client certificate (mutual TLS), PEM
+  --redis-key FILE    the client certificate's private key, PEM
   --redis-lease MODE  with Redis: lease quota from Redis in batches: off
                       (default), auto, or the most units one lease holds
   --log-level LEVEL   error, warn, info (default), debug or trace; RUST_LOG overrides
