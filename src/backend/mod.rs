@@ -6,6 +6,8 @@
 mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+mod redis_url;
+pub(crate) use redis_url::redis_url_redacted;
 mod slots;
 mod table;
 

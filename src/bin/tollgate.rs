@@ -2,9 +2,11 @@
 //!
 //! ```text
 //! tollgate serve --config rules.yaml [--listen 127.0.0.1:8080] [--upstream http://127.0.0.1:9000]
-//!                [--redis redis://127.0.0.1:6379] [--redis-lease auto] [--log-level info]
-//!                [--metrics-listen 127.0.0.1:9090] [--log-format json] [--log-raw-keys]
-//!                [limits...]
+//!                [--redis redis://127.0.0.1:6379 | --redis-cluster URL... |
+//!                 --redis-sentinel URL... --redis-sentinel-master NAME]
+//!                [--redis-ca FILE] [--redis-cert FILE --redis-key FILE]
+//!                [--redis-lease auto] [--log-level info] [--log-format json] [--log-raw-keys]
+//!                [--metrics-listen 127.0.0.1:9090] [limits...]
 //! tollgate check --config rules.yaml
 //! ```
 
@@ -42,6 +44,8 @@ tollgate: rate-limit any HTTP service with rules kept in a file
 
 usage:
   tollgate serve --config FILE [--listen ADDR] [--upstream URL] [--redis URL] [--redis-lease MODE]
+                 [--redis-cluster URL]... [--redis-sentinel URL]... [--redis-sentinel-master NAME]
+                 [--redis-ca FILE] [--redis-cert FILE] [--redis-key FILE]
                  [--log-level LEVEL] [--header-timeout T] [--idle-timeout T]
                  [--max-connections N] [--max-connections-per-ip N]
                  [--max-header-bytes N] [--connect-timeout T]
@@ -59,7 +63,17 @@ options:
   --listen ADDR       where to listen (default 127.0.0.1:8080)
   --upstream URL      the service to forward admitted requests to (http://host:port)
   --redis URL         use Redis at URL as the backend, whatever the file says
-  --redis-lease MODE  with --redis: lease quota from Redis in batches: off
+                      (redis://[user:password@]host:port, rediss:// for TLS)
+  --redis-cluster URL a Redis Cluster node instead; repeat for more nodes
+  --redis-sentinel URL
+                      a Redis Sentinel instead; repeat for more sentinels;
+                      needs --redis-sentinel-master
+  --redis-sentinel-master NAME
+                      the master's name in the sentinels' configuration
+  --redis-ca FILE     trust the CAs in this PEM file for rediss:// (a private CA)
+  --redis-cert FILE   with --redis-key: a client certificate (mutual TLS), PEM
+  --redis-key FILE    the client certificate's private key, PEM
+  --redis-lease MODE  with Redis: lease quota from Redis in batches: off
                       (default), auto, or the most units one lease holds
   --log-level LEVEL   error, warn, info (default), debug or trace; RUST_LOG overrides
   --log-format FORMAT text (default; coloured only on a terminal) or json (one
@@ -88,8 +102,7 @@ struct Args {
     config: PathBuf,
     listen: SocketAddr,
     upstream: Option<Uri>,
-    redis: Option<String>,
-    redis_lease: Option<String>,
+    redis: Option<tollgate::rules::RedisTarget>,
     log_level: String,
     log_format: LogFormat,
     log_raw_keys: bool,
@@ -138,6 +151,69 @@ fn count(flag: &str, text: &str, min: usize, max: usize) -> Result<usize, String
     }
 }
 
+/// The `--redis*` flags as given.
+#[derive(Default)]
+struct RedisFlags {
+    url: Option<String>,
+    cluster: Vec<String>,
+    sentinel: Vec<String>,
+    master: Option<String>,
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    lease: Option<String>,
+}
+
+impl RedisFlags {
+    /// The Redis they name, if any; flags that cannot go together refuse.
+    fn target(self) -> Result<Option<tollgate::rules::RedisTarget>, String> {
+        use tollgate::rules::RedisTarget;
+        let places = usize::from(self.url.is_some())
+            + usize::from(!self.cluster.is_empty())
+            + usize::from(!self.sentinel.is_empty());
+        if places > 1 {
+            return Err("give only one of --redis, --redis-cluster and --redis-sentinel".into());
+        }
+        let target = match (self.url, self.sentinel.is_empty(), self.master) {
+            (Some(url), _, None) => RedisTarget::url(url),
+            (None, true, None) if !self.cluster.is_empty() => RedisTarget::cluster(self.cluster),
+            (None, false, Some(master)) => RedisTarget::sentinel(master, self.sentinel),
+            (None, false, None) => {
+                return Err("--redis-sentinel needs --redis-sentinel-master NAME".into());
+            }
+            (_, _, Some(_)) => {
+                return Err("--redis-sentinel-master needs --redis-sentinel URL".into());
+            }
+            (None, true, None) => {
+                let tls = self.ca.is_some() || self.cert.is_some() || self.key.is_some();
+                if self.lease.is_some() || tls {
+                    return Err("--redis-lease, --redis-ca, --redis-cert and --redis-key need --redis, --redis-cluster or --redis-sentinel (or set them in the file's backend.redis)".into());
+                }
+                return Ok(None);
+            }
+        };
+        let mut target = target;
+        if let Some(ca) = self.ca {
+            target = target.tls_ca_file(ca);
+        }
+        match (self.cert, self.key) {
+            (Some(cert), Some(key)) => target = target.tls_client_cert_files(cert, key),
+            (None, None) => {}
+            _ => return Err("--redis-cert and --redis-key go together".into()),
+        }
+        if let Some(lease) = self.lease {
+            target = target.lease(lease);
+        }
+        Ok(Some(target))
+    }
+}
+
+/// A file named on the command line, made absolute: the rules file's
+/// folder is where relative names in the file are read from, not these.
+fn absolute(name: String) -> Result<PathBuf, String> {
+    std::path::absolute(&name).map_err(|e| format!("{name}: {e}"))
+}
+
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let command = args.next().ok_or("no command given")?;
     if command == "-h" || command == "--help" || command == "help" {
@@ -148,8 +224,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     }
     let mut config = None;
     let mut listen: SocketAddr = ([127, 0, 0, 1], 8080).into();
-    let (mut upstream, mut redis, mut log_level) = (None, None, "info".to_owned());
-    let mut redis_lease = None;
+    let (mut upstream, mut log_level) = (None, "info".to_owned());
+    let mut redis = RedisFlags::default();
     let mut limits = server::Limits::default();
     let mut upstream_limits = UpstreamLimits::default();
     let mut metrics_listen = None;
@@ -174,8 +250,14 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 }
                 upstream = Some(uri);
             }
-            "--redis" => redis = Some(value()?),
-            "--redis-lease" => redis_lease = Some(value()?),
+            "--redis" => redis.url = Some(value()?),
+            "--redis-cluster" => redis.cluster.push(value()?),
+            "--redis-sentinel" => redis.sentinel.push(value()?),
+            "--redis-sentinel-master" => redis.master = Some(value()?),
+            "--redis-ca" => redis.ca = Some(absolute(value()?)?),
+            "--redis-cert" => redis.cert = Some(absolute(value()?)?),
+            "--redis-key" => redis.key = Some(absolute(value()?)?),
+            "--redis-lease" => redis.lease = Some(value()?),
             "--log-level" => log_level = value()?,
             "--log-format" => {
                 log_format = match value()?.as_str() {
@@ -210,18 +292,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         }
     }
     let config = config.ok_or("--config FILE is required")?;
-    if redis_lease.is_some() && redis.is_none() {
-        return Err(
-            "--redis-lease needs --redis URL (or set backend.redis.lease in the file)".into(),
-        );
-    }
+    let redis = redis.target()?;
     Ok(Args {
         command,
         config,
         listen,
         upstream,
         redis,
-        redis_lease,
         log_level,
         log_format,
         log_raw_keys,
@@ -256,10 +333,9 @@ fn main() -> ExitCode {
         },
         None => None,
     };
-    let rules = match (&args.redis, &args.redis_lease) {
-        (Some(url), Some(lease)) => Rules::load_with_redis_lease(&args.config, url, lease),
-        (Some(url), None) => Rules::load_with_redis(&args.config, url),
-        (None, _) => Rules::load(&args.config),
+    let rules = match &args.redis {
+        Some(target) => Rules::load_with_redis_target(&args.config, target),
+        None => Rules::load(&args.config),
     };
     let rules = match rules {
         Ok(rules) => rules.log_raw_keys(args.log_raw_keys),

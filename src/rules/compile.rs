@@ -84,7 +84,7 @@ impl Compiled {
         let backend_config = backend_override.unwrap_or(&file.backend).clone();
         let backend = match old {
             Some(old) if old.backend_config == backend_config => old.backend.clone(),
-            _ => AnyBackend::from_config(&backend_config).map_err(error)?,
+            _ => AnyBackend::from_config(&backend_config, path).map_err(error)?,
         };
         for (list, name) in [(&file.deny, "deny"), (&file.allow, "allow")] {
             list.keys
@@ -109,7 +109,8 @@ impl Compiled {
             };
             check_limited(rc).map_err(error)?;
             let mut rule = rule(rc, &backend, &parts).map_err(error)?;
-            rule.concurrency = concurrency(rc, old, &protect, &backend_config).map_err(error)?;
+            rule.concurrency =
+                concurrency(rc, old, &protect, &backend_config, path).map_err(error)?;
             check_elastic(rc, &protect).map_err(error)?;
             rules.push(rule);
         }
@@ -296,6 +297,7 @@ fn concurrency(
     old: Option<&Compiled>,
     file: &Protection,
     backend: &BackendConfig,
+    path: Option<&Path>,
 ) -> Result<Option<Protection>, String> {
     let Some(c) = &rc.concurrency else {
         return Ok(None);
@@ -331,7 +333,7 @@ fn concurrency(
         .and_then(|r| r.concurrency.as_ref()?.concurrency.clone());
     let quota = match kept {
         Some(kept) => kept,
-        None => with_slots(backend, name, quota)?,
+        None => with_slots(backend, path, name, quota)?,
     };
     Ok(Some(Protection {
         concurrency: Some(quota),

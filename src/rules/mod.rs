@@ -61,7 +61,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use http::request::Parts;
 
-pub use backend::AnyBackend;
+pub use backend::{AnyBackend, RedisTarget};
 pub use error::RulesError;
 pub use host::normalize_host;
 pub use path::{PathError, normalize_path};
@@ -137,16 +137,19 @@ impl Rules {
         url: &str,
         lease: &str,
     ) -> Result<Self, RulesError> {
+        Rules::load_with_redis_target(path, &RedisTarget::url(url).lease(lease))
+    }
+
+    /// Rules from a file, with the backend replaced by the Redis `target`
+    /// names (one server, a cluster or Sentinel's master) whatever the file
+    /// says.
+    pub fn load_with_redis_target(
+        path: impl AsRef<Path>,
+        target: &RedisTarget,
+    ) -> Result<Self, RulesError> {
         let path = path.as_ref();
         let (text, stamp) = read(path)?;
-        let config = BackendConfig::Redis {
-            url: at::At::unplaced(url.to_owned()),
-            prefix: "tollgate:".into(),
-            timeout: model::default_redis_timeout(),
-            on_failure: Default::default(),
-            lease: at::At::unplaced(names::LeaseText(lease.to_owned())),
-        };
-        Rules::build(text, Some((path, stamp)), Some(config))
+        Rules::build(text, Some((path, stamp)), Some(target.config.clone()))
     }
 
     fn build(
@@ -210,7 +213,11 @@ impl Rules {
 
     /// The rules in force, described in words (what `tollgate check` prints).
     pub fn describe(&self) -> String {
-        self.inner.current.load().file.to_string()
+        let current = self.inner.current.load();
+        // The backend in force: a command line's Redis replaces the file's.
+        let mut file = current.file.clone();
+        file.backend = current.backend_config.clone();
+        file.to_string()
     }
 
     /// The backend in force.

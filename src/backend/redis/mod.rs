@@ -11,6 +11,7 @@ mod lease;
 mod on_failure;
 mod probe;
 mod script;
+mod source;
 mod stats;
 
 pub use backend::RedisBackend;
