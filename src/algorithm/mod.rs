@@ -270,6 +270,48 @@ impl Arrival {
     }
 }
 
+/// What a reservation spent on one quota, for [`give_back`]: `cost` units
+/// at `at`, after which the quota was `until` full again (the reservation's
+/// reset added to `at`). Past `until` the quota may have been full again
+/// meanwhile, which would have absorbed what the reservation took: nothing
+/// goes back then, so a give-back never returns units the quota made up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spent {
+    pub cost: u64,
+    pub at: u64,
+    pub until: u64,
+}
+
+/// Gives back what a reservation spent on one quota, at `now`: the state as
+/// if the reservation had not happened, as far as nothing since makes that
+/// unknowable (a window that has rolled over gives nothing back), and never
+/// more than a fresh key's. The Redis script's `give_back_reserved` is its
+/// twin.
+pub(crate) fn give_back(
+    algorithm: Algorithm,
+    state: Option<&State>,
+    p: &Params,
+    spent: Spent,
+    now: u64,
+) -> Update {
+    match (algorithm, state) {
+        (Algorithm::Gcra | Algorithm::LeakyBucket, Some(State::Word(t))) => {
+            gcra::give_back(*t, p.interval, spent, now)
+        }
+        (Algorithm::TokenBucket, state) => token_bucket::give_back(state, p, spent, now),
+        (Algorithm::FixedWindow, state) => fixed_window::give_back(state, p, spent, now),
+        (Algorithm::SlidingWindow, Some(State::SlidingWindow(c))) => {
+            sliding_window::give_back(c, p, spent)
+        }
+        (Algorithm::SlidingLog, Some(State::SlidingLog(log))) => {
+            sliding_log::give_back(log, p, spent, now)
+        }
+        // Nothing stored (expired since), or another algorithm's state:
+        // nothing of the reservation is left to give back.
+        _ => Update::Keep,
+    }
+}
+
 /// Runs `algorithm` on the stored state. A state of another algorithm (which
 /// the backends never store under one quota) counts as no state. `alone`:
 /// the quota decides alone, so when it admits, its refusal branch is never

@@ -1,7 +1,9 @@
 //! A backend chosen by configuration.
 
 use super::model::BackendConfig;
-use crate::backend::{Backend, BackendError, CheckRequest, MemoryBackend};
+use crate::backend::{
+    Backend, BackendError, CheckRequest, GiveBackRequest, MemoryBackend, Reserved,
+};
 use crate::decision::Decision;
 use crate::layer::ConcurrencyQuota;
 use crate::quota_set::QuotaSet;
@@ -107,6 +109,22 @@ impl Backend for AnyBackend {
             AnyBackend::Memory(m) => m.check(request).await,
             #[cfg(feature = "redis")]
             AnyBackend::Redis(r) => r.check(request).await,
+        }
+    }
+
+    async fn reserve(&self, request: CheckRequest<'_>) -> Result<Reserved, BackendError> {
+        match self {
+            AnyBackend::Memory(m) => m.reserve(request).await,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.reserve(request).await,
+        }
+    }
+
+    async fn give_back(&self, request: GiveBackRequest<'_>) -> Result<(), BackendError> {
+        match self {
+            AnyBackend::Memory(m) => m.give_back(request).await,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.give_back(request).await,
         }
     }
 

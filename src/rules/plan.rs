@@ -2,7 +2,6 @@
 //! match it, and their keys.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use http::StatusCode;
 use http::request::Parts;
@@ -14,7 +13,9 @@ use super::names::MatchMode;
 use super::path::normalize_path;
 use crate::decision::Decision;
 use crate::key::{Key, KeyError, peer_addr};
-use crate::layer::{CountStatus, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, admit_key, problem};
+use crate::layer::{
+    CountStatus, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Settlement, admit_key, problem,
+};
 use crate::layer::{Headers, Priority, Protection, Verdict};
 use crate::limiter::Error;
 
@@ -25,7 +26,8 @@ pub(super) struct RuleCheck<'a> {
     pub limit: Option<&'a Limit<AnyBackend>>,
     pub key: Key,
     pub cost: u64,
-    /// Response-aware: look now, charge these statuses after the response.
+    /// Response-aware: reserve now, keep for these statuses after the
+    /// response, give back for the others.
     pub count_status: Option<&'a CountStatus>,
     /// The rule's concurrency quota: a slot taken before any rate check.
     pub concurrency: Option<&'a Protection>,
@@ -116,26 +118,19 @@ impl Compiled {
         Ok(checks)
     }
 
-    /// The verdict so far, with one more limit's decision judged and added
-    /// (`room`: whether elastic quotas could use their extra).
+    /// The verdict so far, with one more limit's decision judged and added,
+    /// with the settlement of its reservation if it made one.
     pub(super) fn add(
         &self,
         verdict: Verdict,
         check: &RuleCheck<'_>,
         limit: &Limit<AnyBackend>,
         outcome: Result<Decision, Error>,
-        room: bool,
+        settle: Option<Settlement>,
     ) -> Verdict {
         let judged = limit.judge(&self.respond, &check.key, outcome);
-        let judged = match check.count_status {
-            Some(counts) => judged.charging(Arc::new(limit.clone()).charge(
-                &self.respond,
-                counts,
-                check.key.clone(),
-                check.cost,
-                self.timeout,
-                room,
-            )),
+        let judged = match settle {
+            Some(settle) => judged.settling(settle),
             None => judged,
         };
         verdict.and(judged)

@@ -92,8 +92,8 @@ pub(crate) enum Turn {
 
 /// A decision made here, without Redis.
 pub(crate) enum Hit {
-    /// Spent from a lease.
-    Lease(Decision),
+    /// Spent from a lease, taken at this Redis time.
+    Lease(Decision, u64),
     /// Refused by a remembered denial.
     Denial(Decision),
 }
@@ -142,12 +142,10 @@ impl DenialCache {
             return None;
         }
         if commit {
-            if let Some(decision) = entry
-                .lease
-                .as_mut()
-                .and_then(|l| l.spend(cost, now, quotas))
-            {
-                return Some(Hit::Lease(decision));
+            if let Some(lease) = entry.lease.as_mut() {
+                if let Some(decision) = lease.spend(cost, now, quotas) {
+                    return Some(Hit::Lease(decision, lease.redis_at));
+                }
             }
         }
         let denial = entry.denial.as_ref()?;
@@ -291,6 +289,26 @@ impl DenialCache {
         }
         store(&mut shard, set, key, entry, now);
         decision
+    }
+
+    /// Takes a reservation of `cost` made at `redis_at` (Redis time) back
+    /// for `key`: into the lease it came from, if that lease is still held
+    /// (true), as if never spent from it; else Redis must take it back
+    /// (false). Either way the key's denial is forgotten: it was
+    /// remembered with those units spent.
+    pub(crate) fn give_back(&self, set: u64, key: &str, cost: u64, redis_at: u64, now: u64) -> bool {
+        let mut shard = self.table.lock(key);
+        let Some(entry) = shard.get_mut(set, key) else {
+            return false;
+        };
+        entry.denial = None;
+        match entry.lease.as_mut() {
+            Some(lease) if lease.redis_at == redis_at && now < lease.expires => {
+                lease.units = lease.units.saturating_add(cost).min(lease.size);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// How many keys are cached (expired ones not yet dropped included).

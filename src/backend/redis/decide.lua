@@ -10,6 +10,25 @@ for i = 1, #KEYS do
   quotas[i] = p
 end
 
+-- A reservation given back: each quota it spent, by its twin of the Rust
+-- give_back; the reply has the decision's shape, all zeros but the time.
+if giving_back then
+  local reply = {}
+  for i = 1, #KEYS do
+    local full_at = ARGV[7 + 9 * #KEYS + i]
+    if full_at and full_at ~= '' then
+      give_back_reserved[quotas[i].algorithm](KEYS[i], quotas[i], given_back_since, tonumber(full_at))
+    end
+    for _ = 1, 7 do
+      reply[#reply + 1] = 0
+    end
+  end
+  reply[#reply + 1] = 0
+  reply[#reply + 1] = now
+  reply[#reply + 1] = 0
+  return reply
+end
+
 -- Units an earlier lease left unspent go back before this request, which
 -- may need them.
 if commit and given_back > 0 then
