@@ -265,15 +265,16 @@ impl<B: Backend> Limiter<B> {
         outcome
     }
 
-    /// Gives back `reserved`, made for `key` and `cost`.
+    /// Gives back `reserved`, made for `key` and `cost`: what is left then
+    /// (a refused reservation spent nothing: its own decision).
     pub(crate) async fn give_back_reserved(
         &self,
         key: &str,
         cost: u64,
         reserved: &Reserved,
-    ) -> Result<(), Error> {
+    ) -> Result<Decision, Error> {
         if !reserved.decision().allowed() {
-            return Ok(());
+            return Ok(reserved.decision().clone());
         }
         let request = GiveBackRequest {
             key,
@@ -365,25 +366,25 @@ impl<B: Backend> Reservation<'_, B> {
     /// Keeps the units spent (what dropping the reservation does too).
     pub fn keep(self) {}
 
-    /// Gives the units back.
-    pub async fn give_back(self) -> Result<(), Error> {
-        self.settle(Settle::GiveBack).await
+    /// Gives the units back; returns what is left then, as a peek at cost
+    /// 0 reports it (for a refused reservation, which spent nothing, its
+    /// own decision).
+    pub async fn give_back(self) -> Result<Decision, Error> {
+        let Reservation {
+            limiter,
+            key,
+            cost,
+            reserved,
+        } = self;
+        limiter.give_back_reserved(&key, cost, &reserved).await
     }
 
-    /// Ends the reservation as `how` says. A refused reservation spent
-    /// nothing: settling it does nothing.
-    pub async fn settle(self, how: Settle) -> Result<(), Error> {
+    /// Ends the reservation as `how` says: `None` when kept, else what is
+    /// left once given back (see [`give_back`](Reservation::give_back)).
+    pub async fn settle(self, how: Settle) -> Result<Option<Decision>, Error> {
         match how {
-            Settle::Keep => Ok(()),
-            Settle::GiveBack => {
-                let Reservation {
-                    limiter,
-                    key,
-                    cost,
-                    reserved,
-                } = self;
-                limiter.give_back_reserved(&key, cost, &reserved).await
-            }
+            Settle::Keep => Ok(None),
+            Settle::GiveBack => self.give_back().await.map(Some),
         }
     }
 }

@@ -177,7 +177,8 @@ impl QuotaSet {
     /// that is still known: a window that has rolled over since gives
     /// nothing back, and nothing ever goes back beyond a fresh key's
     /// quota. A refused decision spent nothing, and gives nothing back.
-    /// What a store outside the crate calls in
+    /// Returns what is left then: the decision of a peek at cost 0. What a
+    /// store outside the crate calls in
     /// [`Backend::give_back`](crate::Backend::give_back).
     ///
     /// ```
@@ -189,7 +190,8 @@ impl QuotaSet {
     /// let now = Timestamp::from_secs(1_800_000_000);
     /// let reserved = set.decide(&mut states, 1, now, true);
     /// assert!(!set.decide(&mut states, 1, now, false).allowed());
-    /// set.give_back(&mut states, &reserved, 1, now, now);
+    /// let left = set.give_back(&mut states, &reserved, 1, now, now);
+    /// assert_eq!(left.remaining(), 1);
     /// assert!(set.decide(&mut states, 1, now, false).allowed());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -200,8 +202,8 @@ impl QuotaSet {
         cost: u64,
         at: Timestamp,
         now: Timestamp,
-    ) {
-        self.give_back_in(states, decision, cost, at.as_micros(), now.as_micros());
+    ) -> Decision {
+        self.give_back_in(states, decision, cost, at.as_micros(), now.as_micros())
     }
 
     /// [`give_back`](QuotaSet::give_back) on any [`States`].
@@ -212,10 +214,21 @@ impl QuotaSet {
         cost: u64,
         at: u64,
         now: u64,
-    ) {
-        if !decision.allowed() || cost == 0 {
-            return;
+    ) -> Decision {
+        if decision.allowed() && cost > 0 {
+            self.give_back_spent(states, decision, cost, at, now);
         }
+        self.evaluate(states, 0, Timestamp::from_micros(now), false, false)
+    }
+
+    fn give_back_spent(
+        &self,
+        states: &mut (impl States + ?Sized),
+        decision: &Decision,
+        cost: u64,
+        at: u64,
+        now: u64,
+    ) {
         let answers = self.quotas.iter().zip(decision.quotas()).enumerate();
         for (i, (quota, answer)) in answers {
             // A shadow quota that refused admitted nothing of it.

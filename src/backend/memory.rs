@@ -586,11 +586,9 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// Gives back a reservation made here, under the shard's write lock
     /// (which also keeps out the compare-and-swap of one-number states).
-    pub(crate) fn give_back_now(&self, request: GiveBackRequest<'_>) {
+    /// Returns what is left then (a peek at cost 0).
+    pub(crate) fn give_back_now(&self, request: GiveBackRequest<'_>) -> Decision {
         let reserved = request.reserved;
-        if !reserved.decision().allowed() {
-            return;
-        }
         let inner = &*self.inner;
         let (key, quotas) = (request.key, request.quotas);
         let check = CheckRequest {
@@ -616,7 +614,7 @@ impl<C: Clock> MemoryBackend<C> {
             now,
         };
         let at = reserved.at().as_micros();
-        quotas.give_back_in(&mut stored, reserved.decision(), request.cost, at, now);
+        quotas.give_back_in(&mut stored, reserved.decision(), request.cost, at, now)
     }
 }
 
@@ -631,9 +629,8 @@ impl<C: Clock> Backend for MemoryBackend<C> {
     fn give_back<'a>(
         &'a self,
         request: GiveBackRequest<'a>,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
-        self.give_back_now(request);
-        ready(Ok(()))
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        ready(Ok(self.give_back_now(request)))
     }
 
     fn check<'a>(

@@ -186,13 +186,14 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Gives back what a reservation spent, atomically, as
-    /// [`QuotaSet::give_back`](crate::QuotaSet::give_back) says. The
-    /// default cannot, and says so with a [`BackendErrorKind::Unsupported`]
-    /// error: the units stay spent, and the caller hears of it.
+    /// [`QuotaSet::give_back`](crate::QuotaSet::give_back) says, and
+    /// returns what is left then (as a peek at cost 0 would). The default
+    /// cannot, and says so with a [`BackendErrorKind::Unsupported`] error:
+    /// the units stay spent, and the caller hears of it.
     fn give_back<'a>(
         &'a self,
         request: GiveBackRequest<'a>,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
         let _ = request;
         std::future::ready(Err(BackendError::new(
             BackendErrorKind::Unsupported,

@@ -192,9 +192,11 @@ impl<B> Limit<B> {
 
     /// Settles `reserved`, spent for `key` and `cost`, once the response is
     /// known: kept if its status is one of `counts`, else given back within
-    /// `timeout`. Dropped unsettled (the response never came), it is kept.
+    /// `timeout`, and the response then says what is left. Dropped
+    /// unsettled (the response never came), it is kept.
     pub(crate) fn settlement(
         self: Arc<Self>,
+        respond: &ResponsePolicy,
         counts: &CountStatus,
         key: Key,
         cost: u64,
@@ -205,36 +207,38 @@ impl<B> Limit<B> {
         B: Backend,
     {
         let limit = self;
-        let counts = counts.clone();
+        let (respond, counts) = (respond.clone(), counts.clone());
         Box::new(move |status| {
             if counts.contains(status) || !reserved.decision().allowed() {
                 return None;
             }
             Some(Box::pin(async move {
-                limit.give_back(&key, cost, &reserved, timeout).await;
-                None
+                let left = limit.give_back(&key, cost, &reserved, timeout).await?;
+                Some(respond.headers(&limit.policy_header, &key, &left, None))
             }))
         })
     }
 
-    /// Gives back `reserved` within `timeout`. A failure is logged, and the
-    /// units stay spent: the strict side.
+    /// Gives back `reserved` within `timeout`: what is left then. A
+    /// failure is logged, and the units stay spent: the strict side.
     pub(crate) async fn give_back(
         &self,
         key: &Key,
         cost: u64,
         reserved: &Reserved,
         timeout: Duration,
-    ) where
+    ) -> Option<Decision>
+    where
         B: Backend,
     {
         let back = self.limiter.give_back_reserved(key.as_str(), cost, reserved);
         let error = match tokio::time::timeout(timeout, back).await {
-            Ok(Ok(())) => return,
+            Ok(Ok(left)) => return Some(left),
             Ok(Err(error)) => error,
             Err(_) => timed_out(timeout),
         };
         tracing::warn!(key = %key, %error, "could not give back a reservation; it stays spent");
+        None
     }
 
     /// What becomes of a request given the limiter's answer.
@@ -380,7 +384,9 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
         let verdict = limit.judge(&self.respond, &key, outcome);
         let verdict = match reserved {
             Some(reserved) => {
-                let settle = Arc::clone(limit).settlement(counts, key, cost, reserved, self.timeout);
+                let limit = Arc::clone(limit);
+                let respond = &self.respond;
+                let settle = limit.settlement(respond, counts, key, cost, reserved, self.timeout);
                 verdict.settling(settle)
             }
             None => verdict,

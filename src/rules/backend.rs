@@ -120,7 +120,7 @@ impl Backend for AnyBackend {
         }
     }
 
-    async fn give_back(&self, request: GiveBackRequest<'_>) -> Result<(), BackendError> {
+    async fn give_back(&self, request: GiveBackRequest<'_>) -> Result<Decision, BackendError> {
         match self {
             AnyBackend::Memory(m) => m.give_back(request).await,
             #[cfg(feature = "redis")]

@@ -327,7 +327,9 @@ impl Policy for Rules {
                                 reserved.push((limit, key.clone(), cost, made.clone()));
                             }
                             let settle = Arc::new(limit.clone());
-                            let settle = settle.settlement(counts, key.clone(), cost, made, timeout);
+                            let respond = &compiled.respond;
+                            let settle =
+                                settle.settlement(respond, counts, key.clone(), cost, made, timeout);
                             (outcome, Some(settle))
                         }
                         Err(e) => (Err(e), None),

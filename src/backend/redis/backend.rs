@@ -347,30 +347,30 @@ impl RedisBackend {
     /// Gives back a reservation: to the fallback store that made it, to
     /// the lease it came from while this process holds it, else to Redis
     /// (one script call, within the timeout).
-    async fn give_back_reserved(&self, request: GiveBackRequest<'_>) -> Result<(), BackendError> {
+    async fn give_back_reserved(
+        &self,
+        request: GiveBackRequest<'_>,
+    ) -> Result<Decision, BackendError> {
         let inner = &*self.inner;
         let reserved = request.reserved;
-        if !reserved.decision().allowed() {
-            return Ok(());
-        }
         if reserved.fallback {
             if let OnFailure::Fallback(local) = &inner.on_failure {
-                local.give_back_now(request);
+                return Ok(local.give_back_now(request));
             }
-            return Ok(());
         }
         let (key, quotas, cost) = (request.key, request.quotas, request.cost);
         let at = reserved.at().as_micros();
         if let Some((cache, set)) = self.cache_for(quotas) {
-            if cache.give_back(set, key, cost, at, inner.local_now()) {
-                return Ok(());
+            let now = inner.local_now();
+            if let Some(left) = cache.give_back(set, key, quotas, cost, at, now) {
+                return Ok(left);
             }
         }
         let keys = script::redis_keys(&inner.prefix, key, quotas);
         let (now, slack) = inner.script_time();
         let args = script::give_back_arguments(quotas, now, reserved.decision(), cost, at, slack);
         match tokio::time::timeout(inner.timeout, self.run(quotas, &keys, &args)).await {
-            Ok(reply) => reply.map(|_| ()),
+            Ok(reply) => reply.map(|reply| quotas.decision_from(&reply.verdicts)),
             Err(_) => {
                 inner.connections.forget(None);
                 Err(BackendError::new(
@@ -512,7 +512,7 @@ impl Backend for RedisBackend {
     fn give_back<'a>(
         &'a self,
         request: GiveBackRequest<'a>,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
         self.give_back_reserved(request)
     }
 

@@ -292,23 +292,28 @@ impl DenialCache {
     }
 
     /// Takes a reservation of `cost` made at `redis_at` (Redis time) back
-    /// for `key`: into the lease it came from, if that lease is still held
-    /// (true), as if never spent from it; else Redis must take it back
-    /// (false). Either way the key's denial is forgotten: it was
-    /// remembered with those units spent.
-    pub(crate) fn give_back(&self, set: u64, key: &str, cost: u64, redis_at: u64, now: u64) -> bool {
+    /// for `key` of `quotas`: into the lease it came from, if that lease
+    /// is still held, as if never spent from it, and what is left then;
+    /// else `None`, and Redis must take it back. Either way the key's
+    /// denial is forgotten: it was remembered with those units spent.
+    pub(crate) fn give_back(
+        &self,
+        set: u64,
+        key: &str,
+        quotas: &QuotaSet,
+        cost: u64,
+        redis_at: u64,
+        now: u64,
+    ) -> Option<Decision> {
         let mut shard = self.table.lock(key);
-        let Some(entry) = shard.get_mut(set, key) else {
-            return false;
-        };
+        let entry = shard.get_mut(set, key)?;
         entry.denial = None;
-        match entry.lease.as_mut() {
-            Some(lease) if lease.redis_at == redis_at && now < lease.expires => {
-                lease.units = lease.units.saturating_add(cost).min(lease.size);
-                true
-            }
-            _ => false,
+        let lease = entry.lease.as_mut()?;
+        if lease.redis_at != redis_at || now >= lease.expires {
+            return None;
         }
+        lease.units = lease.units.saturating_add(cost).min(lease.size);
+        Some(lease.decision(now, quotas))
     }
 
     /// How many keys are cached (expired ones not yet dropped included).

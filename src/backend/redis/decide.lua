@@ -11,22 +11,15 @@ for i = 1, #KEYS do
 end
 
 -- A reservation given back: each quota it spent, by its twin of the Rust
--- give_back; the reply has the decision's shape, all zeros but the time.
+-- give_back; then what is left, as a peek at cost 0 (QuotaSet::give_back).
 if giving_back then
-  local reply = {}
   for i = 1, #KEYS do
     local full_at = ARGV[7 + 9 * #KEYS + i]
     if full_at and full_at ~= '' then
       give_back_reserved[quotas[i].algorithm](KEYS[i], quotas[i], given_back_since, tonumber(full_at))
     end
-    for _ = 1, 7 do
-      reply[#reply + 1] = 0
-    end
   end
-  reply[#reply + 1] = 0
-  reply[#reply + 1] = now
-  reply[#reply + 1] = 0
-  return reply
+  cost = 0
 end
 
 -- Units an earlier lease left unspent go back before this request, which
