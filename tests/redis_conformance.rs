@@ -118,6 +118,18 @@ async fn random_traces_match() {
     conformance::random_traces_match(&f.redis, &f.clock).await;
 }
 
+#[tokio::test]
+async fn reservations_given_back_kept_and_dropped_match() {
+    let f = fixture();
+    conformance::reservations_given_back_kept_and_dropped_match(&f.redis, &f.clock).await;
+}
+
+#[tokio::test]
+async fn random_give_back_traces_match() {
+    let f = fixture();
+    conformance::random_give_back_traces_match(&f.redis, &f.clock).await;
+}
+
 /// Leases of at most one unit lease nothing beyond the request: the same
 /// decisions as without leases, on the same traces (sliding logs and leaky
 /// buckets included, which are then decided one request at a time anyway).
