@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use conformance::T0;
 use redis_support::RedisServer;
-use tollgate::{Lease, ManualClock, RedisBackend, Timestamp};
+use tollgate::{Lease, Limiter, ManualClock, Quota, RedisBackend, Timestamp};
 
 /// A Redis backend on `clock`, with nothing that could make it differ from
 /// the memory backend: no denial cache, a timeout no loaded test machine
@@ -141,4 +141,51 @@ async fn random_traces_match_with_leases_of_one_unit() {
     }
     assert_eq!(f.redis.stats().leases, 0);
     assert_eq!(f.redis.stats().lease_hits, 0);
+}
+
+/// With leases, a unit reserved from the lease this process holds goes
+/// back to that lease: a key whose reservations all go back never runs
+/// out, Redis sees at most one lease's units spent, and the units given
+/// back are spent from the lease again. Kept, the same reservations stop
+/// at the limit.
+#[tokio::test]
+async fn reservations_from_a_lease_go_back_to_it() {
+    let server = RedisServer::start();
+    let leasing = RedisBackend::from_url(server.url())
+        .prefix("lease-back:")
+        .lease(Lease::Max(10))
+        .lease_slice(Duration::from_secs(1))
+        .lease_lifetime(Duration::from_secs(60))
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let plain = RedisBackend::from_url(server.url())
+        .prefix("lease-back:")
+        .denial_cache(0)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let quota = || Quota::gcra(80, Duration::from_secs(3600)).build().unwrap();
+    let limiter = Limiter::new(leasing.clone(), quota());
+    let redis_view = Limiter::new(plain, quota());
+    for i in 0..300 {
+        let r = limiter.reserve("k", 1).await.unwrap();
+        assert!(r.decision().allowed(), "reservation {i}");
+        r.give_back().await.unwrap();
+    }
+    let stats = leasing.stats();
+    assert!(stats.lease_hits > 200, "{stats:?}");
+    assert!(stats.calls < 100, "{stats:?}");
+    let left = redis_view.peek("k", 0).await.unwrap().remaining();
+    assert!(left >= 70, "Redis sees {left} left: more than one lease spent");
+    let mut kept = 0;
+    for _ in 0..200 {
+        let r = limiter.reserve("k", 1).await.unwrap();
+        if !r.decision().allowed() {
+            break;
+        }
+        kept += 1;
+        r.keep();
+    }
+    assert!((70..=80).contains(&kept), "{kept} kept");
 }
