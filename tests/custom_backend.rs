@@ -166,7 +166,9 @@ async fn a_backend_that_cannot_give_back_says_so() {
     use std::time::Duration;
     use tollgate::{Error, Limiter, Quota};
     let (store, _clock) = fixture();
-    let quota = Quota::fixed_window(3, Duration::from_secs(60)).build().unwrap();
+    let quota = Quota::fixed_window(3, Duration::from_secs(60))
+        .build()
+        .unwrap();
     let limiter = Limiter::new(DecideOnly(store), quota);
     let reservation = limiter.reserve("k", 1).await.unwrap();
     assert!(reservation.decision().allowed());

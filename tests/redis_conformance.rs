@@ -177,7 +177,10 @@ async fn reservations_from_a_lease_go_back_to_it() {
     assert!(stats.lease_hits > 200, "{stats:?}");
     assert!(stats.calls < 100, "{stats:?}");
     let left = redis_view.peek("k", 0).await.unwrap().remaining();
-    assert!(left >= 70, "Redis sees {left} left: more than one lease spent");
+    assert!(
+        left >= 70,
+        "Redis sees {left} left: more than one lease spent"
+    );
     let mut kept = 0;
     for _ in 0..200 {
         let r = limiter.reserve("k", 1).await.unwrap();

@@ -78,6 +78,7 @@ pub struct Reserved {
     at: Timestamp,
     /// Made by the Redis backend's fallback store, while Redis failed: given
     /// back there.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fallback: bool,
 }
 

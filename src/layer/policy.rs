@@ -231,7 +231,9 @@ impl<B> Limit<B> {
     where
         B: Backend,
     {
-        let back = self.limiter.give_back_reserved(key.as_str(), cost, reserved);
+        let back = self
+            .limiter
+            .give_back_reserved(key.as_str(), cost, reserved);
         let error = match tokio::time::timeout(timeout, back).await {
             Ok(Ok(left)) => return Some(left),
             Ok(Err(error)) => error,

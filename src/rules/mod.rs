@@ -328,8 +328,14 @@ impl Policy for Rules {
                             }
                             let settle = Arc::new(limit.clone());
                             let respond = &compiled.respond;
-                            let settle =
-                                settle.settlement(respond, counts, key.clone(), cost, made, timeout);
+                            let settle = settle.settlement(
+                                respond,
+                                counts,
+                                key.clone(),
+                                cost,
+                                made,
+                                timeout,
+                            );
                             (outcome, Some(settle))
                         }
                         Err(e) => (Err(e), None),

@@ -63,7 +63,12 @@ impl<B: Backend + Clone> Twin<B> {
     }
 
     /// Asserts the backends agree on `what`, logged as `step`.
-    fn agree(&self, step: String, memory: Result<Decision, String>, other: Result<Decision, String>) {
+    fn agree(
+        &self,
+        step: String,
+        memory: Result<Decision, String>,
+        other: Result<Decision, String>,
+    ) {
         self.log.borrow_mut().push(format!(
             "t={} {step} -> {memory:?}",
             self.clock.now().as_micros()
@@ -653,7 +658,9 @@ pub async fn reservations_given_back_kept_and_dropped_match<B: Backend + Clone>(
     clock: &ManualClock,
 ) {
     for a in Algorithm::ALL {
-        let quota = Quota::builder(a, 4, Duration::from_secs(10)).build().unwrap();
+        let quota = Quota::builder(a, 4, Duration::from_secs(10))
+            .build()
+            .unwrap();
         let t = Twin::new(other, clock, set([quota]), &format!("reserve-{a}:"));
         let base = T0 - T0 % (10 * S);
         t.at(base + 3 * S);
@@ -662,13 +669,21 @@ pub async fn reservations_given_back_kept_and_dropped_match<B: Backend + Clone>(
         let kept = t.reserve("k", 2).await.unwrap();
         assert!(first.memory.decision().allowed(), "{a}");
         let left = t.give_back(first).await;
-        assert_eq!(left.remaining(), before.remaining() - 2, "{a}: only the kept 2 spent");
+        assert_eq!(
+            left.remaining(),
+            before.remaining() - 2,
+            "{a}: only the kept 2 spent"
+        );
         kept.memory.keep();
         kept.other.keep();
         // Dropped unsettled: kept.
         drop(t.reserve("k", 1).await.unwrap());
         let after = t.ask("k", 0, false).await.unwrap();
-        assert_eq!(after.remaining(), before.remaining() - 3, "{a}: a dropped one is kept");
+        assert_eq!(
+            after.remaining(),
+            before.remaining() - 3,
+            "{a}: a dropped one is kept"
+        );
         // Refused: spent nothing, gives nothing back.
         let refused = t.reserve("k", 4).await.unwrap();
         assert!(!refused.memory.decision().allowed(), "{a}");

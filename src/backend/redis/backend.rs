@@ -392,7 +392,7 @@ impl RedisBackend {
         let connections = &inner.connections;
         let loads = &inner.counters.script_loads;
         let (mut conn, fresh) = connections.connection().await?;
-        let reply = match connections.evaluate(&mut conn, &keys, &args, loads).await {
+        let reply = match connections.evaluate(&mut conn, keys, args, loads).await {
             Err((_, true)) if !fresh => {
                 // The connection kept from earlier checks died (Redis
                 // restarted, say): try once more on a new one. If the dead
@@ -400,7 +400,7 @@ impl RedisBackend {
                 // which errs on the strict side.
                 connections.forget(Some(conn.0));
                 let (mut conn, _) = connections.connection().await?;
-                connections.evaluate(&mut conn, &keys, &args, loads).await
+                connections.evaluate(&mut conn, keys, args, loads).await
             }
             reply => reply,
         };
@@ -495,11 +495,8 @@ impl Inner {
 }
 
 impl Backend for RedisBackend {
-    fn check<'a>(
-        &'a self,
-        request: CheckRequest<'a>,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
-        async move { self.decide(request).await.map(Reserved::into_decision) }
+    async fn check(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
+        self.decide(request).await.map(Reserved::into_decision)
     }
 
     fn reserve<'a>(
