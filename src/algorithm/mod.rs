@@ -425,3 +425,62 @@ pub(crate) mod testing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{S, Sim};
+    use super::*;
+    use crate::quota::Quota;
+
+    /// Each algorithm's give-back on a timeline: what a reservation spent
+    /// comes back while it still counts, not after its window rolled over
+    /// or its quota was full again, and never past a fresh key's quota.
+    #[test]
+    fn a_give_back_returns_what_still_counts_and_never_more() {
+        use crate::quota::Algorithm;
+        use std::time::Duration;
+        let t0 = 1_000 * 60 * S;
+        for a in Algorithm::ALL {
+            let quota = Quota::builder(a, 4, Duration::from_secs(60))
+                .build()
+                .unwrap();
+            let p = quota.params.clone();
+            let mut sim = Sim::new(quota);
+            let left = |sim: &Sim, now| {
+                check(a, sim.state.as_ref(), &p, 0, now, false)
+                    .refuse
+                    .remaining
+            };
+            let give = |sim: &mut Sim, cost, at, until, now| {
+                let spent = Spent { cost, at, until };
+                let update = give_back(a, sim.state.as_ref(), &p, spent, now);
+                update.apply(&mut sim.state, &p);
+            };
+            // Given back at once: as if never spent.
+            let fresh = left(&sim, t0);
+            let step = sim.at(t0, 3);
+            assert!(step.allowed, "{a}");
+            give(&mut sim, 3, t0, t0 + step.admit.reset, t0);
+            assert_eq!(left(&sim, t0), fresh, "{a}");
+            // Given back twice: never more than a fresh key's.
+            let step = sim.at(t0, 1);
+            give(&mut sim, 1, t0, t0 + step.admit.reset, t0);
+            give(&mut sim, 1, t0, t0 + step.admit.reset, t0);
+            assert_eq!(left(&sim, t0), fresh, "{a}: twice");
+            // Spent near a window's end, given back after it rolled over
+            // (or the bucket was full again): nothing changes.
+            let late = t0 + 59 * S;
+            let step = sim.at(late, 2);
+            let after = t0 + 121 * S;
+            let before = sim.state.clone();
+            give(&mut sim, 2, late, late + step.admit.reset, after);
+            assert_eq!(left(&sim, after), fresh, "{a}: all back anyway");
+            if matches!(a, Algorithm::FixedWindow | Algorithm::SlidingLog) {
+                assert_eq!(
+                    sim.state, before,
+                    "{a}: a rolled-over window keeps its state"
+                );
+            }
+        }
+    }
+}
