@@ -279,3 +279,61 @@ rules:
     );
     assert!(bad.is_err());
 }
+
+/// With `matching: all`, a request a later rule refuses was never served:
+/// what a `count_status` rule reserved for it goes back.
+#[cfg(feature = "rules")]
+#[tokio::test]
+async fn a_reservation_goes_back_when_a_later_rule_refuses() {
+    let rules = tollgate::rules::Rules::parse(
+        r#"
+matching: all
+rules:
+  - name: failed-logins
+    match: { path: /login }
+    key: header:x-user
+    count_status: [401]
+    quotas:
+      - { algorithm: fixed_window, limit: 5, period: 15m }
+  - name: per-device
+    match: { path: /login }
+    key: header:x-device
+    quotas:
+      - { algorithm: fixed_window, limit: 1, period: 15m }
+"#,
+    )
+    .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&calls);
+    let login = move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { StatusCode::UNAUTHORIZED }
+    };
+    let app = Router::new()
+        .route("/login", post(login))
+        .layer(RateLimitLayer::from_policy(rules));
+    let addr = serve(app).await;
+    let c = client();
+    let attempt = |device: &'static str| {
+        let c = c.clone();
+        async move {
+            let req = http::Request::post(format!("http://{addr}/login"))
+                .header("x-user", "alice")
+                .header("x-device", device)
+                .body(http_body_util::Empty::new())
+                .unwrap();
+            support::reply(c.request(req).await.unwrap()).await.status
+        }
+    };
+    assert_eq!(attempt("d0").await, StatusCode::UNAUTHORIZED);
+    // The device's limit refuses these: alice's reservations go back.
+    for _ in 0..10 {
+        assert_eq!(attempt("d0").await, StatusCode::TOO_MANY_REQUESTS);
+    }
+    // So she has 4 failures left, each from a fresh device.
+    for device in ["d1", "d2", "d3", "d4"] {
+        assert_eq!(attempt(device).await, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(attempt("d5").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+}

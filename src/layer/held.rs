@@ -12,9 +12,10 @@ use crate::backend::Slot;
 
 /// Carried from the decision to the response, boxed beside the headers (most
 /// requests carry nothing): a response-aware limit's reservation to settle
-/// once the response's status is known (kept if it is dropped unsettled), and what is held until the response body has
-/// been sent or dropped (a client gone, a panic in the handler). Dropping it
-/// gives back the concurrency slots and ends the in-flight count.
+/// once the response's status is known (kept if it is dropped unsettled),
+/// and what is held until the response body has been sent or dropped (a
+/// client gone, a panic in the handler). Dropping it gives back the
+/// concurrency slots and ends the in-flight count.
 #[derive(Default)]
 pub(crate) struct Held {
     pub settle: Option<Settlement>,

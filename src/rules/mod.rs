@@ -320,26 +320,12 @@ impl Policy for Rules {
                 let room = limit.room(&compiled.protect);
                 let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
                 let (outcome, settle) = match check.count_status {
-                    Some(counts) => match reserve_within(limiter, key, cost, timeout, room).await {
-                        Ok(made) => {
-                            let outcome = Ok(made.decision().clone());
-                            if made.decision().allowed() {
-                                reserved.push((limit, key.clone(), cost, made.clone()));
-                            }
-                            let settle = Arc::new(limit.clone());
-                            let respond = &compiled.respond;
-                            let settle = settle.settlement(
-                                respond,
-                                counts,
-                                key.clone(),
-                                cost,
-                                made,
-                                timeout,
-                            );
-                            (outcome, Some(settle))
-                        }
-                        Err(e) => (Err(e), None),
-                    },
+                    Some(counts) => {
+                        let made = reserve_within(limiter, key, cost, timeout, room).await;
+                        let (outcome, settle, made) = compiled.settle(&check, limit, counts, made);
+                        reserved.extend(made.map(|made| (limit, key.clone(), cost, made)));
+                        (outcome, settle)
+                    }
                     None => (check_within(limiter, key, cost, timeout, room).await, None),
                 };
                 verdict = compiled.add(verdict, &check, limit, outcome, settle);

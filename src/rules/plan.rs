@@ -2,6 +2,7 @@
 //! match it, and their keys.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use http::StatusCode;
 use http::request::Parts;
@@ -11,6 +12,7 @@ use super::backend::AnyBackend;
 use super::compile::{Compiled, Rule, RuleKey};
 use super::names::MatchMode;
 use super::path::normalize_path;
+use crate::backend::Reserved;
 use crate::decision::Decision;
 use crate::key::{Key, KeyError, peer_addr};
 use crate::layer::{
@@ -116,6 +118,32 @@ impl Compiled {
             }
         }
         Ok(checks)
+    }
+
+    /// A response-aware check's reservation, `made`: its decision, how it
+    /// is settled once the response is known, and (when it spent) a copy
+    /// to give back should a later rule refuse the request.
+    pub(super) fn settle(
+        &self,
+        check: &RuleCheck<'_>,
+        limit: &Limit<AnyBackend>,
+        counts: &CountStatus,
+        made: Result<Reserved, Error>,
+    ) -> (
+        Result<Decision, Error>,
+        Option<Settlement>,
+        Option<Reserved>,
+    ) {
+        let made = match made {
+            Ok(made) => made,
+            Err(e) => return (Err(e), None, None),
+        };
+        let outcome = Ok(made.decision().clone());
+        let copy = made.decision().allowed().then(|| made.clone());
+        let (key, cost) = (check.key.clone(), check.cost);
+        let settle = Arc::new(limit.clone());
+        let settle = settle.settlement(&self.respond, counts, key, cost, made, self.timeout);
+        (outcome, Some(settle), copy)
     }
 
     /// The verdict so far, with one more limit's decision judged and added,
