@@ -192,3 +192,31 @@ async fn reservations_from_a_lease_go_back_to_it() {
     }
     assert!((70..=80).contains(&kept), "{kept} kept");
 }
+
+/// While Redis cannot be reached, the fallback store reserves; what it
+/// reserved goes back to it, not to Redis.
+#[tokio::test]
+async fn a_reservation_made_by_the_fallback_goes_back_to_it() {
+    use tollgate::{MemoryBackend, OnFailure};
+    let local = MemoryBackend::new();
+    let unreachable = RedisBackend::from_url("redis://127.0.0.1:1")
+        .on_failure(OnFailure::Fallback(local.clone()))
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let quota = || {
+        Quota::fixed_window(3, Duration::from_secs(3600))
+            .build()
+            .unwrap()
+    };
+    let limiter = Limiter::new(unreachable, quota());
+    let local_view = Limiter::new(local, quota());
+    let first = limiter.reserve("k", 1).await.unwrap();
+    let second = limiter.reserve("k", 1).await.unwrap();
+    assert!(first.decision().allowed() && second.decision().allowed());
+    assert_eq!(local_view.peek("k", 0).await.unwrap().remaining(), 1);
+    let left = first.give_back().await.unwrap();
+    assert_eq!(left.remaining(), 2);
+    second.keep();
+    assert_eq!(local_view.peek("k", 0).await.unwrap().remaining(), 2);
+}

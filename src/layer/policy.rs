@@ -239,7 +239,8 @@ impl<B> Limit<B> {
             Ok(Err(error)) => error,
             Err(_) => timed_out(timeout),
         };
-        tracing::warn!(key = %key, %error, "could not give back a reservation; it stays spent");
+        // Not the key: it may be a credential (an API key header).
+        tracing::warn!(%error, "could not give back a reservation; it stays spent");
         None
     }
 

@@ -366,6 +366,14 @@ impl RedisBackend {
                 return Ok(left);
             }
         }
+        if inner.breaker.is_open() {
+            // Redis failed repeatedly: no waiting for it now. The units
+            // stay spent, the strict side.
+            return Err(BackendError::new(
+                BackendErrorKind::Unavailable,
+                "Redis failed repeatedly; the circuit breaker is open",
+            ));
+        }
         let keys = script::redis_keys(&inner.prefix, key, quotas);
         let (now, slack) = inner.script_time();
         let args = script::give_back_arguments(quotas, now, reserved.decision(), cost, at, slack);
