@@ -444,7 +444,7 @@ mod tests {
             let quota = Quota::builder(a, 4, Duration::from_secs(60))
                 .build()
                 .unwrap();
-            let p = quota.params.clone();
+            let p = quota.params;
             let mut sim = Sim::new(quota);
             let left = |sim: &Sim, now| {
                 check(a, sim.state.as_ref(), &p, 0, now, false)
