@@ -230,7 +230,7 @@ impl<B: Backend> Limiter<B> {
     /// } else {
     ///     attempt.keep();
     /// }
-    /// assert_eq!(limiter.peek("client:1", 1).await?.remaining(), 5);
+    /// assert_eq!(limiter.peek("client:1", 0).await?.remaining(), 5);
     /// # Ok(())
     /// # }
     /// ```
@@ -327,6 +327,27 @@ impl<B: Backend> Limiter<B> {
 /// [`Limiter::reserve`]: kept or given back once the outcome is known.
 /// Dropped unsettled, it is kept: a request whose outcome never came (the
 /// caller gave up, a task panicked) counts.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Limiter, MemoryBackend, Quota, Settle};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = Limiter::new(
+///     MemoryBackend::new(),
+///     Quota::gcra(3, Duration::from_secs(60)).build()?,
+/// );
+/// // Held while in flight: the second sees the first.
+/// let a = limiter.reserve("k", 1).await?;
+/// let b = limiter.reserve("k", 1).await?;
+/// assert_eq!(b.decision().remaining(), 1);
+/// drop(a); // never settled: kept
+/// let left = b.settle(Settle::GiveBack).await?.expect("given back");
+/// assert_eq!(left.remaining(), 2);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "a reservation dropped unsettled is kept; settle it to give it back"]
 pub struct Reservation<'a, B> {
     limiter: &'a Limiter<B>,
