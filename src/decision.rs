@@ -146,7 +146,7 @@ impl QuotaDecision {
     }
 
     /// Microseconds until the quota is fully restored.
-    fn reset_micros(&self) -> u64 {
+    pub(crate) fn reset_micros(&self) -> u64 {
         match self.form {
             Left::SlidingWindow => self.sliding_window_admitted().reset(self.reset),
             Left::Counted | Left::Arrival => self.reset,

@@ -145,18 +145,19 @@ impl MemoryMetrics {
 pub(crate) struct RedisMetrics {
     calls: Counter,
     /// By kind: timeout, unavailable, protocol, misconfigured.
-    failures: [Counter; 4],
+    failures: [Counter; 5],
     cache_hits: Counter,
     circuit_open: Gauge,
 }
 
 /// The kinds of failure, in the order of `RedisMetrics::failures`.
 #[cfg(feature = "redis")]
-const KINDS: [BackendErrorKind; 4] = [
+const KINDS: [BackendErrorKind; 5] = [
     BackendErrorKind::Timeout,
     BackendErrorKind::Unavailable,
     BackendErrorKind::Protocol,
     BackendErrorKind::Misconfigured,
+    BackendErrorKind::Unsupported,
 ];
 
 #[cfg(feature = "redis")]
@@ -197,6 +198,7 @@ impl RedisMetrics {
             BackendErrorKind::Unavailable => 1,
             BackendErrorKind::Protocol => 2,
             BackendErrorKind::Misconfigured => 3,
+            BackendErrorKind::Unsupported => 4,
         };
         self.failures[i].increment(1);
     }

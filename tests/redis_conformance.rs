@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use conformance::T0;
 use redis_support::{RedisServer, Server};
-use tollgate::{Lease, ManualClock, RedisBackend, Timestamp};
+use tollgate::{Lease, Limiter, ManualClock, Quota, RedisBackend, Timestamp};
 
 /// A Redis backend on `clock`, with nothing that could make it differ from
 /// the memory backend: no denial cache, a timeout no loaded test machine
@@ -96,6 +96,8 @@ macro_rules! every_trace {
             costs_peeks_and_too_costly_requests_match,
             elastic_quotas_match_with_room_and_without,
             random_traces_match,
+            reservations_given_back_kept_and_dropped_match,
+            random_give_back_traces_match,
         );
     };
 }
@@ -110,4 +112,82 @@ mod redis_8_2 {
 
 mod valkey_9_1 {
     every_trace!(super::Server::Valkey9);
+}
+
+/// With leases, a unit reserved from the lease this process holds goes
+/// back to that lease: a key whose reservations all go back never runs
+/// out, Redis sees at most one lease's units spent, and the units given
+/// back are spent from the lease again. Kept, the same reservations stop
+/// at the limit.
+#[tokio::test]
+async fn reservations_from_a_lease_go_back_to_it() {
+    let server = RedisServer::start();
+    let leasing = RedisBackend::from_url(server.url())
+        .prefix("lease-back:")
+        .lease(Lease::Max(10))
+        .lease_slice(Duration::from_secs(1))
+        .lease_lifetime(Duration::from_secs(60))
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let plain = RedisBackend::from_url(server.url())
+        .prefix("lease-back:")
+        .denial_cache(0)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let quota = || Quota::gcra(80, Duration::from_secs(3600)).build().unwrap();
+    let limiter = Limiter::new(leasing.clone(), quota());
+    let redis_view = Limiter::new(plain, quota());
+    for i in 0..300 {
+        let r = limiter.reserve("k", 1).await.unwrap();
+        assert!(r.decision().allowed(), "reservation {i}");
+        r.give_back().await.unwrap();
+    }
+    let stats = leasing.stats();
+    assert!(stats.lease_hits > 200, "{stats:?}");
+    assert!(stats.calls < 100, "{stats:?}");
+    let left = redis_view.peek("k", 0).await.unwrap().remaining();
+    assert!(
+        left >= 70,
+        "Redis sees {left} left: more than one lease spent"
+    );
+    let mut kept = 0;
+    for _ in 0..200 {
+        let r = limiter.reserve("k", 1).await.unwrap();
+        if !r.decision().allowed() {
+            break;
+        }
+        kept += 1;
+        r.keep();
+    }
+    assert!((70..=80).contains(&kept), "{kept} kept");
+}
+
+/// While Redis cannot be reached, the fallback store reserves; what it
+/// reserved goes back to it, not to Redis.
+#[tokio::test]
+async fn a_reservation_made_by_the_fallback_goes_back_to_it() {
+    use tollgate::{MemoryBackend, OnFailure};
+    let local = MemoryBackend::new();
+    let unreachable = RedisBackend::from_url("redis://127.0.0.1:1")
+        .on_failure(OnFailure::Fallback(local.clone()))
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let quota = || {
+        Quota::fixed_window(3, Duration::from_secs(3600))
+            .build()
+            .unwrap()
+    };
+    let limiter = Limiter::new(unreachable, quota());
+    let local_view = Limiter::new(local, quota());
+    let first = limiter.reserve("k", 1).await.unwrap();
+    let second = limiter.reserve("k", 1).await.unwrap();
+    assert!(first.decision().allowed() && second.decision().allowed());
+    assert_eq!(local_view.peek("k", 0).await.unwrap().remaining(), 1);
+    let left = first.give_back().await.unwrap();
+    assert_eq!(left.remaining(), 2);
+    second.keep();
+    assert_eq!(local_view.peek("k", 0).await.unwrap().remaining(), 2);
 }

@@ -207,14 +207,15 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         self
     }
 
-    /// Makes the limit response-aware: a request is charged only once the
-    /// inner service has answered with a status in `counts` (a failed login
-    /// with `"401, 403"`, a server error with `"5xx"`). Before that, the
-    /// limit is looked at without spending: once the counted responses have
-    /// used it up, new requests get 429 before reaching the service. The
-    /// charge is the same check as for any request, so it means the same in
-    /// memory and in Redis; concurrent requests that all pass the look may
-    /// overshoot the limit by their number.
+    /// Makes the limit response-aware: only responses with a status in
+    /// `counts` (a failed login with `"401, 403"`, a server error with
+    /// `"5xx"`) keep what they spent. Each request reserves its cost before
+    /// it is served ([`Limiter::reserve`](crate::Limiter::reserve)), so
+    /// requests in flight hold their units and no burst of concurrent
+    /// requests gets past the limit; once the response is known, the
+    /// reservation is kept if its status counts and given back if not. A
+    /// response that never comes (the client left, the handler panicked)
+    /// keeps it.
     pub fn count_status(mut self, counts: CountStatus) -> Self {
         self.policy.count_status = Some(counts);
         self

@@ -20,8 +20,8 @@
 //! Files, each one job, in the order they depend on each other: `headers`,
 //! `partition_key`, `problem` and `grpc` (what clients are told), `load`,
 //! `shed` and `concurrency` (protecting the server), `held` (what a passed
-//! request carries to its response: a charge, slots), `count_status`,
-//! `verdict`, `respond` (decision to verdict), `protect` (shedding and
+//! request carries to its response: a reservation to settle, slots),
+//! `count_status`, `verdict`, `respond` (decision to verdict), `protect` (shedding and
 //! slots around a decision), `policy` (request to decision), `body`,
 //! `future`, `service`, `layer` (the layer and its builder).
 
@@ -62,8 +62,10 @@ pub use verdict::Verdict;
 #[cfg(feature = "rules")]
 pub(crate) use headers::Headers;
 #[cfg(feature = "rules")]
+pub(crate) use held::Settlement;
+#[cfg(feature = "rules")]
 pub(crate) use policy::{
-    DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Sealed, admit_key, check_within, look_within,
+    DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Sealed, admit_key, check_within, reserve_within,
 };
 #[cfg(feature = "rules")]
 pub(crate) use problem::problem;

@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use super::at::At;
 use super::model::{BackendConfig, RedisTlsConfig, RedisUrl, SentinelConfig};
-use crate::backend::{Backend, BackendError, CheckRequest, MemoryBackend};
+use crate::backend::{
+    Backend, BackendError, CheckRequest, GiveBackRequest, MemoryBackend, Reserved,
+};
 use crate::decision::Decision;
 use crate::layer::ConcurrencyQuota;
 use crate::quota_set::QuotaSet;
@@ -368,6 +370,22 @@ impl Backend for AnyBackend {
             AnyBackend::Memory(m) => m.check(request).await,
             #[cfg(feature = "redis")]
             AnyBackend::Redis(r) => r.check(request).await,
+        }
+    }
+
+    async fn reserve(&self, request: CheckRequest<'_>) -> Result<Reserved, BackendError> {
+        match self {
+            AnyBackend::Memory(m) => m.reserve(request).await,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.reserve(request).await,
+        }
+    }
+
+    async fn give_back(&self, request: GiveBackRequest<'_>) -> Result<Decision, BackendError> {
+        match self {
+            AnyBackend::Memory(m) => m.give_back(request).await,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.give_back(request).await,
         }
     }
 

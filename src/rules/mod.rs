@@ -25,7 +25,8 @@
 //! the rules in file order: the first that matches applies (`matching:
 //! first`, the default), or every one that matches (`matching: all`), in
 //! which case a request refused by a later rule has still spent from the
-//! earlier ones. A request no rule matches is not limited.
+//! earlier ones (but for what `count_status` rules reserved: that goes
+//! back). A request no rule matches is not limited.
 //!
 //! Rules match the request path in its normal form ([`normalize_path`]), so
 //! `//users/1` and `/x/../%75sers/1` meet the rule for `/users/{id}`; a path
@@ -69,7 +70,7 @@ pub use watch::MAX_RULES_FILE_BYTES;
 
 use crate::backend::Backend;
 use crate::layer::{Admission, Headers, Policy, Protection, Verdict};
-use crate::layer::{Sealed, check_within, look_within};
+use crate::layer::{Sealed, check_within, reserve_within};
 use compile::Compiled;
 use model::{BackendConfig, RulesFile};
 
@@ -352,7 +353,7 @@ impl Policy for Rules {
                 limit
                     .limiter
                     .check_now_with_room(check.key.as_str(), check.cost, room)?;
-            verdict = compiled.add(verdict, &check, limit, outcome, room);
+            verdict = compiled.add(verdict, &check, limit, outcome, None);
             if verdict.is_response() {
                 break;
             }
@@ -382,16 +383,28 @@ impl Policy for Rules {
                 }
             }
             let mut verdict = Verdict::pass(Headers::new());
+            // Reservations made so far, given back if a later rule refuses:
+            // a request answered here was never served.
+            let mut reserved = smallvec::SmallVec::<[_; 1]>::new();
+            let timeout = compiled.timeout;
             for check in checks {
                 let Some(limit) = check.limit else { continue };
                 let room = limit.room(&compiled.protect);
                 let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
-                let outcome = match check.count_status {
-                    Some(_) => look_within(limiter, key, cost, compiled.timeout, room).await,
-                    None => check_within(limiter, key, cost, compiled.timeout, room).await,
+                let (outcome, settle) = match check.count_status {
+                    Some(counts) => {
+                        let made = reserve_within(limiter, key, cost, timeout, room).await;
+                        let (outcome, settle, made) = compiled.settle(&check, limit, counts, made);
+                        reserved.extend(made.map(|made| (limit, key.clone(), cost, made)));
+                        (outcome, settle)
+                    }
+                    None => (check_within(limiter, key, cost, timeout, room).await, None),
                 };
-                verdict = compiled.add(verdict, &check, limit, outcome, room);
+                verdict = compiled.add(verdict, &check, limit, outcome, settle);
                 if verdict.is_response() {
+                    for (limit, key, cost, made) in &reserved {
+                        limit.give_back(key, *cost, made, timeout).await;
+                    }
                     break;
                 }
             }

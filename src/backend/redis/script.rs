@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 use deadpool_redis::redis::{Cmd, Script};
 use smallvec::SmallVec;
 
+use crate::decision::Decision;
 use crate::quota::{EXACT_MAX, Params};
 use crate::quota_set::{QuotaSet, RawQuotaDecision};
 
@@ -99,6 +100,12 @@ pub(crate) fn arguments(
     let (back, since) = ask.give_back.unwrap_or((0, 0));
     args.push(back.to_string());
     args.push(since.to_string());
+    push_quotas(&mut args, quotas, room);
+    args
+}
+
+/// Each quota's parameters, as prelude.lua reads them.
+fn push_quotas(args: &mut Vec<String>, quotas: &QuotaSet, room: bool) {
     for q in quotas.quotas() {
         let p = &q.params;
         args.push(q.algorithm().name().to_owned());
@@ -108,6 +115,39 @@ pub(crate) fn arguments(
         args.push(if p.count_rejected { "1" } else { "0" }.to_owned());
         args.push(if p.shadow { "1" } else { "0" }.to_owned());
         args.push(if room { 0 } else { p.elastic_margin }.to_string());
+    }
+}
+
+/// The script's arguments to give back a reservation of `cost` that
+/// `decision` admitted at `at` (Redis time): mode '2', the time in
+/// ARGV[7], and after the quotas' parameters, per quota, the moment the
+/// reservation left it full again ('' where it spent nothing).
+pub(crate) fn give_back_arguments(
+    quotas: &QuotaSet,
+    now: Option<u64>,
+    decision: &Decision,
+    cost: u64,
+    at: u64,
+    slack_ms: u64,
+) -> Vec<String> {
+    let n = quotas.quotas().len();
+    let mut args = Vec::with_capacity(HEAD + (PER_QUOTA + 1) * n);
+    args.push(now.map_or_else(String::new, |n| n.to_string()));
+    args.push(cost.to_string());
+    args.push("2".to_owned());
+    args.push(slack_ms.to_string());
+    args.push(cost.to_string());
+    args.push("0".to_owned());
+    args.push(at.to_string());
+    push_quotas(&mut args, quotas, false);
+    let answers = decision.quotas();
+    for i in 0..n {
+        args.push(match answers.get(i) {
+            Some(q) if decision.allowed() && q.allowed() => {
+                at.saturating_add(q.reset_micros()).to_string()
+            }
+            _ => String::new(),
+        });
     }
     args
 }
