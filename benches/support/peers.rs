@@ -45,7 +45,8 @@ pub fn governor_admitting() -> governor::DefaultKeyedRateLimiter<String> {
     governor::RateLimiter::keyed(quota)
 }
 
-/// 10 a minute, 2 per 3 s, a 1 s minimum interval (issue 11's case).
+/// 10 a minute, 2 per 3 s, a 1 s minimum interval (BENCHMARKS.md's
+/// three-quota case).
 pub fn three_quotas() -> QuotaSet {
     three(
         "three",
