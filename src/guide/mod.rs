@@ -25,6 +25,9 @@ pub mod keys {}
 pub mod headers {}
 
 #[doc = include_str!("algorithms.md")]
+// The picture is inline SVG, so that it shows wherever the docs are read
+// (docs.rs serves no files beside the crate's pages).
+#[doc = include_str!("algorithms.svg")]
 pub mod algorithms {}
 
 #[doc = include_str!("routes.md")]
