@@ -7,7 +7,7 @@
 //! and `REDIS_URL`).
 //!
 //! Modes that split tollgate's cost into its parts (BENCHMARKS.md, "Over
-//! HTTP, session 15"): `passthrough` (a layer that does nothing),
+//! HTTP"): `passthrough` (a layer that does nothing),
 //! `passthrough-boxed` (one that changes the response body's type, which
 //! axum then boxes), `static-headers` (one that adds two fixed lines as long
 //! as tollgate's IETF fields), `tollgate-unkeyed` (tollgate with no key found,

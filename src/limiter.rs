@@ -114,8 +114,8 @@ impl<B: Backend> Limiter<B> {
     /// A limiter of `quotas` (one [`Quota`](crate::Quota) or a [`QuotaSet`])
     /// on `backend`.
     ///
-    /// Its metrics (see the README) are registered now, with the recorder
-    /// installed at this moment.
+    /// Its metrics ([`guide::metrics`](crate::guide::metrics)) are
+    /// registered now, with the recorder installed at this moment.
     pub fn new(backend: B, quotas: impl Into<QuotaSet>) -> Self {
         let quotas = quotas.into();
         let metrics = DecisionMetrics::new(quotas.name(), backend.name());

@@ -1,4 +1,4 @@
-//! The gateway against hostile clients and silent upstreams (issue 13): a
+//! The gateway against hostile clients and silent upstreams: a
 //! real `tollgate serve` process on a loopback port, raw sockets for what a
 //! well-behaved client would never send.
 #![cfg(feature = "gateway")]

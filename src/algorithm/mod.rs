@@ -190,7 +190,7 @@ impl Outcome {
 /// Small (48 bytes), since a set makes one per quota and moves it into its
 /// list: an outcome's 128 bytes, written as the check returns and read
 /// back at once, made each move wait for its stores (BENCHMARKS.md,
-/// session 14). So the common algorithms keep only what their branches
+/// "Notes on the hot path"). So the common algorithms keep only what their branches
 /// are made of, and the rest keep their outcome in the set's [`Outcomes`].
 pub(crate) enum Checked {
     /// The algorithm's outcome, both branches computed: the set's

@@ -116,7 +116,7 @@ impl Expiring for Word {
 impl Word {
     /// The state it holds, for the algorithms. Inline: returned through
     /// memory, it is read back wider than it was written, and that load
-    /// waits (a set's loop, BENCHMARKS.md session 14).
+    /// waits (a set's loop; BENCHMARKS.md, "Notes on the hot path").
     #[inline]
     fn state(&self) -> State {
         State::Word(self.0.load(Relaxed))
@@ -231,7 +231,7 @@ fn store_new(
 /// The new entries are stored when it is dropped, once the decision is
 /// made: so the decision is returned where the set's evaluation writes it,
 /// not copied after (a copy that waited for its stores; BENCHMARKS.md,
-/// session 14).
+/// "Notes on the hot path").
 struct Stored<'a, 'b> {
     shard: &'a mut Entries<'b>,
     positions: &'a [Option<Position>],

@@ -240,7 +240,10 @@ impl<B> Limit<B> {
             Err(_) => timed_out(timeout),
         };
         // Not the key: it may be a credential (an API key header).
-        tracing::warn!(error = error.to_string().as_str(), "could not give back a reservation; it stays spent");
+        tracing::warn!(
+            error = error.to_string().as_str(),
+            "could not give back a reservation; it stays spent"
+        );
         None
     }
 
