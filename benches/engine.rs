@@ -80,7 +80,7 @@ fn many_keys(c: &mut Criterion) {
     g.finish();
 }
 
-/// The three quotas on one key (10 a minute, 2 per 3 s, a 1 s
+/// The three-quota case on one key (10 a minute, 2 per 3 s, a 1 s
 /// minimum interval) beside one GCRA quota and governor: every check after
 /// the first refused, by a mix of quotas that changes as the clock runs.
 /// Then the same three algorithms with every check admitted, refused by

@@ -45,7 +45,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .timeout(Duration::from_secs(5))
                     .build()
             })?;
-            let limiter = Limiter::new(backend.clone(), quota);
+            // Named: on Redis a set's name is what every server counts under.
+            let limiter = Limiter::new(backend.clone(), tollgate::QuotaSet::new("bench", [quota])?);
             run(&limiter, n, &rt);
             eprintln!("{:?}", backend.stats());
         }

@@ -7,7 +7,7 @@
 //! and `REDIS_URL`).
 //!
 //! Modes that split tollgate's cost into its parts (BENCHMARKS.md, "Over
-//! HTTP, session 15"): `passthrough` (a layer that does nothing),
+//! HTTP"): `passthrough` (a layer that does nothing),
 //! `passthrough-boxed` (one that changes the response body's type, which
 //! axum then boxes), `static-headers` (one that adds two fixed lines as long
 //! as tollgate's IETF fields), `tollgate-unkeyed` (tollgate with no key found,
@@ -64,7 +64,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             let backend = tollgate::RedisBackend::from_url(url).lease(lease).build()?;
             app.layer(RateLimitLayer::new(
-                Limiter::new(backend, never_reached()?),
+                // Named: on Redis a set's name is what every server counts under.
+                Limiter::new(
+                    backend,
+                    tollgate::QuotaSet::new("bench", [never_reached()?])?,
+                ),
                 PeerIp::new(),
             ))
         }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Memory a gateway holds for slow clients (issue 13 item 3).
+"""Memory a gateway holds for slow clients.
 
 Starts `tollgate serve` (the binary given), opens N connections that each send
 SIZE bytes of an unfinished request head and wait, and prints the gateway's

@@ -9,7 +9,7 @@
 # than requests per second, since waiting for the CPU is not counted. User
 # and system time are also reported apart: the layers' own work is user
 # time, and the kernel's share moves with how the server and wrk take turns
-# (BENCHMARKS.md, "Over HTTP, session 15").
+# (BENCHMARKS.md, "Over HTTP").
 #
 #   scripts/bench-http.sh                 # 5 rounds of 10 s per configuration
 #   ROUNDS=3 DURATION=5s scripts/bench-http.sh

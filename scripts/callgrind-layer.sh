@@ -5,7 +5,7 @@
 # enter. Only the request loop is counted (`--toggle-collect`), after one
 # uncounted request: the clock's calibration on the first request loops for
 # a span of wall time, so its count differs from run to run and did not
-# cancel (session 15 saw the difference move by thousands per request). Prints the count for a bare service, tollgate's layer and
+# cancel (the difference moved by thousands per request between runs). Prints the count for a bare service, tollgate's layer and
 # tower_governor's (headers on) without a metrics recorder, what each layer
 # adds to bare, and tollgate's count with a Prometheus recorder installed.
 #

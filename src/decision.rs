@@ -146,7 +146,7 @@ impl QuotaDecision {
     }
 
     /// Microseconds until the quota is fully restored.
-    fn reset_micros(&self) -> u64 {
+    pub(crate) fn reset_micros(&self) -> u64 {
         match self.form {
             Left::SlidingWindow => self.sliding_window_admitted().reset(self.reset),
             Left::Counted | Left::Arrival => self.reset,
@@ -189,8 +189,9 @@ impl QuotaDecision {
     /// use no more than `remaining` units. Per algorithm: GCRA, leaky and
     /// token bucket, until the next unit returns; fixed window, until the
     /// window ends; sliding window, until the weighted estimate next falls;
-    /// sliding log, until the oldest live entry expires. (The README has the
-    /// table, with what `r` means for each.)
+    /// sliding log, until the oldest live entry expires. (The
+    /// [headers chapter](crate::guide::headers) has the table, with what `r`
+    /// means for each.)
     pub fn replenish(&self) -> Duration {
         Duration::from_micros(self.left().1)
     }
@@ -296,7 +297,7 @@ impl Decision {
             // Filled here rather than by `collect`, and taken over where
             // the decision is built: a vector or a `SmallVec` made first
             // and then moved in is read back at once, wider than it was
-            // written, a load that waits (BENCHMARKS.md, session 14).
+            // written, a load that waits (BENCHMARKS.md, "Notes on the hot path").
             let mut all = Vec::with_capacity(quotas.len());
             let mut exceeded = false;
             for quota in quotas {

@@ -1,51 +1,77 @@
 //! Rate limiting for tower and axum services, in one process or across a
 //! fleet that shares Redis.
 //!
-//! The heart of the crate decides "may this key spend this much now?": a
-//! [`Quota`] (limit per period, burst, algorithm, mode) or several at once in
-//! a [`QuotaSet`], kept in a [`Backend`], asked through a [`Limiter`]. Each
-//! algorithm is plain arithmetic on the stored state, the cost and the time,
-//! with no clock or I/O inside, so the in-memory and Redis backends share one
-//! meaning and one test suite.
+//! An axum app limited to 5 requests per 10 s per client IP, with a route
+//! whose requests cost 3 of 6 units a minute:
 //!
-//! ```
+//! ```no_run
+//! use std::net::SocketAddr;
 //! use std::time::Duration;
-//! use tollgate::{Limiter, MemoryBackend, Quota, QuotaSet};
+//! use axum::{Router, routing::{get, post}};
+//! use tollgate::key::PeerIp;
+//! use tollgate::{Limiter, MemoryBackend, Quota, QuotaSet, RateLimitLayer};
 //!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! // At most 10 notifications a minute, and 3 s between two of them.
-//! let quotas = QuotaSet::new("push", [
-//!     Quota::sliding_log(10, Duration::from_secs(60)).build()?,
-//!     Quota::min_interval(Duration::from_secs(3)).build()?,
-//! ])?;
-//! let limiter = Limiter::new(MemoryBackend::new(), quotas);
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let backend = MemoryBackend::new();
+//!     let everywhere = Limiter::new(
+//!         backend.clone(),
+//!         QuotaSet::new("app", [Quota::gcra(5, Duration::from_secs(10)).name("app").build()?])?,
+//!     );
+//!     let reports = Limiter::new(
+//!         backend,
+//!         QuotaSet::new("reports", [Quota::sliding_window(6, Duration::from_secs(60)).name("reports").build()?])?,
+//!     );
+//!     let app = Router::new()
+//!         .route(
+//!             "/report",
+//!             post(|| async { "report queued\n" })
+//!                 .layer(RateLimitLayer::builder(reports, PeerIp::new()).cost(|_| 3).build()),
+//!         )
+//!         .route("/", get(|| async { "hello\n" }))
+//!         .layer(RateLimitLayer::new(everywhere, PeerIp::new()));
 //!
-//! let decision = limiter.check("teacher:17", 1).await?;
-//! if decision.allowed() {
-//!     // send the notification
-//! } else if let Some(wait) = decision.retry_after() {
-//!     // try again after `wait`
-//! #   let _ = wait;
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//!     // Record peer addresses, which `PeerIp` reads.
+//!     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//!     Ok(())
 //! }
-//! # Ok(())
-//! # }
 //! ```
 //!
-//! # Choosing an algorithm
+//! Admitted responses carry `RateLimit-Policy: "app";q=5;w=10` and
+//! `RateLimit: "app";r=4;t=2`; the sixth request within 10 s gets 429 with
+//! `Retry-After` and a problem-details body. This is `examples/quickstart.rs`
+//! (`cargo run --example quickstart`).
 //!
-//! | algorithm | state per key | allows bursts | exact over any rolling period | pick it for |
-//! |---|---|---|---|---|
-//! | [`Gcra`](Algorithm::Gcra) | one timestamp | up to `burst` | no (burst + rate) | the default: smooth rate with a burst, least state |
-//! | [`TokenBucket`](Algorithm::TokenBucket) | tokens + timestamp | up to `burst` | no (burst + rate) | the same behaviour in the familiar terms; exact fractional rates |
-//! | [`LeakyBucket`](Algorithm::LeakyBucket) | one timestamp | no: queued | output evenly spaced | protecting a backend that needs a steady rate; delays instead of refusing |
-//! | [`FixedWindow`](Algorithm::FixedWindow) | counter + window | 2x at a boundary | no | cheapest, easiest to explain ("100 per calendar minute") |
-//! | [`SlidingWindow`](Algorithm::SlidingWindow) | two counters + window | no | approximately | rolling limits at fixed cost (Cloudflare measured 0.003% error) |
-//! | [`SlidingLog`](Algorithm::SlidingLog) | up to `limit` timestamps | no | yes | small limits that must never be exceeded (notifications, logins) |
+//! # The guide
 //!
-//! A [`Mode`] makes a quota shadow (report, never refuse), soft (admit a
-//! percentage over the limit) or elastic (admit a percentage over it while
-//! the server has room); [`Quota::min_interval`] spaces actions apart.
+//! [`guide`] has a chapter per task: [keys](guide::keys) (client IP behind
+//! proxies, API keys, users, routes), [headers](guide::headers),
+//! [algorithms and quotas](guide::algorithms), [per-route limits and
+//! response-aware limits](guide::routes), [memory and Redis](guide::redis),
+//! [rules files](guide::rules), [the gateway](guide::gateway),
+//! [gRPC](guide::grpc), [protecting the server](guide::protect),
+//! [metrics](guide::metrics), [the direct API](guide::direct) and
+//! [performance](guide::performance).
+//!
+//! # The parts
+//!
+//! The heart of the crate decides "may this key spend this much now?": a
+//! [`Quota`] (limit per period, burst, [`Algorithm`], [`Mode`]) or several at
+//! once in a [`QuotaSet`], kept in a [`Backend`] ([`MemoryBackend`], or
+//! `RedisBackend` with the `redis` feature), asked through a [`Limiter`].
+//! Each algorithm is plain arithmetic on the stored state, the cost and the
+//! time, with no clock or I/O inside, so the in-memory and Redis backends
+//! share one meaning and one test suite. [`RateLimitLayer`] puts a limiter in
+//! front of any tower service, with a key extractor from [`key`]; `rules`
+//! (feature `rules`) builds layers from a YAML file.
+//!
+//! | feature | adds |
+//! |---|---|
+//! | (none) | the algorithms, [`MemoryBackend`], [`Limiter`], the tower layer, metrics through the `metrics` facade |
+//! | `redis` | `RedisBackend`, for Redis, Redis Cluster and Sentinel, with TLS (rustls) |
+//! | `rules` | `rules::Rules`: limits from a YAML file, reloaded live |
+//! | `gateway` | the `tollgate` binary (implies `rules` and `redis`) |
 
 #![warn(missing_docs)]
 
@@ -53,6 +79,7 @@ mod algorithm;
 pub mod backend;
 mod clock;
 mod decision;
+pub mod guide;
 pub mod key;
 pub mod layer;
 mod limiter;
@@ -76,7 +103,7 @@ pub use layer::{
     ConcurrencyQuota, CountStatus, HeaderStyle, OnBackendError, OnDelay, OnMissingKey,
     PartitionKey, Priority, RateLimitLayer, Shedding,
 };
-pub use limiter::{Error, Limiter};
+pub use limiter::{Error, Limiter, Reservation, Settle};
 pub use quota::{Algorithm, Mode, Quota, QuotaBuilder, QuotaError};
 pub use quota_set::{QuotaSet, QuotaSetError};
 pub use state::{QuotaState, StateError};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tracing::{Instrument, Span};
 
-use crate::backend::{Backend, BackendError, CheckRequest};
+use crate::backend::{Backend, BackendError, CheckRequest, GiveBackRequest, Reserved};
 use crate::clock::Stopwatch;
 use crate::decision::Decision;
 use crate::metrics::DecisionMetrics;
@@ -156,8 +156,8 @@ impl<B: Backend> Limiter<B> {
     /// A limiter of `quotas` (one [`Quota`](crate::Quota) or a [`QuotaSet`])
     /// on `backend`.
     ///
-    /// Its metrics (see the README) are registered now, with the recorder
-    /// installed at this moment.
+    /// Its metrics ([`guide::metrics`](crate::guide::metrics)) are
+    /// registered now, with the recorder installed at this moment.
     ///
     /// Limiters share counters only when asked: a [`Quota`](crate::Quota)
     /// passed alone makes a set without a name, whose counters belong to
@@ -309,6 +309,99 @@ impl<B: Backend> Limiter<B> {
         span
     }
 
+    /// Reserves `cost` from `key`'s quotas: spends it now, as
+    /// [`check`](Limiter::check) does, so that requests in flight hold
+    /// what they took and the next one is refused when nothing is left;
+    /// then, once the request's outcome is known,
+    /// [`keep`](Reservation::keep) the units or
+    /// [`give_back`](Reservation::give_back) them. A reservation dropped
+    /// unsettled (the caller gave up, a task panicked) is kept. A refused
+    /// reservation spent nothing, and settling it does nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Limiter, MemoryBackend, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Five failed sign-ins per 15 minutes; successes are free.
+    /// let limiter = Limiter::new(
+    ///     MemoryBackend::new(),
+    ///     Quota::fixed_window(5, Duration::from_secs(900)).build()?,
+    /// );
+    /// let attempt = limiter.reserve("client:1", 1).await?;
+    /// assert!(attempt.decision().allowed());
+    /// let password_ok = true;
+    /// if password_ok {
+    ///     attempt.give_back().await?;
+    /// } else {
+    ///     attempt.keep();
+    /// }
+    /// assert_eq!(limiter.peek("client:1", 0).await?.remaining(), 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reserve(&self, key: &str, cost: u64) -> Result<Reservation<'_, B>, Error> {
+        let reserved = self.reserve_with_room(key, cost, false).await?;
+        Ok(Reservation {
+            limiter: self,
+            key: key.into(),
+            cost,
+            reserved,
+        })
+    }
+
+    /// The reservation behind [`reserve`](Limiter::reserve), counted in
+    /// the metrics as a check; `room` as for
+    /// [`check_with_room`](Limiter::check_with_room).
+    pub(crate) async fn reserve_with_room(
+        &self,
+        key: &str,
+        cost: u64,
+        room: bool,
+    ) -> Result<Reserved, Error> {
+        let started = Stopwatch::start();
+        let span = self.span(key, cost, "reserve");
+        let outcome = match self.request(key, cost, true, room, started) {
+            Ok(request) => {
+                let reserving = self.backend.reserve(request).instrument(span.clone());
+                reserving.await.map_err(Error::from)
+            }
+            Err(e) => Err(e),
+        };
+        if !span.is_disabled() {
+            span.record(
+                "outcome",
+                outcome_name(outcome.as_ref().map(Reserved::decision)),
+            );
+        }
+        match &outcome {
+            Ok(reserved) => self.metrics.decided_ok(reserved.decision(), started),
+            Err(_) => self.metrics.decided(&Err::<Decision, ()>(()), started),
+        }
+        outcome
+    }
+
+    /// Gives back `reserved`, made for `key` and `cost`: what is left then
+    /// (a refused reservation spent nothing: its own decision).
+    pub(crate) async fn give_back_reserved(
+        &self,
+        key: &str,
+        cost: u64,
+        reserved: &Reserved,
+    ) -> Result<Decision, Error> {
+        if !reserved.decision().allowed() {
+            return Ok(reserved.decision().clone());
+        }
+        let request = GiveBackRequest {
+            key,
+            quotas: &self.quotas,
+            cost,
+            reserved,
+        };
+        Ok(self.backend.give_back(request).await?)
+    }
+
     async fn decide(
         &self,
         key: &str,
@@ -344,5 +437,92 @@ impl<B: Backend> Limiter<B> {
             room,
             started,
         })
+    }
+}
+
+/// Units spent ahead of a request's outcome, made by
+/// [`Limiter::reserve`]: kept or given back once the outcome is known.
+/// Dropped unsettled, it is kept: a request whose outcome never came (the
+/// caller gave up, a task panicked) counts.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Limiter, MemoryBackend, Quota, Settle};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = Limiter::new(
+///     MemoryBackend::new(),
+///     Quota::gcra(3, Duration::from_secs(60)).build()?,
+/// );
+/// // Held while in flight: the second sees the first.
+/// let a = limiter.reserve("k", 1).await?;
+/// let b = limiter.reserve("k", 1).await?;
+/// assert_eq!(b.decision().remaining(), 1);
+/// drop(a); // never settled: kept
+/// let left = b.settle(Settle::GiveBack).await?.expect("given back");
+/// assert_eq!(left.remaining(), 2);
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a reservation dropped unsettled is kept; settle it to give it back"]
+pub struct Reservation<'a, B> {
+    limiter: &'a Limiter<B>,
+    key: Box<str>,
+    cost: u64,
+    reserved: Reserved,
+}
+
+/// How a [`Reservation`] ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settle {
+    /// The outcome counts: the units stay spent.
+    Keep,
+    /// The outcome does not count: the units go back, as if the
+    /// reservation had not happened (as far as that is still known: a
+    /// window that has rolled over since gives nothing back).
+    GiveBack,
+}
+
+impl<B> fmt::Debug for Reservation<'_, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("cost", &self.cost)
+            .field("allowed", &self.reserved.decision().allowed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Reservation<'_, B> {
+    /// The decision made when reserving: whether the request may proceed,
+    /// and what each quota reported.
+    pub fn decision(&self) -> &Decision {
+        self.reserved.decision()
+    }
+
+    /// Keeps the units spent (what dropping the reservation does too).
+    pub fn keep(self) {}
+
+    /// Gives the units back; returns what is left then, as a peek at cost
+    /// 0 reports it (for a refused reservation, which spent nothing, its
+    /// own decision).
+    pub async fn give_back(self) -> Result<Decision, Error> {
+        let Reservation {
+            limiter,
+            key,
+            cost,
+            reserved,
+        } = self;
+        limiter.give_back_reserved(&key, cost, &reserved).await
+    }
+
+    /// Ends the reservation as `how` says: `None` when kept, else what is
+    /// left once given back (see [`give_back`](Reservation::give_back)).
+    pub async fn settle(self, how: Settle) -> Result<Option<Decision>, Error> {
+        match how {
+            Settle::Keep => Ok(None),
+            Settle::GiveBack => self.give_back().await.map(Some),
+        }
     }
 }

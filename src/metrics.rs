@@ -13,6 +13,8 @@ use metrics::{
     gauge, histogram,
 };
 
+#[cfg(feature = "redis")]
+use crate::backend::BackendErrorKind;
 use crate::clock::Stopwatch;
 use crate::decision::Decision;
 
@@ -25,7 +27,7 @@ pub(crate) const MEMORY_STATES: &str = "tollgate_memory_states";
 /// Redis round trips attempted.
 #[cfg(feature = "redis")]
 pub(crate) const REDIS_CALLS: &str = "tollgate_redis_calls_total";
-/// Redis calls that failed, timeouts included.
+/// Redis calls that failed, labelled `kind` (see `BackendErrorKind::name`).
 #[cfg(feature = "redis")]
 pub(crate) const REDIS_FAILURES: &str = "tollgate_redis_failures_total";
 /// Checks answered from the Redis backend's denial cache.
@@ -142,10 +144,21 @@ impl MemoryMetrics {
 #[derive(Debug, Clone)]
 pub(crate) struct RedisMetrics {
     calls: Counter,
-    failures: Counter,
+    /// By kind: timeout, unavailable, protocol, misconfigured.
+    failures: [Counter; 5],
     cache_hits: Counter,
     circuit_open: Gauge,
 }
+
+/// The kinds of failure, in the order of `RedisMetrics::failures`.
+#[cfg(feature = "redis")]
+const KINDS: [BackendErrorKind; 5] = [
+    BackendErrorKind::Timeout,
+    BackendErrorKind::Unavailable,
+    BackendErrorKind::Protocol,
+    BackendErrorKind::Misconfigured,
+    BackendErrorKind::Unsupported,
+];
 
 #[cfg(feature = "redis")]
 impl RedisMetrics {
@@ -154,7 +167,7 @@ impl RedisMetrics {
         describe_counter!(
             REDIS_FAILURES,
             Unit::Count,
-            "Redis calls that failed, timeouts included."
+            "Redis calls that failed, by kind: timeout, unavailable (down, unreachable, busy), protocol (a reply that makes no sense), misconfigured (Redis refuses the scripts: ACL, renamed commands, full under noeviction)."
         );
         describe_counter!(
             REDIS_CACHE_HITS,
@@ -169,7 +182,7 @@ impl RedisMetrics {
         circuit_open.set(0.0);
         RedisMetrics {
             calls: counter!(REDIS_CALLS),
-            failures: counter!(REDIS_FAILURES),
+            failures: KINDS.map(|k| counter!(REDIS_FAILURES, "kind" => k.name())),
             cache_hits: counter!(REDIS_CACHE_HITS),
             circuit_open,
         }
@@ -179,8 +192,15 @@ impl RedisMetrics {
         self.calls.increment(1);
     }
 
-    pub(crate) fn failure(&self) {
-        self.failures.increment(1);
+    pub(crate) fn failure(&self, kind: BackendErrorKind) {
+        let i = match kind {
+            BackendErrorKind::Timeout => 0,
+            BackendErrorKind::Unavailable => 1,
+            BackendErrorKind::Protocol => 2,
+            BackendErrorKind::Misconfigured => 3,
+            BackendErrorKind::Unsupported => 4,
+        };
+        self.failures[i].increment(1);
     }
 
     pub(crate) fn cache_hit(&self) {
@@ -191,4 +211,43 @@ impl RedisMetrics {
     pub(crate) fn circuit(&self, open: bool) {
         self.circuit_open.set(f64::from(u8::from(open)));
     }
+}
+
+/// Reads of a rules file's content.
+#[cfg(feature = "rules")]
+pub(crate) const RULES_READS: &str = "tollgate_rules_reads_total";
+/// Rules file versions met, by outcome: applied, invalid, refused.
+#[cfg(feature = "rules")]
+pub(crate) const RULES_RELOADS: &str = "tollgate_rules_reloads_total";
+
+/// Describes the rules file's counters and registers them at zero, so that
+/// a scrape shows them before anything happened.
+#[cfg(feature = "rules")]
+pub(crate) fn rules_registered() {
+    describe_counter!(
+        RULES_READS,
+        Unit::Count,
+        "Reads of the rules file's content (the watcher reads it only when its size, time or inode changed)."
+    );
+    describe_counter!(
+        RULES_RELOADS,
+        Unit::Count,
+        "Rules file versions by outcome: applied (now in force), invalid (kept out: not valid rules), refused (not read: not a regular file, too large, unreadable)."
+    );
+    counter!(RULES_READS).increment(0);
+    for outcome in ["applied", "invalid", "refused"] {
+        counter!(RULES_RELOADS, "outcome" => outcome).increment(0);
+    }
+}
+
+/// The rules file's content was read.
+#[cfg(feature = "rules")]
+pub(crate) fn rules_file_read() {
+    counter!(RULES_READS).increment(1);
+}
+
+/// A version of the rules file met `outcome`.
+#[cfg(feature = "rules")]
+pub(crate) fn rules_reloaded(outcome: &'static str) {
+    counter!(RULES_RELOADS, "outcome" => outcome).increment(1);
 }

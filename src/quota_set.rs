@@ -206,6 +206,83 @@ impl QuotaSet {
         self.evaluate(states, cost, now, commit, room)
     }
 
+    /// Gives back a reservation: what `decision` (a committed decision of
+    /// this set, of `cost` units, made at `at` on the store's clock) spent,
+    /// at `now`, on the states a store keeps for its key, as
+    /// [`decide`](QuotaSet::decide) reads them. Each quota that spent gets
+    /// its units back as if the reservation had not happened, as far as
+    /// that is still known: a window that has rolled over since gives
+    /// nothing back, and nothing ever goes back beyond a fresh key's
+    /// quota. A refused decision spent nothing, and gives nothing back.
+    /// Returns what is left then: the decision of a peek at cost 0. What a
+    /// store outside the crate calls in
+    /// [`Backend::give_back`](crate::Backend::give_back).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Quota, QuotaSet, QuotaState, Timestamp};
+    ///
+    /// let set = QuotaSet::single(Quota::fixed_window(1, Duration::from_secs(60)).build()?);
+    /// let mut states: Vec<Option<QuotaState>> = vec![None];
+    /// let now = Timestamp::from_secs(1_800_000_000);
+    /// let reserved = set.decide(&mut states, 1, now, true);
+    /// assert!(!set.decide(&mut states, 1, now, false).allowed());
+    /// let left = set.give_back(&mut states, &reserved, 1, now, now);
+    /// assert_eq!(left.remaining(), 1);
+    /// assert!(set.decide(&mut states, 1, now, false).allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn give_back(
+        &self,
+        states: &mut [Option<QuotaState>],
+        decision: &Decision,
+        cost: u64,
+        at: Timestamp,
+        now: Timestamp,
+    ) -> Decision {
+        self.give_back_in(states, decision, cost, at.as_micros(), now.as_micros())
+    }
+
+    /// [`give_back`](QuotaSet::give_back) on any [`States`].
+    pub(crate) fn give_back_in(
+        &self,
+        states: &mut (impl States + ?Sized),
+        decision: &Decision,
+        cost: u64,
+        at: u64,
+        now: u64,
+    ) -> Decision {
+        if decision.allowed() && cost > 0 {
+            self.give_back_spent(states, decision, cost, at, now);
+        }
+        self.evaluate(states, 0, Timestamp::from_micros(now), false, false)
+    }
+
+    fn give_back_spent(
+        &self,
+        states: &mut (impl States + ?Sized),
+        decision: &Decision,
+        cost: u64,
+        at: u64,
+        now: u64,
+    ) {
+        let answers = self.quotas.iter().zip(decision.quotas()).enumerate();
+        for (i, (quota, answer)) in answers {
+            // A shadow quota that refused admitted nothing of it.
+            if !answer.allowed() {
+                continue;
+            }
+            let spent = algorithm::Spent {
+                cost,
+                at,
+                until: at.saturating_add(answer.reset_micros()),
+            };
+            let (algorithm, p) = (quota.algorithm(), &quota.params);
+            let update = states.with(i, |s| algorithm::give_back(algorithm, s, p, spent, now));
+            states.store(i, update, p);
+        }
+    }
+
     /// The first quota that could never admit `cost`, if any: one
     /// comparison, inline, for the costs every quota admits.
     #[inline]

@@ -11,7 +11,7 @@ use std::future::{Future, ready};
 use std::sync::{Arc, Mutex};
 
 use conformance::T0;
-use tollgate::backend::{BackendErrorKind, CheckRequest};
+use tollgate::backend::{BackendErrorKind, CheckRequest, GiveBackRequest, Reserved};
 use tollgate::{Backend, BackendError, Clock, Decision, ManualClock, QuotaState, Timestamp};
 
 /// Rows of (client key, state id) -> serialised state, as a table holds them.
@@ -28,30 +28,54 @@ struct MapStore {
 impl MapStore {
     /// Load, decide, save: one transaction under the lock.
     fn decide(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
+        self.transaction(request.key(), request.quotas(), |states| {
+            request.quotas().decide_with_room(
+                states,
+                request.cost(),
+                self.clock.now(),
+                request.commit(),
+                request.room(),
+            )
+        })
+    }
+
+    /// Load, give back, save.
+    fn give_back_now(&self, request: GiveBackRequest<'_>) -> Result<Decision, BackendError> {
+        let reserved = request.reserved();
+        self.transaction(request.key(), request.quotas(), |states| {
+            request.quotas().give_back(
+                states,
+                reserved.decision(),
+                request.cost(),
+                reserved.at(),
+                self.clock.now(),
+            )
+        })
+    }
+
+    fn transaction(
+        &self,
+        key: &str,
+        quotas: &tollgate::QuotaSet,
+        work: impl FnOnce(&mut [Option<QuotaState>]) -> Decision,
+    ) -> Result<Decision, BackendError> {
         let mut rows = self
             .rows
             .lock()
             .map_err(|_| BackendError::new(BackendErrorKind::Unavailable, "store poisoned"))?;
-        let quotas = request.quotas();
         let ids = quotas.state_ids();
         let mut states = ids
             .iter()
             .map(|&id| {
-                rows.get(&(request.key().to_owned(), id))
+                rows.get(&(key.to_owned(), id))
                     .map(|bytes| QuotaState::from_bytes(bytes))
                     .transpose()
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| BackendError::new(BackendErrorKind::Protocol, "bad row").with_source(e))?;
-        let decision = quotas.decide_with_room(
-            &mut states,
-            request.cost(),
-            self.clock.now(),
-            request.commit(),
-            request.room(),
-        );
+        let decision = work(&mut states);
         for (&id, state) in ids.iter().zip(states) {
-            let row = (request.key().to_owned(), id);
+            let row = (key.to_owned(), id);
             match state {
                 Some(state) => rows.insert(row, state.to_bytes()),
                 None => rows.remove(&row),
@@ -67,6 +91,36 @@ impl Backend for MapStore {
         request: CheckRequest<'a>,
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
         ready(self.decide(request))
+    }
+
+    /// A reservation on the store's own clock, so that giving it back
+    /// knows which window it was counted in.
+    fn reserve<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Reserved, BackendError>> + Send + 'a {
+        let at = self.clock.now();
+        ready(self.decide(request).map(|d| Reserved::new(d, at)))
+    }
+
+    fn give_back<'a>(
+        &'a self,
+        request: GiveBackRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        ready(self.give_back_now(request))
+    }
+}
+
+/// A store that only decides: it cannot give back, and says so.
+#[derive(Clone)]
+struct DecideOnly(MapStore);
+
+impl Backend for DecideOnly {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        self.0.check(request)
     }
 }
 
@@ -101,7 +155,32 @@ traces!(
     a_clock_behind_the_state_is_decided_alike,
     random_traces_match,
     elastic_quotas_match_with_room_and_without,
+    reservations_given_back_kept_and_dropped_match,
+    random_give_back_traces_match,
 );
+
+/// A backend without `give_back` reserves (as a check) but refuses to give
+/// back with an error saying so: the units stay spent, loudly.
+#[tokio::test]
+async fn a_backend_that_cannot_give_back_says_so() {
+    use std::time::Duration;
+    use tollgate::{Error, Limiter, Quota};
+    let (store, _clock) = fixture();
+    let quota = Quota::fixed_window(3, Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let limiter = Limiter::new(DecideOnly(store), quota);
+    let reservation = limiter.reserve("k", 1).await.unwrap();
+    assert!(reservation.decision().allowed());
+    match reservation.give_back().await {
+        Err(Error::Backend(e)) => {
+            assert_eq!(e.kind(), BackendErrorKind::Unsupported);
+            assert!(e.to_string().contains("give_back"), "{e}");
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    assert_eq!(limiter.peek("k", 0).await.unwrap().remaining(), 2);
+}
 
 #[tokio::test]
 async fn expired_state_can_be_dropped_by_the_store() {

@@ -351,7 +351,7 @@ async fn memory_stays_within_the_key_bound() {
     );
 }
 
-/// Issue 13, item 6: 20 000 new API keys on one route used to evict the
+/// 20 000 new API keys on one route used to evict the
 /// login limit of a client who had spent it, so the client got a fresh one.
 #[tokio::test]
 async fn a_flood_of_keys_on_one_limit_does_not_reset_another() {

@@ -280,3 +280,121 @@ fn sigterm_stops_the_gateway_gracefully() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+fn mkfifo(path: &std::path::Path) {
+    let made = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// Waits (boundedly) until the log at `path` has a line with all of `words`.
+async fn logged(path: &std::path::Path, words: &[&str]) -> String {
+    let start = std::time::Instant::now();
+    loop {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        if log.lines().any(|l| words.iter().all(|w| l.contains(w))) {
+            return log;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no line with {words:?} in\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_in_place_of_the_rules_file_keeps_traffic_and_rules_going() {
+    let rules = RulesFile::new("fifo", RULES);
+    let log_path = rules.0.with_file_name("gateway.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let gw = Gateway::start_logging_to(&rules.0, None, &[], Some(log));
+    let fifo = rules.0.with_file_name("next.yaml");
+    mkfifo(&fifo);
+    std::fs::rename(&fifo, &rules.0).unwrap();
+    // Six requests over two seconds, eight reload ticks: each is answered.
+    for _ in 0..6 {
+        let answer = tokio::time::timeout(
+            Duration::from_secs(3),
+            call(&gw, "GET", "/elsewhere", &[], Bytes::new()),
+        )
+        .await
+        .expect("a request was not answered while the rules file is a FIFO");
+        assert_eq!(answer.status, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    logged(
+        &log_path,
+        &["rules file refused", "is a FIFO, not a regular file"],
+    )
+    .await;
+    // The rules in force still hold (the api key's limit is 2)...
+    let key = [("x-api-key", "fifo")];
+    let statuses = [
+        call(&gw, "GET", "/api/x", &key, Bytes::new()).await.status,
+        call(&gw, "GET", "/api/x", &key, Bytes::new()).await.status,
+        call(&gw, "GET", "/api/x", &key, Bytes::new()).await.status,
+    ];
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    // ...and a regular file renamed over the FIFO is applied.
+    let next = rules.0.with_file_name("next.yaml");
+    std::fs::write(&next, RULES.replace("limit: 2,", "limit: 50,")).unwrap();
+    std::fs::rename(&next, &rules.0).unwrap();
+    let start = std::time::Instant::now();
+    while call(&gw, "GET", "/api/x", &key, Bytes::new()).await.status != StatusCode::OK {
+        assert!(start.elapsed() < Duration::from_secs(3), "reload not seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `tollgate check` on `path`, killed if it runs past 10 s.
+fn check(path: &std::path::Path) -> (bool, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("check")
+        .arg("--config")
+        .arg(path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tollgate check {} hung", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (status.success(), err)
+}
+
+#[test]
+fn check_refuses_a_fifo_and_an_oversized_rules_file_with_the_reason() {
+    let rules = RulesFile::new("check-refused", RULES);
+    let fifo = rules.0.with_file_name("fifo.yaml");
+    mkfifo(&fifo);
+    let (ok, err) = check(&fifo);
+    assert!(
+        !ok && err.contains("is a FIFO, not a regular file"),
+        "{err}"
+    );
+
+    let big = rules.0.with_file_name("big.yaml");
+    let text = format!("{RULES}#{}\n", "x".repeat(4 << 20));
+    std::fs::write(&big, &text).unwrap();
+    let (ok, err) = check(&big);
+    let says = format!("is {} bytes, over the 4194304 accepted", text.len());
+    assert!(!ok && err.contains(&says), "{err}");
+}

@@ -1,4 +1,4 @@
-//! The gateway against hostile clients and silent upstreams (issue 13): a
+//! The gateway against hostile clients and silent upstreams: a
 //! real `tollgate serve` process on a loopback port, raw sockets for what a
 //! well-behaved client would never send.
 #![cfg(feature = "gateway")]
@@ -321,6 +321,13 @@ async fn every_forwarded_for_line_reaches_the_upstream_with_the_peer_appended() 
     request.extend_from_slice(b"X-Forwarded-For: caf\xc3\xa9, 198.51.100.1\r\n");
     request.extend_from_slice(b"X-Forwarded-For: 203.0.113.9\r\n\r\n");
     assert_eq!(status(&raw(gw.addr, &request).await), 201);
+    // Naming the forwarding fields hop-by-hop does not strip the chain
+    // before the peer is appended.
+    let mut request = b"GET /x HTTP/1.1\r\nHost: gw\r\n".to_vec();
+    request.extend_from_slice(b"Connection: close, X-Forwarded-For, forwarded, x-real-ip\r\n");
+    request.extend_from_slice(b"X-Forwarded-For: 198.51.100.1\r\nForwarded: for=198.51.100.1\r\n");
+    request.extend_from_slice(b"X-Real-IP: 198.51.100.1\r\n\r\n");
+    assert_eq!(status(&raw(gw.addr, &request).await), 201);
     let seen = up.seen.lock().unwrap();
     let lines: Vec<&[u8]> = seen[0]
         .headers
@@ -332,6 +339,10 @@ async fn every_forwarded_for_line_reaches_the_upstream_with_the_peer_appended() 
         lines,
         [b"caf\xc3\xa9, 198.51.100.1, 203.0.113.9, 127.0.0.1".as_slice()]
     );
+    let named = &seen[1].headers;
+    assert_eq!(named["x-forwarded-for"], "198.51.100.1, 127.0.0.1");
+    assert_eq!(named["forwarded"], "for=198.51.100.1");
+    assert_eq!(named["x-real-ip"], "198.51.100.1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,5 +409,169 @@ fn limit_flags_refuse_values_that_would_disable_them() {
         assert_eq!(out.status.code(), Some(2), "{flag} {value}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(flag) && err.contains(says), "{err}");
+    }
+}
+
+/// A queue of three drained one a second: the third request waits 2 s, far
+/// past the idle timeout given below.
+const QUEUE: &str = "rules:\n  - name: queue\n    key: global\n    quotas: [{ algorithm: leaky_bucket, limit: 1, period: 1s, burst: 3 }]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_held_in_a_leaky_bucket_past_the_idle_timeout_is_answered() {
+    let up = upstream().await;
+    let rules = RulesFile::new("queue", QUEUE);
+    let log_path = rules.0.with_file_name("gateway.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let flags = ["--idle-timeout", "300ms"];
+    let gw = Gateway::start_logging_to(&rules.0, Some(up.addr), &flags, Some(log));
+    let post =
+        b"POST /x HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nContent-Length: 4\r\n\r\nbody";
+    let requests = [get("", b""), get("", b""), post.to_vec()];
+    let addr = gw.addr;
+    let waiting: Vec<_> = (requests.into_iter())
+        .map(|request| tokio::spawn(async move { raw(addr, &request).await }))
+        .collect();
+    for answer in waiting {
+        let answer = answer.await.unwrap();
+        assert_eq!(status(&answer), 201, "{answer}");
+    }
+    let seen = up.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3);
+    assert!(
+        seen.iter().any(|s| s.body == b"body"),
+        "the held body arrived whole"
+    );
+    drop(gw);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        log.contains("rule queue may hold a request for up to 2s"),
+        "serve warns at start: {log}"
+    );
+}
+
+#[test]
+fn check_warns_when_a_leaky_bucket_may_hold_a_request_past_the_idle_timeout() {
+    let rules = RulesFile::new("queue-check", QUEUE);
+    let check = |flags: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .arg("check")
+            .arg("--config")
+            .arg(&rules.0)
+            .args(flags)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let warned = check(&["--idle-timeout", "1500ms"]);
+    assert!(
+        warned.contains("warning: rule queue may hold a request for up to 2s")
+            && warned.contains("idle timeout of 1.5s"),
+        "{warned}"
+    );
+    assert_eq!(check(&[]), "", "2 s is within the default 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holding_idle_connections_leaves_room_for_another() {
+    let rules = RulesFile::new("per-ip", OPEN);
+    // The default cap per address (64) under a total of 80: without it, 100
+    // idle connections from one address would take all 80 and queue
+    // everyone else for the header timeout (30 s here).
+    let flags = ["--max-connections", "80", "--header-timeout", "30s"];
+    let gw = Gateway::start(&rules.0, None, &flags);
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(TcpStream::connect(gw.addr).await.unwrap());
+    }
+    // Each connection over the cap is answered 429 and closed at once; the
+    // others stay open.
+    let probes: Vec<_> = (idle.into_iter())
+        .map(|mut s| {
+            tokio::spawn(async move {
+                let mut answer = Vec::new();
+                let read = s.read_to_end(&mut answer);
+                let closed = tokio::time::timeout(Duration::from_secs(3), read).await;
+                (s, closed.is_ok(), answer)
+            })
+        })
+        .collect();
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for probe in probes {
+        let (s, closed, answer) = probe.await.unwrap();
+        if closed {
+            refused += 1;
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(answer.starts_with("HTTP/1.1 429 "), "{answer}");
+        } else {
+            held.push(s);
+        }
+    }
+    assert_eq!((held.len(), refused), (64, 36));
+
+    // Another address is served while they are held.
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = other.connect(gw.addr).await.unwrap();
+    other.write_all(&get("", b"")).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), other.read_to_end(&mut answer))
+        .await
+        .expect("another address is served while one holds its cap")
+        .unwrap();
+    assert_eq!(status(&String::from_utf8_lossy(&answer)), 200);
+
+    // The address gets its room back as its connections close.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let answer = raw(gw.addr, &get("", b"")).await;
+        if status(&answer) == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no room came back: {answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_connections_are_not_capped_per_address() {
+    let rules = RulesFile::new(
+        "per-ip-proxy",
+        &format!("client_ip: {{ trusted_proxies: [\"127.0.0.1\"] }}\n{OPEN}"),
+    );
+    let flags = ["--max-connections-per-ip", "2"];
+    let gw = Gateway::start(&rules.0, None, &flags);
+    let connect_from = |ip: &'static str| async move {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{ip}:0").parse().unwrap()).unwrap();
+        socket.connect(gw.addr).await.unwrap()
+    };
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(connect_from("127.0.0.1").await);
+    }
+    for _ in 0..2 {
+        held.push(connect_from("127.0.0.2").await);
+    }
+    let mut over = connect_from("127.0.0.2").await;
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), over.read_to_end(&mut answer))
+        .await
+        .expect("the third connection of an untrusted address is closed")
+        .unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 429 "));
+    // The proxy's connections, over the cap of 2, are all served.
+    for s in &mut held[..5] {
+        s.write_all(b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = [0u8; 12];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
+            .await
+            .expect("a trusted proxy's connection is served")
+            .unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
     }
 }

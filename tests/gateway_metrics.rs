@@ -174,6 +174,42 @@ async fn the_scrape_counts_each_decision_by_policy_and_outcome() {
     assert_eq!(up.count(), 7);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_rules_file_is_never_read_again_and_a_new_version_once_settled() {
+    let up = upstream().await;
+    let rules = RulesFile::new("metrics-reads", RULES);
+    let (_gw, metrics) = metrics_gateway(&rules, up.addr, &[]);
+    let reads = "tollgate_rules_reads_total";
+    let outcome = |o: &str| format!(r#"tollgate_rules_reloads_total{{outcome="{o}"}}"#);
+    let got = samples(&scrape(metrics).await);
+    assert_eq!(got.get(reads), Some(&1.0), "the load's read: {got:?}");
+    assert_eq!(got.get(&outcome("applied")), Some(&0.0), "{got:?}");
+    // Six reload ticks of 250 ms look at the file and do not read it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(samples(&scrape(metrics).await).get(reads), Some(&1.0));
+
+    // A new version, renamed in: read when seen changed, read again one
+    // tick later to find it the same, then applied.
+    let next = rules.0.with_file_name("next.yaml");
+    std::fs::write(&next, RULES.replace("limit: 2,", "limit: 3,")).unwrap();
+    std::fs::rename(&next, &rules.0).unwrap();
+    let start = std::time::Instant::now();
+    while samples(&scrape(metrics).await).get(&outcome("applied")) != Some(&1.0) {
+        assert!(start.elapsed() < Duration::from_secs(5), "not applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let got = samples(&scrape(metrics).await);
+    for (series, value) in [
+        (reads.to_owned(), 3.0),
+        (outcome("applied"), 1.0),
+        (outcome("invalid"), 0.0),
+        (outcome("refused"), 0.0),
+    ] {
+        assert_eq!(got.get(&series), Some(&value), "{series} in {got:?}");
+    }
+}
+
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_calls_cache_hits_failures_and_the_breaker_are_scraped() {
@@ -193,7 +229,11 @@ async fn redis_calls_cache_hits_failures_and_the_breaker_are_scraped() {
     let redis_series = [
         ("tollgate_redis_calls_total", 2.0),
         ("tollgate_redis_cache_hits_total", 2.0),
-        ("tollgate_redis_failures_total", 0.0),
+        (r#"tollgate_redis_failures_total{kind="unavailable"}"#, 0.0),
+        (
+            r#"tollgate_redis_failures_total{kind="misconfigured"}"#,
+            0.0,
+        ),
         ("tollgate_redis_circuit_open", 0.0),
         (
             r#"tollgate_decisions_total{outcome="allowed",policy="api"}"#,
@@ -226,7 +266,7 @@ async fn redis_calls_cache_hits_failures_and_the_breaker_are_scraped() {
     let got = samples(&text);
     let down = [
         ("tollgate_redis_calls_total", 7.0),
-        ("tollgate_redis_failures_total", 5.0),
+        (r#"tollgate_redis_failures_total{kind="unavailable"}"#, 5.0),
         ("tollgate_redis_circuit_open", 1.0),
         (
             r#"tollgate_decisions_total{outcome="errored",policy="api"}"#,

@@ -577,7 +577,7 @@ async fn a_hanging_backend_is_cut_off_at_the_timeout() {
 }
 
 /// A cost no quota admits is refused with 413 under either failure policy
-/// (issue 13, item 7: under `Allow` it used to pass unlimited; under
+/// (under `Allow` it used to pass unlimited; under
 /// `Reject` it was a 503, as if the limiter were down).
 #[tokio::test]
 async fn a_cost_no_quota_admits_is_refused_whatever_the_failure_policy() {

@@ -180,7 +180,7 @@ async fn a_hanging_backend_costs_at_most_the_timeout_over_tcp() {
     }
 }
 
-/// Issue 13, item 7: a cost read from the request that no quota could ever
+/// A cost read from the request that no quota could ever
 /// admit used to fall to the backend-error policy (Allow): the request went
 /// through unlimited. It is refused with 413 and a problem body, whatever
 /// that policy says, and the handler never sees it.

@@ -178,4 +178,50 @@ proptest! {
             Ok(())
         })?;
     }
+
+    /// Reserving and then giving back leaves the quota as if the
+    /// reservation had not happened, when nothing else came between them:
+    /// a limiter that reserved and gave back decides the next request
+    /// exactly as its twin that never reserved. So nothing is ever given
+    /// back beyond what a fresh key has either.
+    #[test]
+    fn a_reservation_given_back_leaves_the_quota_as_if_never_made(
+        algorithm in algorithms(), limit in 1u64..6, burst in 1u64..6,
+        period_ms in 100u64..2_000, seq in requests(),
+        cost in 1u64..=5, held_for in 0u64..4_000_000, next in 1u64..=5,
+    ) {
+        let period = Duration::from_millis(period_ms);
+        let mut b = Quota::builder(algorithm, limit, period);
+        if algorithm.has_burst() {
+            b = b.burst(burst);
+        }
+        let q = b.build().unwrap();
+        let q_fresh = q.clone();
+        let most = q.max_cost();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let (with, clock_a) = limiter(q.clone());
+            let (without, clock_b) = limiter(q);
+            for &(gap, c) in &seq {
+                let c = c.min(most);
+                clock_a.advance(Duration::from_micros(gap));
+                clock_b.advance(Duration::from_micros(gap));
+                with.check("k", c).await.unwrap();
+                without.check("k", c).await.unwrap();
+            }
+            let reservation = with.reserve("k", cost.min(most)).await.unwrap();
+            let held_for = Duration::from_micros(held_for % (3 * period.as_micros() as u64));
+            clock_a.advance(held_for);
+            clock_b.advance(held_for);
+            reservation.give_back().await.unwrap();
+            let next = next.min(most);
+            let a = with.peek("k", next).await.unwrap();
+            let b = without.peek("k", next).await.unwrap();
+            prop_assert_eq!(&a, &b);
+            let left = with.peek("k", 0).await.unwrap().remaining();
+            let fresh = limiter(q_fresh).0.peek("k", 0).await.unwrap().remaining();
+            prop_assert!(left <= fresh, "{left} left, a fresh key {fresh}");
+            Ok(())
+        })?;
+    }
 }

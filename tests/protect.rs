@@ -1,4 +1,4 @@
-//! Protecting the server (issue 14) through a real axum server on a TCP
+//! Protecting the server through a real axum server on a TCP
 //! port: concurrency quotas, elastic quotas and load shedding, with handlers
 //! that block on a gate so the number of requests under way is known.
 

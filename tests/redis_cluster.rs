@@ -1,6 +1,7 @@
 //! A real Redis Cluster of three masters: a decision's keys share one hash
 //! tag, so every script runs on one node; keys spread over all nodes; counts
-//! stay exact.
+//! stay exact. On every server of the matrix: Redis 7.0, Redis 8.2 and
+//! Valkey 9.1 (see `support/redis.rs`).
 
 #![cfg(feature = "redis")]
 
@@ -9,14 +10,29 @@ mod redis_support;
 
 use std::time::Duration;
 
-use redis_support::RedisCluster;
+use redis_support::{RedisCluster, Server};
 use tollgate::{Limiter, Quota, QuotaSet, RedisBackend};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn decisions_across_slots_are_exact() {
-    let cluster = RedisCluster::start();
+async fn decisions_across_slots_are_exact_on_redis_7_0() {
+    decisions_across_slots_are_exact(Server::Redis7).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_across_slots_are_exact_on_redis_8_2() {
+    decisions_across_slots_are_exact(Server::Redis8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_across_slots_are_exact_on_valkey_9_1() {
+    decisions_across_slots_are_exact(Server::Valkey9).await;
+}
+
+async fn decisions_across_slots_are_exact(server: Server) {
+    server.check_version();
+    let cluster = RedisCluster::of(server);
     let quotas = QuotaSet::new(
         "cluster",
         [

@@ -250,3 +250,80 @@ fn a_test_server_whose_port_was_taken_starts_on_another() {
     assert_ne!(server.port(), port);
     assert_eq!(server.cli(&["PING"]), "PONG");
 }
+
+/// Log lines written by the test's thread, kept for reading.
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A Redis whose ACL refuses `EVALSHA`: every check fails with kind
+/// `Misconfigured`, counted in the stats and under its own metric label,
+/// and one ERROR line says so however many checks fail (the next only
+/// after the log interval), with the password nowhere in it.
+#[tokio::test]
+async fn a_redis_refusing_the_scripts_is_logged_once_as_an_error_and_counted_apart() {
+    let server = RedisServer::start();
+    let password = "s3cret-passw0rd";
+    let set = ["ACL", "SETUSER", "limited", "on", &format!(">{password}")];
+    assert_eq!(
+        server.cli(&[&set[..], &["~*", "+@all", "-evalsha"]].concat()),
+        "OK"
+    );
+    let url = format!("redis://limited:{password}@127.0.0.1:{}", server.port());
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let backend = metrics::with_local_recorder(&recorder, || {
+        RedisBackend::from_url(&url)
+            .timeout(Duration::from_secs(2))
+            // Closed throughout: every check reaches Redis.
+            .circuit_breaker(CircuitBreaker {
+                failures: 100,
+                open_for: Duration::from_secs(1),
+            })
+            .build()
+            .unwrap()
+    });
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+
+    let limiter = Limiter::new(
+        backend.clone(),
+        QuotaSet::new("refused", [quota()]).unwrap(),
+    );
+    for i in 0..5 {
+        match limiter.check(&format!("k{i}"), 1).await {
+            Err(Error::Backend(e)) => assert_eq!(e.kind(), BackendErrorKind::Misconfigured),
+            other => panic!("expected a misconfiguration, got {other:?}"),
+        }
+    }
+    let stats = backend.stats();
+    assert_eq!((stats.failures, stats.misconfigured), (5, 5), "{stats:?}");
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(
+        errors[0].contains("Redis refuses the rate-limit scripts"),
+        "{text}"
+    );
+    assert!(errors[0].contains("+evalsha"), "says what to grant: {text}");
+    assert!(!text.contains(password), "{text}");
+    let rendered = recorder.handle().render();
+    for (kind, n) in [("misconfigured", 5), ("unavailable", 0), ("protocol", 0)] {
+        let series = format!("tollgate_redis_failures_total{{kind=\"{kind}\"}} {n}");
+        assert!(rendered.contains(&series), "{series} in {rendered}");
+    }
+}

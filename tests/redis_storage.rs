@@ -335,3 +335,40 @@ async fn an_enforced_quotas_denial_is_not_served_to_its_shadow_twin() {
     let d = shadow.check("k", 1).await.unwrap();
     assert!(d.allowed() && d.exceeded());
 }
+
+/// What one client key costs in Redis, for the README: `MEMORY USAGE` of
+/// each quota's key after an admission, with a 252-byte client key (the
+/// size an API key header may reach), one quota of each algorithm; and a
+/// sliding log's cost per entry once full. The bounds hold the README's
+/// figures with room for allocator rounding.
+#[tokio::test]
+async fn a_keys_memory_per_quota_stays_within_the_documented_bounds() {
+    let server = RedisServer::start();
+    let backend = backend(&server);
+    let client = format!("key:{}", "k".repeat(248));
+    assert_eq!(client.len(), 252);
+    let hour = Duration::from_secs(3600);
+    let usage = |key: &str| -> u64 {
+        let bytes = server.cli(&["MEMORY", "USAGE", key, "SAMPLES", "0"]);
+        bytes.parse().expect("MEMORY USAGE's answer")
+    };
+    for algorithm in Algorithm::ALL {
+        let quota = Quota::builder(algorithm, 100, hour).build().unwrap();
+        let quotas = QuotaSet::new("m", [quota]).unwrap();
+        let limiter = Limiter::new(backend.clone(), quotas.clone());
+        assert!(limiter.check(&client, 1).await.unwrap().allowed());
+        let key = &backend.redis_keys(&client, &quotas)[0];
+        let bytes = usage(key);
+        println!("{algorithm}: {bytes} bytes");
+        assert!(bytes <= 450, "{algorithm}: {bytes} bytes");
+        if algorithm == Algorithm::SlidingLog {
+            for _ in 1..100 {
+                assert!(limiter.check(&client, 1).await.unwrap().allowed());
+            }
+            let full = usage(key);
+            let each = (full - bytes) / 99;
+            println!("{algorithm} of 100 entries: {full} bytes, {each} a entry");
+            assert!(each <= 80, "{each} bytes a log entry");
+        }
+    }
+}

@@ -476,6 +476,120 @@ fn reload_reports_an_invalid_file_and_keeps_the_old_rules() {
     assert!(rules.describe().contains("fixed_window 6 per"));
 }
 
+/// One fixed-window rule on `prefix`, as a rules-file list item.
+fn rule_item(name: &str, prefix: &str, limit: u32) -> String {
+    format!(
+        "  - name: {name}\n    match: {{ prefix: {prefix} }}\n    key: peer_ip\n    quotas: [{{ name: {name}, algorithm: fixed_window, limit: {limit}, period: 1h }}]\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_rewritten_in_place_applies_only_once_complete() {
+    let login = rule_item("login", "/login", 2);
+    let original = format!("rules:\n{login}{}", rule_item("original", "/original", 9));
+    // The new version: twelve rules, then login's. Cut after any rule, it
+    // is valid rules with login unlimited.
+    let mut pieces: Vec<String> = (0..12)
+        .map(|i| rule_item(&format!("r{i}"), &format!("/r{i}"), 100))
+        .collect();
+    pieces[0].insert_str(0, "rules:\n");
+    pieces.push(login.clone());
+    let mut prefix = String::new();
+    for piece in &pieces {
+        prefix.push_str(piece);
+        assert!(Rules::parse(&prefix).is_ok(), "{prefix}");
+    }
+    let file = TempFile::new("in-place", &original);
+    let rules = Rules::load(&file.0).unwrap();
+    let every = Duration::from_millis(200);
+    let _watch = rules.watch(every);
+    let app = app(rules.clone());
+
+    // Truncate, then write a rule at a time, pausing a tenth of the
+    // interval between writes: the writing spans ticks, and between two
+    // ticks the file always changed.
+    let path = file.0.clone();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        for piece in pieces {
+            f.write_all(piece.as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let is_final = |d: &str| d.contains("rule login:") && d.contains("rule r11:");
+    let started = std::time::Instant::now();
+    let mut admitted_logins = 0;
+    loop {
+        let described = rules.describe();
+        assert!(
+            described.contains("rule original:") || is_final(&described),
+            "a half-written version was applied:\n{described}"
+        );
+        let r = send(&app, req("POST", "/login", [192, 0, 2, 7], &[])).await;
+        admitted_logins += usize::from(r.status == StatusCode::OK);
+        if writer.is_finished() && is_final(&described) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the complete file was not applied:\n{described}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    writer.join().unwrap();
+    // Login's quota never changed, so it kept its count all along.
+    assert_eq!(admitted_logins, 2);
+    assert!(rules.describe().contains("\"r0\": fixed_window 100 per"));
+}
+
+#[test]
+fn a_fifo_a_directory_or_an_oversized_file_is_refused_with_the_reason() {
+    let file = TempFile::new("not-regular", &two_rules(5, 5));
+    let dir = file.0.parent().unwrap();
+    let err = Rules::load(dir).unwrap_err().to_string();
+    assert!(err.contains("is a directory, not a regular file"), "{err}");
+
+    // Opening a FIFO for reading would wait for a writer that never comes.
+    let fifo = dir.join("fifo.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let err = Rules::load(&fifo).unwrap_err().to_string();
+    assert!(err.contains("is a FIFO, not a regular file"), "{err}");
+
+    let max = tollgate::rules::MAX_RULES_FILE_BYTES;
+    let big = dir.join("big.yaml");
+    let mut text = two_rules(5, 5);
+    text.push_str(&"#".repeat(max as usize + 1 - text.len()));
+    text.push('\n');
+    std::fs::write(&big, &text).unwrap();
+    let err = Rules::load(&big).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("is {} bytes, over the {max} accepted", text.len())),
+        "{err}"
+    );
+    // One byte less is read.
+    text.truncate(max as usize - 1);
+    text.push('\n');
+    std::fs::write(&big, &text).unwrap();
+    assert!(Rules::load(&big).is_ok());
+
+    // A reload meeting any of them keeps the rules in force.
+    let rules = Rules::load(&file.0).unwrap();
+    std::fs::remove_file(&file.0).unwrap();
+    std::fs::rename(&fifo, &file.0).unwrap();
+    let err = rules.reload().unwrap_err().to_string();
+    assert!(err.contains("FIFO"), "{err}");
+    assert!(rules.describe().contains("rule a:"));
+}
+
 #[test]
 fn concurrency_priority_and_shedding_settings_are_checked_where_written() {
     let rule =

@@ -1,5 +1,5 @@
 //! What the benchmarks compare alike: quotas that admit every check, the
-//! issue's three-quota set, and tower_governor configured as
+//! three-quota set, and tower_governor configured as
 //! `examples/bench_server.rs` serves it.
 //!
 //! Each target includes this file and uses part of it.
@@ -45,7 +45,8 @@ pub fn governor_admitting() -> governor::DefaultKeyedRateLimiter<String> {
     governor::RateLimiter::keyed(quota)
 }
 
-/// 10 a minute, 2 per 3 s, a 1 s minimum interval (issue 11's case).
+/// 10 a minute, 2 per 3 s, a 1 s minimum interval (BENCHMARKS.md's
+/// three-quota case).
 pub fn three_quotas() -> QuotaSet {
     three(
         "three",
@@ -66,7 +67,7 @@ pub fn three_quotas_admitted() -> QuotaSet {
 
 /// The same three algorithms as a flood meets them: every check refused by
 /// the minimum interval (an hour) while the two windows, whose limits it
-/// never reaches, would admit it. With the issue's limits, which quota
+/// never reaches, would admit it. With the three-quota limits, which quota
 /// refuses changes as the clock runs, and so does the cost of a check.
 pub fn three_quotas_flood() -> QuotaSet {
     three(
@@ -89,7 +90,7 @@ pub fn three_quotas_refused() -> QuotaSet {
 }
 
 /// A sliding window a minute long, a fixed window of 3 s (their limits)
-/// and a GCRA quota, named as the issue names them.
+/// and a GCRA quota, named by what they limit.
 fn three(set: &str, [minute, burst]: [u64; 2], interval: QuotaBuilder) -> QuotaSet {
     let quotas = [
         Quota::sliding_window(minute, Duration::from_secs(60)).name("minute"),

@@ -10,7 +10,7 @@
 //! forgets a live window (it keeps an expired one up to `count`
 //! microseconds longer); and a backend can update it by compare-and-swap.
 
-use super::{Branch, Outcome, State, Update};
+use super::{Branch, Outcome, Spent, State, Update};
 use crate::quota::Params;
 
 /// The stored counter, when it is not kept as one number.
@@ -131,6 +131,34 @@ impl Counted {
             replenish: self.end,
             update: Update::Set(state),
         }
+    }
+}
+
+/// Gives back `spent` (see [`super::give_back`]): units counted in the
+/// window that still holds are uncounted; a window that has ended since
+/// took them with it.
+pub(crate) fn give_back(state: Option<&State>, p: &Params, spent: Spent, now: u64) -> Update {
+    let period = p.period.get();
+    let start = spent.at - spent.at % p.period;
+    let end = start.saturating_add(period);
+    if end <= now {
+        return Update::Keep;
+    }
+    match state {
+        Some(State::FixedWindow(w)) if w.start == start && w.count > 0 => {
+            Update::Set(State::FixedWindow(Window {
+                count: w.count.saturating_sub(spent.cost),
+                ..*w
+            }))
+        }
+        Some(&State::Word(end_and_count)) => {
+            let count = end_and_count % p.period;
+            if end_and_count - count != end || count == 0 {
+                return Update::Keep;
+            }
+            Update::Set(State::Word(end + count.saturating_sub(spent.cost)))
+        }
+        _ => Update::Keep,
     }
 }
 

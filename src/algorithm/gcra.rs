@@ -5,7 +5,7 @@
 //! The interval is rounded up to a whole microsecond, so the rate can only
 //! be a hair slower than asked, never faster.
 
-use super::{Branch, Outcome, State, Update};
+use super::{Branch, Outcome, Spent, State, Update};
 use crate::quota::Params;
 
 /// The arithmetic GCRA and the leaky bucket share: where the TAT lands if
@@ -65,6 +65,24 @@ pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone:
 #[inline]
 pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone: bool) -> Outcome {
     schedule(tat, p, cost, now, alone).outcome
+}
+
+/// Gives back `spent` on the arrival time `tat` of a quota of `interval`
+/// microseconds a unit (GCRA, the leaky bucket, a token bucket kept as its
+/// moment of being full): the time moves back by the units' intervals, and
+/// never before `now`, which is already a full quota.
+#[inline]
+pub(crate) fn give_back(tat: u64, interval: u64, spent: Spent, now: u64) -> Update {
+    if now >= spent.until {
+        return Update::Keep;
+    }
+    let back = tat
+        .saturating_sub(spent.cost.saturating_mul(interval))
+        .max(now);
+    if back >= tat {
+        return Update::Keep;
+    }
+    Update::Set(State::Word(back))
 }
 
 #[cfg(test)]

@@ -190,7 +190,7 @@ impl Outcome {
 /// Small (48 bytes), since a set makes one per quota and moves it into its
 /// list: an outcome's 128 bytes, written as the check returns and read
 /// back at once, made each move wait for its stores (BENCHMARKS.md,
-/// session 14). So the common algorithms keep only what their branches
+/// "Notes on the hot path"). So the common algorithms keep only what their branches
 /// are made of, and the rest keep their outcome in the set's [`Outcomes`].
 pub(crate) enum Checked {
     /// The algorithm's outcome, both branches computed: the set's
@@ -267,6 +267,48 @@ impl Arrival {
             next,
             refuse_reset: outcome.refuse.reset,
         }
+    }
+}
+
+/// What a reservation spent on one quota, for [`give_back`]: `cost` units
+/// at `at`, after which the quota was `until` full again (the reservation's
+/// reset added to `at`). Past `until` the quota may have been full again
+/// meanwhile, which would have absorbed what the reservation took: nothing
+/// goes back then, so a give-back never returns units the quota made up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spent {
+    pub cost: u64,
+    pub at: u64,
+    pub until: u64,
+}
+
+/// Gives back what a reservation spent on one quota, at `now`: the state as
+/// if the reservation had not happened, as far as nothing since makes that
+/// unknowable (a window that has rolled over gives nothing back), and never
+/// more than a fresh key's. The Redis script's `give_back_reserved` is its
+/// twin.
+pub(crate) fn give_back(
+    algorithm: Algorithm,
+    state: Option<&State>,
+    p: &Params,
+    spent: Spent,
+    now: u64,
+) -> Update {
+    match (algorithm, state) {
+        (Algorithm::Gcra | Algorithm::LeakyBucket, Some(State::Word(t))) => {
+            gcra::give_back(*t, p.interval, spent, now)
+        }
+        (Algorithm::TokenBucket, state) => token_bucket::give_back(state, p, spent, now),
+        (Algorithm::FixedWindow, state) => fixed_window::give_back(state, p, spent, now),
+        (Algorithm::SlidingWindow, Some(State::SlidingWindow(c))) => {
+            sliding_window::give_back(c, p, spent)
+        }
+        (Algorithm::SlidingLog, Some(State::SlidingLog(log))) => {
+            sliding_log::give_back(log, p, spent, now)
+        }
+        // Nothing stored (expired since), or another algorithm's state:
+        // nothing of the reservation is left to give back.
+        _ => Update::Keep,
     }
 }
 
@@ -380,6 +422,65 @@ pub(crate) mod testing {
 
         pub(crate) fn allowed(&mut self, now: u64) -> bool {
             self.at(now, 1).allowed
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{S, Sim};
+    use super::*;
+    use crate::quota::Quota;
+
+    /// Each algorithm's give-back on a timeline: what a reservation spent
+    /// comes back while it still counts, not after its window rolled over
+    /// or its quota was full again, and never past a fresh key's quota.
+    #[test]
+    fn a_give_back_returns_what_still_counts_and_never_more() {
+        use crate::quota::Algorithm;
+        use std::time::Duration;
+        let t0 = 1_000 * 60 * S;
+        for a in Algorithm::ALL {
+            let quota = Quota::builder(a, 4, Duration::from_secs(60))
+                .build()
+                .unwrap();
+            let p = quota.params;
+            let mut sim = Sim::new(quota);
+            let left = |sim: &Sim, now| {
+                check(a, sim.state.as_ref(), &p, 0, now, false)
+                    .refuse
+                    .remaining
+            };
+            let give = |sim: &mut Sim, cost, at, until, now| {
+                let spent = Spent { cost, at, until };
+                let update = give_back(a, sim.state.as_ref(), &p, spent, now);
+                update.apply(&mut sim.state, &p);
+            };
+            // Given back at once: as if never spent.
+            let fresh = left(&sim, t0);
+            let step = sim.at(t0, 3);
+            assert!(step.allowed, "{a}");
+            give(&mut sim, 3, t0, t0 + step.admit.reset, t0);
+            assert_eq!(left(&sim, t0), fresh, "{a}");
+            // Given back twice: never more than a fresh key's.
+            let step = sim.at(t0, 1);
+            give(&mut sim, 1, t0, t0 + step.admit.reset, t0);
+            give(&mut sim, 1, t0, t0 + step.admit.reset, t0);
+            assert_eq!(left(&sim, t0), fresh, "{a}: twice");
+            // Spent near a window's end, given back after it rolled over
+            // (or the bucket was full again): nothing changes.
+            let late = t0 + 59 * S;
+            let step = sim.at(late, 2);
+            let after = t0 + 121 * S;
+            let before = sim.state.clone();
+            give(&mut sim, 2, late, late + step.admit.reset, after);
+            assert_eq!(left(&sim, after), fresh, "{a}: all back anyway");
+            if matches!(a, Algorithm::FixedWindow | Algorithm::SlidingLog) {
+                assert_eq!(
+                    sim.state, before,
+                    "{a}: a rolled-over window keeps its state"
+                );
+            }
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Branch, Outcome, Update};
+use super::{Branch, Outcome, Spent, State, Update};
 use crate::quota::Params;
 
 /// The position of `log`'s oldest entry still counted at `now` (the
@@ -110,6 +110,26 @@ fn append_entries(log: &mut VecDeque<u64>, p: &Params, now: u64, count: u64) {
     let overflow = (log.len() + count).saturating_sub(cap);
     log.drain(..overflow);
     log.extend(std::iter::repeat_n(at, count));
+}
+
+/// Gives back `spent` (see [`super::give_back`]): up to `cost` entries
+/// logged at the reservation's moment are taken out, while they still
+/// count. Entries of that moment are alike, so which ones does not matter;
+/// a reservation logged later (a clock that stepped back) finds none and
+/// keeps its spend.
+pub(crate) fn give_back(log: &VecDeque<u64>, p: &Params, spent: Spent, now: u64) -> Update {
+    if spent.at.saturating_add(p.period.get()) <= now {
+        return Update::Keep;
+    }
+    let from = log.partition_point(|&t| t < spent.at);
+    let to = log.partition_point(|&t| t <= spent.at);
+    let n = (to - from).min(usize::try_from(spent.cost).unwrap_or(usize::MAX));
+    if n == 0 {
+        return Update::Keep;
+    }
+    let mut after = log.clone();
+    after.drain(to - n..to);
+    Update::Set(State::SlidingLog(Box::new(after)))
 }
 
 #[cfg(test)]

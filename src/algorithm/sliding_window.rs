@@ -7,7 +7,7 @@
 //! The weighting is the one computation done in floating point, in exactly
 //! the operations the Redis script performs, so both give the same answer.
 
-use super::{Branch, Checked, Outcome, Outcomes, State, Update};
+use super::{Branch, Checked, Outcome, Outcomes, Spent, State, Update};
 use crate::quota::Params;
 
 /// The stored counters.
@@ -286,6 +286,28 @@ fn decide(e: &Estimate, p: &Params, cost: u64, now: u64, alone: bool) -> Outcome
         c.start + fits_at(&c, room, elapsed, period) - now
     };
     Outcome::deny(wait, refuse)
+}
+
+/// Gives back `spent` (see [`super::give_back`]): units counted in the
+/// stored current window are uncounted there, and in the previous one
+/// there, where they still weigh; older ones weigh nothing already.
+pub(crate) fn give_back(c: &Counters, p: &Params, spent: Spent) -> Update {
+    let period = p.period.get();
+    let start = spent.at - spent.at % p.period;
+    let after = if c.start == start && c.curr > 0 {
+        Counters {
+            curr: c.curr.saturating_sub(spent.cost),
+            ..*c
+        }
+    } else if c.start == start.saturating_add(period) && c.prev > 0 {
+        Counters {
+            prev: c.prev.saturating_sub(spent.cost),
+            ..*c
+        }
+    } else {
+        return Update::Keep;
+    };
+    Update::Set(State::SlidingWindow(after))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 //! time `now + full - l`. It is kept so ([`State::Word`]), and a backend
 //! decides it as it decides an arrival time.
 
-use super::{Branch, Outcome, State, Update, gcra};
+use super::{Branch, Outcome, Spent, State, Update, gcra};
 use crate::quota::Params;
 
 /// The stored bucket, when a token is not a whole number of microseconds
@@ -119,6 +119,44 @@ pub(crate) fn check(
             branch(deficit, Update::Keep),
         )
     }
+}
+
+/// Gives back `spent` (see [`super::give_back`]): the bucket refilled to
+/// `now` as [`check`] reads it, plus the units, never past full. A bucket
+/// kept as the moment it is full again is given back as an arrival time.
+pub(crate) fn give_back(state: Option<&State>, p: &Params, spent: Spent, now: u64) -> Update {
+    if kept_as_arrival(p) {
+        return match full_at(state, p) {
+            Some(t) => gcra::give_back(t, p.unit, spent, now),
+            None => Update::Keep,
+        };
+    }
+    if now >= spent.until {
+        return Update::Keep;
+    }
+    let full = p.capacity * p.unit;
+    let deficit = match state {
+        Some(State::TokenBucket(b)) => {
+            let lacking = full.saturating_sub(b.level);
+            if now >= b.at {
+                lacking.saturating_sub((now - b.at).saturating_mul(p.refill))
+            } else {
+                lacking.saturating_add((b.at - now).saturating_mul(p.refill))
+            }
+        }
+        Some(State::Word(full_at)) => full_at.saturating_sub(now).saturating_mul(p.refill),
+        _ => return Update::Keep,
+    };
+    let after = deficit.saturating_sub(spent.cost.saturating_mul(p.unit));
+    // A level still below zero cannot be stored as one: keep the spend
+    // rather than round in the client's favour.
+    if after >= deficit || after > full {
+        return Update::Keep;
+    }
+    Update::Set(State::TokenBucket(Bucket {
+        level: full - after,
+        at: now,
+    }))
 }
 
 #[cfg(test)]

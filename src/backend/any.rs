@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::{Backend, BackendError, CheckRequest, MemoryBackend};
+use super::{Backend, BackendError, CheckRequest, GiveBackRequest, MemoryBackend, Reserved};
 use crate::decision::Decision;
 
 /// A backend chosen at run time, from configuration: in this process's
@@ -99,6 +99,17 @@ impl AnyBackend {
             _ => Err(AnyBackendError::Scheme(scheme.chars().take(16).collect())),
         }
     }
+
+    /// Whether the backend can decide at all, asked before serving: for
+    /// Redis, [`RedisBackend::probe`](crate::RedisBackend::probe); memory
+    /// always can.
+    pub async fn probe(&self) -> Result<(), BackendError> {
+        match self {
+            AnyBackend::Memory(_) => Ok(()),
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.probe().await,
+        }
+    }
 }
 
 impl From<MemoryBackend> for AnyBackend {
@@ -120,6 +131,22 @@ impl Backend for AnyBackend {
             AnyBackend::Memory(m) => m.check(request).await,
             #[cfg(feature = "redis")]
             AnyBackend::Redis(r) => r.check(request).await,
+        }
+    }
+
+    async fn reserve(&self, request: CheckRequest<'_>) -> Result<Reserved, BackendError> {
+        match self {
+            AnyBackend::Memory(m) => m.reserve(request).await,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.reserve(request).await,
+        }
+    }
+
+    async fn give_back(&self, request: GiveBackRequest<'_>) -> Result<Decision, BackendError> {
+        match self {
+            AnyBackend::Memory(m) => m.give_back(request).await,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.give_back(request).await,
         }
     }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use smallvec::SmallVec;
 
 use super::table::{Expiring, Found, Locked, Position, Table};
-use super::{Backend, BackendError, CheckRequest};
+use super::{Backend, BackendError, CheckRequest, GiveBackRequest, Reserved};
 use crate::algorithm::{State, Update};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::Decision;
@@ -116,7 +116,7 @@ impl Expiring for Word {
 impl Word {
     /// The state it holds, for the algorithms. Inline: returned through
     /// memory, it is read back wider than it was written, and that load
-    /// waits (a set's loop, BENCHMARKS.md session 14).
+    /// waits (a set's loop; BENCHMARKS.md, "Notes on the hot path").
     #[inline]
     fn state(&self) -> State {
         State::Word(self.0.load(Relaxed))
@@ -231,7 +231,7 @@ fn store_new(
 /// The new entries are stored when it is dropped, once the decision is
 /// made: so the decision is returned where the set's evaluation writes it,
 /// not copied after (a copy that waited for its stores; BENCHMARKS.md,
-/// session 14).
+/// "Notes on the hot path").
 struct Stored<'a, 'b> {
     shard: &'a mut Entries<'b>,
     positions: &'a [Option<Position>],
@@ -427,13 +427,25 @@ impl<C: Clock> MemoryBackend<C> {
     /// [`decide_locked`](Self::decide_locked).
     #[inline]
     fn decide(&self, request: CheckRequest<'_>) -> Decision {
-        let inner = &*self.inner;
-        // On the system clock, the limiter's own reading of the counter.
-        let now = if TypeId::of::<C>() == TypeId::of::<SystemClock>() {
+        let now = self.now(&request);
+        self.decide_at(request, now)
+    }
+
+    /// The time of `request`: on the system clock, the limiter's own
+    /// reading of the counter.
+    #[inline]
+    fn now(&self, request: &CheckRequest<'_>) -> Timestamp {
+        if TypeId::of::<C>() == TypeId::of::<SystemClock>() {
             request.started.started_at()
         } else {
-            inner.clock.now()
-        };
+            self.inner.clock.now()
+        }
+    }
+
+    /// [`decide`](Self::decide) at `now`.
+    #[inline]
+    fn decide_at(&self, request: CheckRequest<'_>, now: Timestamp) -> Decision {
+        let inner = &*self.inner;
         let key = request.key;
         if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
             if quota.kept_as_arrival() {
@@ -565,7 +577,62 @@ impl<C: Clock> MemoryBackend<C> {
     }
 }
 
+impl<C: Clock> MemoryBackend<C> {
+    /// A reservation: a committed decision, with its time.
+    pub(crate) fn reserve_now(&self, request: CheckRequest<'_>) -> Reserved {
+        let now = self.now(&request);
+        Reserved::new(self.decide_at(request, now), now)
+    }
+
+    /// Gives back a reservation made here, under the shard's write lock
+    /// (which also keeps out the compare-and-swap of one-number states).
+    /// Returns what is left then (a peek at cost 0).
+    pub(crate) fn give_back_now(&self, request: GiveBackRequest<'_>) -> Decision {
+        let reserved = request.reserved;
+        let inner = &*self.inner;
+        let (key, quotas) = (request.key, request.quotas);
+        let check = CheckRequest {
+            key,
+            quotas,
+            cost: request.cost,
+            commit: true,
+            room: false,
+            started: crate::clock::Stopwatch::start(),
+        };
+        let now = self.now(&check).as_micros();
+        let mut shard = inner.table.lock(key);
+        let mut positions = SmallVec::<[Option<Position>; 4]>::new();
+        for &id in quotas.state_ids() {
+            positions.push(shard.position_in_set(id, key));
+        }
+        let mut stored = Stored {
+            shard: &mut shard,
+            positions: &positions,
+            new: SmallVec::new(),
+            metrics: &inner.metrics,
+            request: &check,
+            now,
+        };
+        let at = reserved.at().as_micros();
+        quotas.give_back_in(&mut stored, reserved.decision(), request.cost, at, now)
+    }
+}
+
 impl<C: Clock> Backend for MemoryBackend<C> {
+    fn reserve<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Reserved, BackendError>> + Send + 'a {
+        ready(Ok(self.reserve_now(request)))
+    }
+
+    fn give_back<'a>(
+        &'a self,
+        request: GiveBackRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        ready(Ok(self.give_back_now(request)))
+    }
+
     fn check<'a>(
         &'a self,
         request: CheckRequest<'a>,

@@ -7,6 +7,9 @@ mod any;
 mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+mod redis_url;
+#[cfg(any(feature = "redis", feature = "rules"))]
+pub(crate) use redis_url::redis_url_redacted;
 mod slots;
 mod table;
 
@@ -23,6 +26,7 @@ pub use redis::{
 
 pub use slots::{Acquired, MemorySlots, Slot, SlotFuture, SlotStore};
 
+use crate::clock::Timestamp;
 use crate::decision::Decision;
 use crate::quota_set::QuotaSet;
 
@@ -70,6 +74,79 @@ impl<'a> CheckRequest<'a> {
     }
 }
 
+/// A reservation as a backend made it (see [`Backend::reserve`]): the
+/// decision, and the moment on the store's clock it was made, which giving
+/// it back needs (a window that has rolled over since gives nothing back).
+#[derive(Debug, Clone)]
+pub struct Reserved {
+    decision: Decision,
+    at: Timestamp,
+    /// Made by the Redis backend's fallback store, while Redis failed: given
+    /// back there.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fallback: bool,
+}
+
+impl Reserved {
+    /// A reservation made at `at`, the store's time of `decision`.
+    pub fn new(decision: Decision, at: Timestamp) -> Self {
+        Reserved {
+            decision,
+            at,
+            fallback: false,
+        }
+    }
+
+    /// The decision: whether the reservation was admitted, and what each
+    /// quota reported.
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    /// When it was made, on the store's clock.
+    pub fn at(&self) -> Timestamp {
+        self.at
+    }
+
+    /// The decision, taken out.
+    pub fn into_decision(self) -> Decision {
+        self.decision
+    }
+}
+
+/// A reservation to give back, asked of a backend (see
+/// [`Backend::give_back`]). A store applies it with
+/// [`QuotaSet::give_back`](crate::QuotaSet::give_back).
+#[derive(Debug, Clone, Copy)]
+pub struct GiveBackRequest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) quotas: &'a QuotaSet,
+    pub(crate) cost: u64,
+    pub(crate) reserved: &'a Reserved,
+}
+
+impl<'a> GiveBackRequest<'a> {
+    /// The client key.
+    pub fn key(&self) -> &'a str {
+        self.key
+    }
+
+    /// The quotas reserved on.
+    pub fn quotas(&self) -> &'a QuotaSet {
+        self.quotas
+    }
+
+    /// The units to give back: the reservation's cost.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// The reservation, as [`Backend::reserve`] made it.
+    pub fn reserved(&self) -> &'a Reserved {
+        self.reserved
+    }
+}
+
 /// A store of rate-limit state that decides atomically: the check and the
 /// update of all of a key's quotas happen as one step, with no race against
 /// other callers (other tasks, or other servers sharing the store).
@@ -96,6 +173,38 @@ pub trait Backend: Send + Sync + 'static {
     /// twice (its key extracted once for each path).
     fn decides_now(&self) -> bool {
         false
+    }
+
+    /// Decides one request, as [`check`](Backend::check) does with
+    /// `commit`, and says when: a reservation, which
+    /// [`give_back`](Backend::give_back) may undo once the request's
+    /// outcome is known. The default checks and takes the time from the
+    /// system clock; a store that gives back implements both, on its own
+    /// clock.
+    fn reserve<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Reserved, BackendError>> + Send + 'a {
+        async move {
+            let at = crate::clock::Clock::now(&crate::clock::SystemClock);
+            Ok(Reserved::new(self.check(request).await?, at))
+        }
+    }
+
+    /// Gives back what a reservation spent, atomically, as
+    /// [`QuotaSet::give_back`](crate::QuotaSet::give_back) says, and
+    /// returns what is left then (as a peek at cost 0 would). The default
+    /// cannot, and says so with a [`BackendErrorKind::Unsupported`] error:
+    /// the units stay spent, and the caller hears of it.
+    fn give_back<'a>(
+        &'a self,
+        request: GiveBackRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        let _ = request;
+        std::future::ready(Err(BackendError::new(
+            BackendErrorKind::Unsupported,
+            "this backend cannot give back a reservation (Backend::give_back is not implemented)",
+        )))
     }
 
     /// Whether other processes read and write this backend's state (Redis
@@ -126,6 +235,28 @@ pub enum BackendErrorKind {
     Unavailable,
     /// The store answered something that makes no sense.
     Protocol,
+    /// The store answered, but refuses what the backend asks of it: a
+    /// misconfiguration, which lasts until an operator fixes it, not an
+    /// outage (a Redis user without the commands the scripts need, a
+    /// scripting command renamed away, a Redis full under `noeviction`).
+    Misconfigured,
+    /// The backend cannot do what was asked (a custom backend without
+    /// [`Backend::give_back`]).
+    Unsupported,
+}
+
+impl BackendErrorKind {
+    /// Its name in metrics and logs: `timeout`, `unavailable`, `protocol`,
+    /// `misconfigured` or `unsupported`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendErrorKind::Timeout => "timeout",
+            BackendErrorKind::Unavailable => "unavailable",
+            BackendErrorKind::Protocol => "protocol",
+            BackendErrorKind::Misconfigured => "misconfigured",
+            BackendErrorKind::Unsupported => "unsupported",
+        }
+    }
 }
 
 /// A backend could not decide. Callers fall back to their failure policy

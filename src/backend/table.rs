@@ -225,7 +225,7 @@ impl<'a, V: Expiring, N: Expiring> Read<'a, V, N> {
     /// key comparison included. `NARROW_ONLY`: the search compares narrow
     /// entries alone, passing over a wide one of the same quota and key
     /// (there is never both). Which is shorter was measured per path
-    /// (BENCHMARKS.md, session 13).
+    /// (BENCHMARKS.md, "Notes on the hot path").
     #[inline]
     pub(crate) fn narrow<const NARROW_ONLY: bool>(&self, id: u64, key: &str) -> Option<&N> {
         let shard = &*self.shard;
@@ -488,7 +488,7 @@ impl<V: Expiring, N: Expiring> Shard<V, N> {
     /// The position of `(id, key)`'s entry, whose index hash is `hash`.
     /// `SITE` sets apart a hot caller: each value is an instance of the
     /// index's search of its own, which with one caller LLVM inlines
-    /// whole, key comparison included (BENCHMARKS.md, session 13).
+    /// whole, key comparison included (BENCHMARKS.md, "Notes on the hot path").
     #[inline]
     fn find<const SITE: u8>(&self, hash: u64, id: u64, key: &str) -> Option<Position> {
         let entries = &self.entries;

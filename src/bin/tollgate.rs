@@ -2,7 +2,10 @@
 //!
 //! ```text
 //! tollgate serve --config rules.yaml [--listen 127.0.0.1:8080] [--upstream http://127.0.0.1:9000]
-//!                [--redis redis://127.0.0.1:6379] [--redis-lease auto] [--log-level info]
+//!                [--redis redis://127.0.0.1:6379 | --redis-cluster URL... |
+//!                 --redis-sentinel URL... --redis-sentinel-master NAME]
+//!                [--redis-ca FILE] [--redis-cert FILE --redis-key FILE]
+//!                [--redis-lease auto] [--log-level info] [--log-format json] [--log-raw-keys]
 //!                [--metrics-listen 127.0.0.1:9090] [limits...]
 //! tollgate check --config rules.yaml
 //! ```
@@ -25,6 +28,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tollgate::RateLimitLayer;
+use tollgate::backend::BackendErrorKind;
 use tollgate::layer::problem_response;
 use tollgate::rules::{Rules, normalize_path};
 
@@ -32,15 +36,21 @@ use tollgate::rules::{Rules, normalize_path};
 mod intermediary;
 #[path = "tollgate/metrics.rs"]
 mod metrics;
+#[path = "tollgate/per_ip.rs"]
+mod per_ip;
 
 const USAGE: &str = "\
 tollgate: rate-limit any HTTP service with rules kept in a file
 
 usage:
   tollgate serve --config FILE [--listen ADDR] [--upstream URL] [--redis URL] [--redis-lease MODE]
+                 [--redis-cluster URL]... [--redis-sentinel URL]... [--redis-sentinel-master NAME]
+                 [--redis-ca FILE] [--redis-cert FILE] [--redis-key FILE]
                  [--log-level LEVEL] [--header-timeout T] [--idle-timeout T]
-                 [--max-connections N] [--max-header-bytes N] [--connect-timeout T]
+                 [--max-connections N] [--max-connections-per-ip N]
+                 [--max-header-bytes N] [--connect-timeout T]
                  [--upstream-timeout T] [--metrics-listen ADDR]
+                 [--log-format text|json] [--log-raw-keys]
   tollgate check --config FILE
 
 serve   runs a rate-limiting reverse proxy in front of --upstream (or, without
@@ -53,9 +63,23 @@ options:
   --listen ADDR       where to listen (default 127.0.0.1:8080)
   --upstream URL      the service to forward admitted requests to (http://host:port)
   --redis URL         use Redis at URL as the backend, whatever the file says
-  --redis-lease MODE  with --redis: lease quota from Redis in batches: off
+                      (redis://[user:password@]host:port, rediss:// for TLS)
+  --redis-cluster URL a Redis Cluster node instead; repeat for more nodes
+  --redis-sentinel URL
+                      a Redis Sentinel instead; repeat for more sentinels;
+                      needs --redis-sentinel-master
+  --redis-sentinel-master NAME
+                      the master's name in the sentinels' configuration
+  --redis-ca FILE     trust the CAs in this PEM file for rediss:// (a private CA)
+  --redis-cert FILE   with --redis-key: a client certificate (mutual TLS), PEM
+  --redis-key FILE    the client certificate's private key, PEM
+  --redis-lease MODE  with Redis: lease quota from Redis in batches: off
                       (default), auto, or the most units one lease holds
   --log-level LEVEL   error, warn, info (default), debug or trace; RUST_LOG overrides
+  --log-format FORMAT text (default; coloured only on a terminal) or json (one
+                      object a line)
+  --log-raw-keys      write client keys as they are in log lines (by default
+                      a keyed hash of each, as the `pk` parameter sends)
   --metrics-listen ADDR
                       serve Prometheus metrics at http://ADDR/metrics (a listener
                       of its own; off by default)
@@ -65,6 +89,9 @@ limits (durations as in rules files: 500ms, 10s, 1m):
                          keep-alive connection may wait for its next request (10s)
   --idle-timeout T       close a connection on which nothing moved for T (60s)
   --max-connections N    connections served at once; more wait to be accepted (1024)
+  --max-connections-per-ip N
+                         connections one client address (IPv6: its /64) may hold;
+                         more are answered 429 and closed at once (64)
   --max-header-bytes N   the longest request head, in bytes; 431 beyond (32768)
   --connect-timeout T    connecting to the upstream; 504 beyond (5s)
   --upstream-timeout T   the upstream's answer must begin within T; 504 beyond (30s)
@@ -75,12 +102,20 @@ struct Args {
     config: PathBuf,
     listen: SocketAddr,
     upstream: Option<Uri>,
-    redis: Option<String>,
-    redis_lease: Option<String>,
+    redis: Option<tollgate::rules::RedisTarget>,
     log_level: String,
+    log_format: LogFormat,
+    log_raw_keys: bool,
     metrics_listen: Option<SocketAddr>,
     limits: server::Limits,
     upstream_limits: UpstreamLimits,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 /// How long the upstream may take.
@@ -116,6 +151,69 @@ fn count(flag: &str, text: &str, min: usize, max: usize) -> Result<usize, String
     }
 }
 
+/// The `--redis*` flags as given.
+#[derive(Default)]
+struct RedisFlags {
+    url: Option<String>,
+    cluster: Vec<String>,
+    sentinel: Vec<String>,
+    master: Option<String>,
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    lease: Option<String>,
+}
+
+impl RedisFlags {
+    /// The Redis they name, if any; flags that cannot go together refuse.
+    fn target(self) -> Result<Option<tollgate::rules::RedisTarget>, String> {
+        use tollgate::rules::RedisTarget;
+        let places = usize::from(self.url.is_some())
+            + usize::from(!self.cluster.is_empty())
+            + usize::from(!self.sentinel.is_empty());
+        if places > 1 {
+            return Err("give only one of --redis, --redis-cluster and --redis-sentinel".into());
+        }
+        let target = match (self.url, self.sentinel.is_empty(), self.master) {
+            (Some(url), _, None) => RedisTarget::url(url),
+            (None, true, None) if !self.cluster.is_empty() => RedisTarget::cluster(self.cluster),
+            (None, false, Some(master)) => RedisTarget::sentinel(master, self.sentinel),
+            (None, false, None) => {
+                return Err("--redis-sentinel needs --redis-sentinel-master NAME".into());
+            }
+            (_, _, Some(_)) => {
+                return Err("--redis-sentinel-master needs --redis-sentinel URL".into());
+            }
+            (None, true, None) => {
+                let tls = self.ca.is_some() || self.cert.is_some() || self.key.is_some();
+                if self.lease.is_some() || tls {
+                    return Err("--redis-lease, --redis-ca, --redis-cert and --redis-key need --redis, --redis-cluster or --redis-sentinel (or set them in the file's backend.redis)".into());
+                }
+                return Ok(None);
+            }
+        };
+        let mut target = target;
+        if let Some(ca) = self.ca {
+            target = target.tls_ca_file(ca);
+        }
+        match (self.cert, self.key) {
+            (Some(cert), Some(key)) => target = target.tls_client_cert_files(cert, key),
+            (None, None) => {}
+            _ => return Err("--redis-cert and --redis-key go together".into()),
+        }
+        if let Some(lease) = self.lease {
+            target = target.lease(lease);
+        }
+        Ok(Some(target))
+    }
+}
+
+/// A file named on the command line, made absolute: the rules file's
+/// folder is where relative names in the file are read from, not these.
+fn absolute(name: String) -> Result<PathBuf, String> {
+    std::path::absolute(&name).map_err(|e| format!("{name}: {e}"))
+}
+
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let command = args.next().ok_or("no command given")?;
     if command == "-h" || command == "--help" || command == "help" {
@@ -126,11 +224,12 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     }
     let mut config = None;
     let mut listen: SocketAddr = ([127, 0, 0, 1], 8080).into();
-    let (mut upstream, mut redis, mut log_level) = (None, None, "info".to_owned());
-    let mut redis_lease = None;
+    let (mut upstream, mut log_level) = (None, "info".to_owned());
+    let mut redis = RedisFlags::default();
     let mut limits = server::Limits::default();
     let mut upstream_limits = UpstreamLimits::default();
     let mut metrics_listen = None;
+    let (mut log_format, mut log_raw_keys) = (LogFormat::Text, false);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
@@ -151,13 +250,30 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 }
                 upstream = Some(uri);
             }
-            "--redis" => redis = Some(value()?),
-            "--redis-lease" => redis_lease = Some(value()?),
+            "--redis" => redis.url = Some(value()?),
+            "--redis-cluster" => redis.cluster.push(value()?),
+            "--redis-sentinel" => redis.sentinel.push(value()?),
+            "--redis-sentinel-master" => redis.master = Some(value()?),
+            "--redis-ca" => redis.ca = Some(absolute(value()?)?),
+            "--redis-cert" => redis.cert = Some(absolute(value()?)?),
+            "--redis-key" => redis.key = Some(absolute(value()?)?),
+            "--redis-lease" => redis.lease = Some(value()?),
             "--log-level" => log_level = value()?,
+            "--log-format" => {
+                log_format = match value()?.as_str() {
+                    "text" => LogFormat::Text,
+                    "json" => LogFormat::Json,
+                    other => return Err(format!("--log-format {other:?}: give text or json")),
+                };
+            }
+            "--log-raw-keys" => log_raw_keys = true,
             "--header-timeout" => limits.header_timeout = duration(&flag, &value()?)?,
             "--idle-timeout" => limits.idle_timeout = duration(&flag, &value()?)?,
             "--max-connections" => {
                 limits.max_connections = count(&flag, &value()?, 1, 1 << 20)?;
+            }
+            "--max-connections-per-ip" => {
+                limits.max_connections_per_ip = count(&flag, &value()?, 1, 1 << 20)?;
             }
             "--max-header-bytes" => {
                 limits.max_header_bytes = count(&flag, &value()?, 1024, 1 << 20)?;
@@ -176,19 +292,16 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         }
     }
     let config = config.ok_or("--config FILE is required")?;
-    if redis_lease.is_some() && redis.is_none() {
-        return Err(
-            "--redis-lease needs --redis URL (or set backend.redis.lease in the file)".into(),
-        );
-    }
+    let redis = redis.target()?;
     Ok(Args {
         command,
         config,
         listen,
         upstream,
         redis,
-        redis_lease,
         log_level,
+        log_format,
+        log_raw_keys,
         limits,
         upstream_limits,
         metrics_listen,
@@ -207,12 +320,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(&args);
 
     // Before the rules: their limiters register metrics when built.
     let metrics = match args.metrics_listen.filter(|_| args.command == "serve") {
@@ -225,23 +333,17 @@ fn main() -> ExitCode {
         },
         None => None,
     };
-    let rules = match (&args.redis, &args.redis_lease) {
-        (Some(url), Some(lease)) => Rules::load_with_redis_lease(&args.config, url, lease),
-        (Some(url), None) => Rules::load_with_redis(&args.config, url),
-        (None, _) => Rules::load(&args.config),
+    let rules = match &args.redis {
+        Some(target) => Rules::load_with_redis_target(&args.config, target),
+        None => Rules::load(&args.config),
     };
     let rules = match rules {
-        Ok(rules) => rules,
+        Ok(rules) => rules.log_raw_keys(args.log_raw_keys),
         Err(error) => {
             eprintln!("tollgate: {error}");
             return ExitCode::FAILURE;
         }
     };
-    if args.command == "check" {
-        println!("{}: valid\n", args.config.display());
-        print!("{}", rules.describe());
-        return ExitCode::SUCCESS;
-    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -249,11 +351,70 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // A Redis that refuses the scripts would leave every request to the
+    // failure policy: refuse to start. One that is down may come back (and
+    // the backend logs its failures when requests meet them).
+    let refused = runtime.block_on(rules.backend().probe()).err().filter(|e| {
+        !matches!(
+            e.kind(),
+            BackendErrorKind::Timeout | BackendErrorKind::Unavailable
+        )
+    });
+    if let Some(e) = refused {
+        eprintln!("tollgate: {e}");
+        return ExitCode::FAILURE;
+    }
+    let warnings = delay_warnings(&rules, args.limits.idle_timeout);
+    if args.command == "check" {
+        for warning in &warnings {
+            eprintln!("tollgate: warning: {warning}");
+        }
+        println!("{}: valid\n", args.config.display());
+        print!("{}", rules.describe());
+        return ExitCode::SUCCESS;
+    }
+    for warning in &warnings {
+        tracing::warn!("{warning}");
+    }
     match runtime.block_on(serve(args, rules, metrics)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tollgate: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The rules whose leaky bucket may hold a request longer than the idle
+/// timeout: the gateway keeps such a connection open, but a client or a
+/// proxy in front, with its own timeout, may give up first.
+fn delay_warnings(rules: &Rules, idle: Duration) -> Vec<String> {
+    (rules.longest_delays().into_iter())
+        .filter(|(_, delay)| *delay > idle)
+        .map(|(rule, delay)| {
+            format!(
+                "rule {rule} may hold a request for up to {delay:?} (its leaky bucket's queue), longer than the idle timeout of {idle:?}: the gateway keeps the connection open meanwhile, but clients and proxies in front of it may give up first"
+            )
+        })
+        .collect()
+}
+
+/// Log lines to stderr, in the format asked for. Colours only on a
+/// terminal (and never under `NO_COLOR`): in a file or a collector, escape
+/// codes are noise that hides the text from searches.
+fn init_logging(args: &Args) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Json => builder.with_ansi(false).json().init(),
+        LogFormat::Text => {
+            let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+            let ansi = std::io::stderr().is_terminal() && !no_color;
+            builder.with_ansi(ansi).init();
         }
     }
 }
@@ -274,6 +435,8 @@ async fn serve(
         metrics::serve(addr, handle, args.limits).await?;
     }
     let _watcher = rules.watch(Duration::from_millis(250));
+    let trusted = rules.clone();
+    let uncapped: server::Uncapped = std::sync::Arc::new(move |ip| trusted.is_trusted_proxy(ip));
     let layer = RateLimitLayer::from_policy(rules);
     let app = match args.upstream {
         Some(base) => {
@@ -294,32 +457,45 @@ async fn serve(
         None => Router::new().fallback(echo).layer(layer),
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let stop = shutdown();
     tracing::info!(listen = %listener.local_addr()?, limits = ?args.limits, "tollgate serving");
-    server::serve(listener, app, args.limits, shutdown()).await;
+    server::serve(listener, app, args.limits, uncapped, stop).await;
     tracing::info!("tollgate stopped");
     Ok(())
 }
 
-async fn shutdown() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Completes on Ctrl-C or SIGTERM. The handlers are installed when this is
+/// called, not when it is first polled, so that a signal sent as soon as
+/// the gateway says it is serving is never missed (and never kills it).
+fn shutdown() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
+    let (mut term, mut int) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
+    async move {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: Option<&mut tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = recv(term.as_mut()) => {}
+                () = recv(int.as_mut()) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
     }
-    tracing::info!("shutting down");
 }
 
 /// Without an upstream: say what was decided, for trying rules out.

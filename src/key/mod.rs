@@ -314,8 +314,10 @@ impl KeyExtractor for GlobalKey {
 
 /// A header's value, such as an API key: `key:<value>`.
 ///
-/// A request without the header, or whose value is not visible ASCII, has no
-/// key (combine with [`KeyExtractorExt::or`] to fall back to the IP).
+/// A request without the header has no key (combine with
+/// [`KeyExtractorExt::or`] to fall back to the IP); one whose value is not
+/// visible ASCII, or that sends the header twice (the service behind may read
+/// the other line), has an unreadable one.
 #[derive(Debug, Clone)]
 pub struct HeaderKey {
     name: HeaderName,
@@ -330,8 +332,16 @@ impl HeaderKey {
 
 impl KeyExtractor for HeaderKey {
     fn extract(&self, parts: &Parts) -> KeyFuture {
-        let result = match parts.headers.get(&self.name) {
+        let mut lines = parts.headers.get_all(&self.name).iter();
+        let result = match lines.next() {
             None => Err(KeyError::Missing("rate-limit key header")),
+            // Which line counts is the reader's choice: the limiter reading
+            // one and the service another would let `junk` pass for a
+            // revoked key.
+            Some(_) if lines.next().is_some() => Err(KeyError::Malformed(format!(
+                "the {} header (sent more than once)",
+                self.name
+            ))),
             Some(v) => match v.to_str() {
                 Ok(s) if !s.trim().is_empty() => {
                     Ok(Key(compact_str::format_compact!("key:{}", s.trim())))
@@ -424,7 +434,18 @@ impl KeyExtractor for RouteKey {
 impl Key {
     /// `route:<method> <route>`: the key of a route, from [`RouteKey`] or
     /// a rule's `route` key part.
+    /// The method is upper-cased, and HEAD counts as GET: servers answer
+    /// `get` and HEAD with the GET handler, so they are no way around its
+    /// limit.
     pub(crate) fn route(method: &http::Method, route: &str) -> Key {
+        let method = method.as_str();
+        if method == "HEAD" || method.eq_ignore_ascii_case("GET") {
+            return Key(compact_str::format_compact!("route:GET {route}"));
+        }
+        if method.bytes().any(|b| b.is_ascii_lowercase()) {
+            let upper = method.to_ascii_uppercase();
+            return Key(compact_str::format_compact!("route:{upper} {route}"));
+        }
         Key(compact_str::format_compact!("route:{method} {route}"))
     }
 }
@@ -437,5 +458,47 @@ pub struct UserId(pub String);
 impl fmt::Display for UserId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(method: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut request = http::Request::builder().method(method).uri("/");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn a_key_header_sent_twice_is_unreadable() {
+        let key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+        let once = parts("GET", &[("x-api-key", "k1")]);
+        assert_eq!(
+            key.extract(&once).into_ready().unwrap().unwrap().as_str(),
+            "key:k1"
+        );
+        let twice = parts("GET", &[("x-api-key", "junk"), ("x-api-key", "revoked")]);
+        let error = key.extract(&twice).into_ready().unwrap().unwrap_err();
+        assert!(matches!(error, KeyError::Malformed(_)), "{error:?}");
+        assert_eq!(error.status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn a_route_key_folds_head_and_method_case_into_get() {
+        let get = Key::route(&http::Method::GET, "/login");
+        for method in ["HEAD", "get", "Get"] {
+            let method = http::Method::from_bytes(method.as_bytes()).unwrap();
+            assert_eq!(Key::route(&method, "/login"), get, "{method}");
+        }
+        let post = http::Method::from_bytes(b"post").unwrap();
+        assert_eq!(Key::route(&post, "/login").as_str(), "route:POST /login");
+        assert_eq!(
+            Key::route(&http::Method::DELETE, "/x").as_str(),
+            "route:DELETE /x"
+        );
     }
 }

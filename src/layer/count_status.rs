@@ -7,9 +7,10 @@ use std::str::FromStr;
 use http::StatusCode;
 
 /// A set of response statuses: single codes (`401`) and classes (`5xx`).
-/// A limit that counts only these is charged after the inner service has
-/// answered, and only when its status is in the set: "5 failed logins per
-/// 15 minutes, successes free" is `"401, 403".parse::<CountStatus>()`.
+/// A limit that counts only these reserves each request's cost before it
+/// is served, and keeps it only when the response's status is in the set
+/// (else gives it back): "5 failed logins per 15 minutes, successes free"
+/// is `"401, 403".parse::<CountStatus>()`.
 ///
 /// ```
 /// use tollgate::CountStatus;

@@ -11,7 +11,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::headers::{Headers, apply};
-use super::held::{Charging, Held};
+use super::held::{Held, Settling};
 use super::verdict::{Verdict, VerdictKind};
 
 /// A verdict on its way: the policy deciding, then any delay it asks for.
@@ -46,9 +46,10 @@ pin_project! {
     enum State<S, ReqBody, F, R> {
         Deciding { verdict: Deciding<ReqBody>, inner: Option<S> },
         Inner { #[pin] future: F, headers: Headers, held: Option<Box<Held>> },
-        // A response-aware limit being charged for the response it holds
-        // (boxed: inline, it would make every response future larger).
-        Charging { charging: Charging, response: Option<Box<R>>, headers: Headers, held: Option<Box<Held>> },
+        // A response-aware limit's reservation being settled for the
+        // response it holds (boxed: inline, it would make every response
+        // future larger).
+        Settling { settling: Settling, response: Option<Box<R>>, headers: Headers, held: Option<Box<Held>> },
         Ready { response: Option<Box<Response<Bytes>>> },
     }
 }
@@ -121,11 +122,11 @@ where
                 } => {
                     let mut response = ready!(future.poll(cx))?;
                     let headers = std::mem::take(headers);
-                    let charge = held.as_mut().and_then(|h| h.charge.take());
-                    if let Some(charging) = charge.and_then(|c| c(response.status())) {
+                    let settle = held.as_mut().and_then(|h| h.settle.take());
+                    if let Some(settling) = settle.and_then(|s| s(response.status())) {
                         let held = held.take();
-                        state.set(State::Charging {
-                            charging,
+                        state.set(State::Settling {
+                            settling,
                             response: Some(Box::new(response)),
                             headers,
                             held,
@@ -136,17 +137,17 @@ where
                     let held = held.take();
                     return Poll::Ready(Ok(response.map(|body| ResponseBody::service(body, held))));
                 }
-                StateProj::Charging {
-                    charging,
+                StateProj::Settling {
+                    settling,
                     response,
                     headers,
                     held,
                 } => {
-                    let charged = ready!(charging.as_mut().poll(cx));
+                    let settled = ready!(settling.as_mut().poll(cx));
                     let Some(mut response) = response.take().map(|r| *r) else {
                         return Poll::Ready(Ok(internal_error()));
                     };
-                    let headers = charged.unwrap_or_else(|| std::mem::take(headers));
+                    let headers = settled.unwrap_or_else(|| std::mem::take(headers));
                     apply(headers, response.headers_mut());
                     let held = held.take();
                     return Poll::Ready(Ok(response.map(|body| ResponseBody::service(body, held))));

@@ -21,8 +21,9 @@ pub enum HeaderStyle {
     /// `RateLimit: "10-per-60s";r=7;t=6`. `r` is the quota left and `t` the
     /// effective window: the seconds (rounded up) until more than `r` is
     /// available ([`QuotaDecision::replenish`](crate::QuotaDecision::replenish)),
-    /// on a refusal never beyond `Retry-After`. The README has a table of
-    /// what they mean per algorithm. With a
+    /// on a refusal never beyond `Retry-After`. The
+    /// [headers chapter](crate::guide::headers) has a table of what they
+    /// mean per algorithm. With a
     /// [`PartitionKey`](super::PartitionKey), `RateLimit` items carry `pk`.
     #[default]
     Ietf,

@@ -12,13 +12,14 @@ use crate::backend::Slot;
 use crate::decision::Decision;
 
 /// Carried from the decision to the response, boxed beside the headers (most
-/// requests carry nothing): a response-aware limit to charge once the
-/// response's status is known, and what is held until the response body has
-/// been sent or dropped (a client gone, a panic in the handler). Dropping it
-/// gives back the concurrency slots and ends the in-flight count.
+/// requests carry nothing): a response-aware limit's reservation to settle
+/// once the response's status is known (kept if it is dropped unsettled),
+/// and what is held until the response body has been sent or dropped (a
+/// client gone, a panic in the handler). Dropping it gives back the
+/// concurrency slots and ends the in-flight count.
 #[derive(Default)]
 pub(crate) struct Held {
-    pub charge: Option<Charge>,
+    pub settle: Option<Settlement>,
     pub slots: SmallVec<[Slot; 1]>,
     pub in_flight: Option<InFlight>,
     /// The decision, for the inner service (taken out when the request is
@@ -33,29 +34,30 @@ impl Held {
         self.slots.extend(more.slots);
         self.in_flight = self.in_flight.or(more.in_flight);
         self.decision = self.decision.or(more.decision);
-        self.charge = self.charge.into_iter().chain(more.charge).reduce(both);
+        self.settle = self.settle.into_iter().chain(more.settle).reduce(both);
         self
     }
 }
 
-/// Charges a response-aware limit after the inner service has answered:
-/// given the response's status, the charge under way if that status counts.
-pub(crate) type Charge = Box<dyn FnOnce(StatusCode) -> Option<Charging> + Send>;
+/// Settles a response-aware limit's reservation after the inner service has
+/// answered: given the response's status, the settling under way, if it
+/// has anything to wait for (a give-back; keeping waits for nothing).
+pub(crate) type Settlement = Box<dyn FnOnce(StatusCode) -> Option<Settling> + Send>;
 
-/// A charge under way; it yields the rate-limit headers to send instead of
-/// those decided before the request went on (`None`: keep those).
-pub(crate) type Charging = Pin<Box<dyn Future<Output = Option<Headers>> + Send>>;
+/// A settling under way; it yields the rate-limit headers to send instead
+/// of those decided before the request went on (`None`: keep those).
+pub(crate) type Settling = Pin<Box<dyn Future<Output = Option<Headers>> + Send>>;
 
-/// Two charges as one. Headers are all-or-nothing: a charge's new headers
-/// replace every limit's, so both are kept only when both have them.
+/// Two settlements as one. Headers are all-or-nothing: a settling's new
+/// headers replace every limit's, so both are kept only when both have them.
 #[cfg(feature = "rules")]
-fn both(a: Charge, b: Charge) -> Charge {
+fn both(a: Settlement, b: Settlement) -> Settlement {
     Box::new(move |status| match (a(status), b(status)) {
         (None, None) => None,
         (Some(one), None) | (None, Some(one)) => Some(Box::pin(async move {
             one.await;
             None
-        }) as Charging),
+        }) as Settling),
         (Some(a), Some(b)) => Some(Box::pin(async move {
             let (a, b) = (a.await, b.await);
             a.zip(b).map(|(mut a, b)| {

@@ -155,6 +155,18 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         self
     }
 
+    /// Writes client keys as they are in the layer's log lines (a backend
+    /// failure, a shadow quota's refusal) when `raw` is true. By default a
+    /// line shows a keyed hash of the key instead, the one
+    /// [`partition_key`](Self::partition_key) sends as `pk` (with its secret
+    /// when one is set): keys are often API keys or addresses, which logs
+    /// should not hold. Either way the value is quoted, so that a key
+    /// cannot pose as other fields.
+    pub fn log_raw_keys(mut self, raw: bool) -> Self {
+        self.policy.respond.log_raw_keys = raw;
+        self
+    }
+
     /// What to do when the backend fails or times out ([`OnBackendError::Allow`] by default).
     pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
         self.policy.respond.on_backend_error = policy;
@@ -195,14 +207,15 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         self
     }
 
-    /// Makes the limit response-aware: a request is charged only once the
-    /// inner service has answered with a status in `counts` (a failed login
-    /// with `"401, 403"`, a server error with `"5xx"`). Before that, the
-    /// limit is looked at without spending: once the counted responses have
-    /// used it up, new requests get 429 before reaching the service. The
-    /// charge is the same check as for any request, so it means the same in
-    /// memory and in Redis; concurrent requests that all pass the look may
-    /// overshoot the limit by their number.
+    /// Makes the limit response-aware: only responses with a status in
+    /// `counts` (a failed login with `"401, 403"`, a server error with
+    /// `"5xx"`) keep what they spent. Each request reserves its cost before
+    /// it is served ([`Limiter::reserve`](crate::Limiter::reserve)), so
+    /// requests in flight hold their units and no burst of concurrent
+    /// requests gets past the limit; once the response is known, the
+    /// reservation is kept if its status counts and given back if not. A
+    /// response that never comes (the client left, the handler panicked)
+    /// keeps it.
     pub fn count_status(mut self, counts: CountStatus) -> Self {
         self.policy.count_status = Some(counts);
         self
@@ -213,8 +226,8 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
     /// what is left (axum: `Extension<Decision>`, or
     /// `request.extensions().get::<Decision>()`). Off by default: it costs
     /// a passed request an allocation or two. A response-aware limit
-    /// ([`count_status`](Self::count_status)) hands the look made before the
-    /// request, which spent nothing; a request passed without a decision
+    /// ([`count_status`](Self::count_status)) hands the reservation's
+    /// decision, made before the request and settled after it; a request passed without a decision
     /// (the backend failed under [`OnBackendError::Allow`], no key under
     /// [`OnMissingKey::Allow`]) carries none.
     pub fn decision_in_extensions(mut self, yes: bool) -> Self {

@@ -1,29 +1,36 @@
 //! The tower layer: `.layer(RateLimitLayer::new(limiter, key))`.
 //!
-//! A [`RateLimitLayer`] wraps a service in [`RateLimit`]; for each request a
-//! [`Policy`] (one limiter and key, [`LimitPolicy`], or a rules file) reaches
-//! a [`Verdict`]: pass the request on with rate-limit headers, maybe after a
-//! leaky-bucket delay, or answer it (429 with `Retry-After` and a problem
-//! body, 400 for a missing key, 503 when the limiter is down and the policy
-//! says so). A gRPC call (`content-type: application/grpc...`) gets those
-//! answers as gRPC statuses instead: HTTP 200 with `grpc-status` 8
-//! (RESOURCE_EXHAUSTED), 3, 13 or 14 (UNAVAILABLE), the rate-limit fields
-//! and `Retry-After` kept as metadata. The response future is the inner service's, a ready response,
-//! or a decision under way; the body is the inner service's or the layer's
-//! own, without constraining the inner body type.
+//! [`RateLimitLayer::new`] limits a service with one [`Limiter`](crate::Limiter)
+//! and a key extractor; [`RateLimitLayer::builder`] sets the rest: the
+//! [`HeaderStyle`], a cost per request, what to do when the key is missing
+//! ([`OnMissingKey`]) or the limiter cannot decide ([`OnBackendError`]),
+//! [`count_status`](RateLimitLayerBuilder::count_status) for limits that count
+//! only some responses, and the server's own protection. The guide explains
+//! each: [keys](crate::guide::keys), [headers](crate::guide::headers),
+//! [per-route limits](crate::guide::routes),
+//! [protecting the server](crate::guide::protect), [gRPC](crate::guide::grpc).
 //!
-//! Beside rate quotas, a layer can protect the server itself: a
+//! For each request a [`Policy`] (one limiter and key, [`LimitPolicy`], or a
+//! rules file) reaches a [`Verdict`]: pass the request on with rate-limit
+//! headers, maybe after a leaky-bucket delay, or answer it (429 with
+//! `Retry-After` and a problem body, 400 for a missing key, 503 when the
+//! limiter is down and the policy says so). A gRPC call
+//! (`content-type: application/grpc...`) gets those answers as gRPC statuses
+//! instead. Beside rate quotas, a layer can protect the server itself: a
 //! [`ConcurrencyQuota`] (requests of one key at once, elastic while there is
 //! room), a [`LoadSignal`] ([`MeasuredLoad`] or the user's own), and
 //! [`Shedding`] (503 under overload, lowest [`Priority`] first).
-//!
-//! Files, each one job, in the order they depend on each other: `headers`,
-//! `partition_key`, `problem` and `grpc` (what clients are told), `load`,
-//! `shed` and `concurrency` (protecting the server), `held` (what a passed
-//! request carries to its response: a charge, slots), `count_status`,
-//! `verdict`, `respond` (decision to verdict), `protect` (shedding and
-//! slots around a decision), `policy` (request to decision), `body`,
-//! `future`, `service`, `layer` (the layer and its builder).
+
+// Files, each one job, in the order they depend on each other: `headers`,
+// `partition_key`, `problem` and `grpc` (what clients are told), `load`,
+// `shed` and `concurrency` (protecting the server), `held` (what a passed
+// request carries to its response: a reservation to settle, slots), `count_status`,
+// `verdict`, `respond` (decision to verdict), `protect` (shedding and
+// slots around a decision), `policy` (request to decision), `body`,
+// `future`, `service`, `layer` (the layer and its builder). The response
+// future is the inner service's, a ready response, or a decision under way;
+// the body is the inner service's or the layer's own, without constraining
+// the inner body type.
 
 mod body;
 mod concurrency;
@@ -62,8 +69,10 @@ pub use verdict::Verdict;
 #[cfg(feature = "rules")]
 pub(crate) use headers::Headers;
 #[cfg(feature = "rules")]
+pub(crate) use held::Settlement;
+#[cfg(feature = "rules")]
 pub(crate) use policy::{
-    DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Sealed, admit_key, check_within, look_within,
+    DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Sealed, admit_key, check_within, reserve_within,
 };
 #[cfg(feature = "rules")]
 pub(crate) use problem::problem;

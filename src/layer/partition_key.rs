@@ -53,6 +53,17 @@ impl PartitionKey {
         PartitionKey { secret }
     }
 
+    /// `key` as log lines show it: the partition key `pk` would send (with
+    /// `pk`'s secret when one is set, else the process's random one), so
+    /// that a line can be matched with what a client was sent, and never
+    /// the key itself.
+    pub(crate) fn logged(pk: Option<&PartitionKey>, key: &str) -> String {
+        match pk {
+            Some(pk) => pk.of(key),
+            None => PartitionKey::random().of(key),
+        }
+    }
+
     /// `key`'s partition key as an RFC 9651 Byte Sequence: `:<base64>:`.
     pub(crate) fn of(&self, key: &str) -> String {
         let mut hasher = SipHasher24::new_with_key(&self.secret);

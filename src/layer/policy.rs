@@ -9,12 +9,12 @@ use http::request::Parts;
 
 use super::count_status::CountStatus;
 use super::headers::{Headers, PolicyHeader, policy_header};
-use super::held::Charge;
+use super::held::Settlement;
 use super::problem::problem;
 use super::protect::{Admission, Protection};
 use super::respond::ResponsePolicy;
 use super::verdict::Verdict;
-use crate::backend::{Backend, BackendError, BackendErrorKind};
+use crate::backend::{Backend, BackendError, BackendErrorKind, Reserved};
 use crate::decision::Decision;
 use crate::key::{Key, KeyError, KeyExtractor};
 use crate::limiter::{Error, Limiter};
@@ -116,27 +116,34 @@ pub(crate) async fn check_within<B: Backend>(
     within(limiter, timeout, check).await
 }
 
-/// A response-aware limit's look before the request, within `timeout`:
-/// refused if the counted limit is already reached, spending nothing. The
-/// look is made at cost 0, so its headers say what is left now; only a look
-/// that shows too little is repeated with the cost, for the refusal's
-/// Retry-After (or a pass that a soft or shadow quota allows).
-pub(crate) async fn look_within<B: Backend>(
+/// A response-aware limit's reservation before the request, within
+/// `timeout`: spent now, settled once the response is known (see
+/// [`Limit::settlement`]).
+pub(crate) async fn reserve_within<B: Backend>(
     limiter: &Limiter<B>,
     key: &Key,
     cost: u64,
     timeout: Duration,
     room: bool,
-) -> Result<Decision, Error> {
-    let peek = |cost| {
-        let ask = limiter.peek_with_room(key.as_str(), cost, room);
-        within(limiter, timeout, ask)
-    };
-    match peek(0).await {
-        Ok(now) if now.quotas().iter().all(|q| q.remaining() >= cost) => Ok(now),
-        Ok(_) => peek(cost).await,
-        Err(error) => Err(error),
-    }
+) -> Result<Reserved, Error> {
+    let reserve = limiter.reserve_with_room(key.as_str(), cost, room);
+    let started = crate::clock::Stopwatch::start();
+    tokio::time::timeout(timeout, reserve)
+        .await
+        .unwrap_or_else(|_| {
+            // The reservation was dropped before it could count itself. If
+            // the store had spent it already, it stays spent: the strict
+            // side.
+            limiter.metrics().decided(&Err::<Decision, ()>(()), started);
+            Err(timed_out(timeout))
+        })
+}
+
+fn timed_out(timeout: Duration) -> Error {
+    Error::Backend(BackendError::new(
+        BackendErrorKind::Timeout,
+        format!("no answer within {timeout:?}"),
+    ))
 }
 
 /// `ask` within `timeout`; a timeout is a backend error, counted as an
@@ -150,10 +157,7 @@ async fn within<B: Backend>(
     tokio::time::timeout(timeout, ask)
         .await
         .unwrap_or_else(|_| {
-            let outcome = Err(Error::Backend(BackendError::new(
-                BackendErrorKind::Timeout,
-                format!("no answer within {timeout:?}"),
-            )));
+            let outcome = Err(timed_out(timeout));
             // The check was dropped before it could count itself.
             limiter.metrics().decided(&outcome, started);
             outcome
@@ -186,42 +190,61 @@ impl<B> Limit<B> {
         self.elastic && protect.room()
     }
 
-    /// Charges `cost` to `key` once the response is known, if its status is
-    /// one of `counts`; yields the headers of that charge's decision (none
-    /// when it failed or was refused: the headers sent stay those of the
-    /// look before the request). `room` is the look's.
-    pub(crate) fn charge(
+    /// Settles `reserved`, spent for `key` and `cost`, once the response is
+    /// known: kept if its status is one of `counts`, else given back within
+    /// `timeout`, and the response then says what is left. Dropped
+    /// unsettled (the response never came), it is kept.
+    pub(crate) fn settlement(
         self: Arc<Self>,
         respond: &ResponsePolicy,
         counts: &CountStatus,
         key: Key,
         cost: u64,
+        reserved: Reserved,
         timeout: Duration,
-        room: bool,
-    ) -> Charge
+    ) -> Settlement
     where
         B: Backend,
     {
         let limit = self;
-        let respond = respond.clone();
-        let counts = counts.clone();
+        let (respond, counts) = (respond.clone(), counts.clone());
         Box::new(move |status| {
-            if !counts.contains(status) {
+            if counts.contains(status) || !reserved.decision().allowed() {
                 return None;
             }
             Some(Box::pin(async move {
-                match check_within(&limit.limiter, &key, cost, timeout, room).await {
-                    Ok(decision) if decision.allowed() => {
-                        Some(respond.headers(&limit.policy_header, &key, &decision, None))
-                    }
-                    Ok(_) => None,
-                    Err(error) => {
-                        tracing::warn!(key = %key, %error, "could not charge a counted response");
-                        None
-                    }
-                }
+                let left = limit.give_back(&key, cost, &reserved, timeout).await?;
+                Some(respond.headers(&limit.policy_header, &key, &left, None))
             }))
         })
+    }
+
+    /// Gives back `reserved` within `timeout`: what is left then. A
+    /// failure is logged, and the units stay spent: the strict side.
+    pub(crate) async fn give_back(
+        &self,
+        key: &Key,
+        cost: u64,
+        reserved: &Reserved,
+        timeout: Duration,
+    ) -> Option<Decision>
+    where
+        B: Backend,
+    {
+        let back = self
+            .limiter
+            .give_back_reserved(key.as_str(), cost, reserved);
+        let error = match tokio::time::timeout(timeout, back).await {
+            Ok(Ok(left)) => return Some(left),
+            Ok(Err(error)) => error,
+            Err(_) => timed_out(timeout),
+        };
+        // Not the key: it may be a credential (an API key header).
+        tracing::warn!(
+            error = error.to_string().as_str(),
+            "could not give back a reservation; it stays spent"
+        );
+        None
     }
 
     /// What becomes of a request given the limiter's answer.
@@ -247,7 +270,8 @@ pub struct LimitPolicy<B, K> {
     pub(crate) timeout: Duration,
     pub(crate) max_key_len: usize,
     pub(crate) cost: Option<Arc<CostFn>>,
-    /// Response-aware: charge only responses with these statuses.
+    /// Response-aware: reserve before the request, keep only for responses
+    /// with these statuses.
     pub(crate) count_status: Option<CountStatus>,
     pub(crate) protect: Protection,
     /// Whether a passed request carries its decision in its extensions.
@@ -307,7 +331,7 @@ impl<B, K> sealed::Sealed for LimitPolicy<B, K> {}
 
 impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
     fn decide_now(&self, parts: &Parts) -> Option<Verdict> {
-        // A response-aware limit looks first and charges later, both awaited.
+        // A response-aware limit reserves and settles, both awaited.
         let limit = self.limit.as_ref();
         let decides_now = limit.is_none_or(|l| l.limiter.backend().decides_now());
         if !decides_now || self.count_status.is_some() {
@@ -373,12 +397,24 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
             let verdict = self.judge(limit, &key, outcome);
             return self.protect.finish(admission, verdict);
         };
-        // Refused now if the counted limit is already reached; charged after
+        // Spent now, so requests in flight hold what they took; kept after
         // the response only if its status counts.
-        let outcome = look_within(&limit.limiter, &key, cost, self.timeout, room).await;
+        let reserved = reserve_within(&limit.limiter, &key, cost, self.timeout, room).await;
+        let (outcome, reserved) = match reserved {
+            Ok(reserved) => (Ok(reserved.decision().clone()), Some(reserved)),
+            Err(e) => (Err(e), None),
+        };
         let verdict = self.judge(limit, &key, outcome);
-        let charge = Arc::clone(limit).charge(&self.respond, counts, key, cost, self.timeout, room);
-        self.protect.finish(admission, verdict.charging(charge))
+        let verdict = match reserved {
+            Some(reserved) => {
+                let limit = Arc::clone(limit);
+                let respond = &self.respond;
+                let settle = limit.settlement(respond, counts, key, cost, reserved, self.timeout);
+                verdict.settling(settle)
+            }
+            None => verdict,
+        };
+        self.protect.finish(admission, verdict)
     }
 }
 

@@ -171,7 +171,12 @@ fn admit(
             headers: headers(in_use),
         }),
         Ok(Acquired::Full { in_use }) => {
-            tracing::debug!(key = %key, quota = quota.quota_name(), in_use, "too many requests at once");
+            tracing::debug!(
+                key = respond.logged_key(key).as_str(),
+                quota = quota.quota_name(),
+                in_use,
+                "too many requests at once"
+            );
             let response = match &respond.rejection {
                 Some(custom) => custom(&Rejection {
                     key,

@@ -110,9 +110,22 @@ pub(crate) struct ResponsePolicy {
     pub on_delay: OnDelay,
     pub rejection: Option<Arc<RejectFn>>,
     pub partition_key: Option<PartitionKey>,
+    /// Log lines show client keys as they are, not hashed.
+    pub log_raw_keys: bool,
 }
 
 impl ResponsePolicy {
+    /// `key` as log lines show it: a keyed hash by default (see
+    /// [`PartitionKey::logged`]), the key itself when asked for. Given to
+    /// `tracing` as a `&str`, which its formatters quote and escape, so a
+    /// key cannot pose as other fields.
+    pub(crate) fn logged_key(&self, key: &Key) -> String {
+        if self.log_raw_keys {
+            return key.as_str().to_owned();
+        }
+        PartitionKey::logged(self.partition_key.as_ref(), key.as_str())
+    }
+
     /// Turns the limiter's answer into what happens to the request. The one
     /// place that decides, whatever the policy and path. `policy_header` is
     /// `quotas`' `RateLimit-Policy`, made once by the caller.
@@ -129,7 +142,11 @@ impl ResponsePolicy {
         };
         if decision.allowed() {
             if decision.exceeded() {
-                tracing::info!(key = %key, set = quotas.name(), "shadow quota would have refused the request");
+                tracing::info!(
+                    key = self.logged_key(key).as_str(),
+                    set = quotas.name(),
+                    "shadow quota would have refused the request"
+                );
             }
             let delay = decision.delay();
             if delay.is_zero() || self.on_delay == OnDelay::Wait {
@@ -150,7 +167,7 @@ impl ResponsePolicy {
                 quotas,
             },
         };
-        tracing::debug!(key = %key, violated = ?rejection.violated(), "rate limited");
+        tracing::debug!(key = self.logged_key(key).as_str(), violated = ?rejection.violated(), "rate limited");
         let response = match &self.rejection {
             Some(respond) => respond(&rejection),
             None => {
@@ -195,7 +212,11 @@ impl ResponsePolicy {
             // as a client can repeat it.
             static TOO_COSTLY: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
             if let Some(more) = TOO_COSTLY.admit() {
-                tracing::warn!(key = %key, %error, "request refused: it costs more than a quota can ever admit{more}");
+                tracing::warn!(
+                    key = self.logged_key(key).as_str(),
+                    error = error.to_string().as_str(),
+                    "request refused: it costs more than a quota can ever admit{more}"
+                );
             }
             let detail = format!("{error}.");
             return Verdict::respond(problem(
@@ -207,7 +228,13 @@ impl ResponsePolicy {
         }
         static UNDECIDED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
         if let Some(more) = UNDECIDED.admit() {
-            tracing::warn!(key = %key, %error, policy = ?self.on_backend_error, "rate limiter could not decide{more}")
+            // The error as a quoted string: it may carry a Redis reply.
+            tracing::warn!(
+                key = self.logged_key(key).as_str(),
+                error = error.to_string().as_str(),
+                policy = ?self.on_backend_error,
+                "rate limiter could not decide{more}"
+            )
         }
         match self.on_backend_error {
             OnBackendError::Allow => Verdict::pass(Headers::new()),
@@ -229,4 +256,25 @@ pub(crate) fn with_headers(mut response: Response<Bytes>, headers: Headers) -> R
         }
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logged_keys_are_the_partition_key_unless_raw_keys_are_asked_for() {
+        let key = Key::from("key:sk_live_SECRET123".to_owned());
+        let mut respond = ResponsePolicy::default();
+        assert_eq!(
+            respond.logged_key(&key),
+            PartitionKey::random().of(key.as_str())
+        );
+        let pk = PartitionKey::with_secret([7; 16]);
+        respond.partition_key = Some(pk.clone());
+        assert_eq!(respond.logged_key(&key), pk.of(key.as_str()));
+        assert!(!respond.logged_key(&key).contains("SECRET"));
+        respond.log_raw_keys = true;
+        assert_eq!(respond.logged_key(&key), key.as_str());
+    }
 }

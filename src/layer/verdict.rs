@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::Response;
 
 use super::headers::Headers;
-use super::held::{Charge, Held};
+use super::held::{Held, Settlement};
 use crate::decision::Decision;
 
 /// What becomes of a request: pass it on (maybe after a delay, adding
@@ -21,7 +21,7 @@ pub(crate) enum VerdictKind {
     Pass {
         headers: Headers,
         delay: Duration,
-        /// The charge and what is held until the response is over.
+        /// The settlement and what is held until the response is over.
         held: Option<Box<Held>>,
     },
     /// Boxed: a response inline would make every verdict larger.
@@ -52,10 +52,11 @@ impl Verdict {
         })
     }
 
-    /// This verdict, charging `charge` after the response if it passes.
-    pub(crate) fn charging(mut self, charge: Charge) -> Self {
+    /// This verdict, settling `settle` after the response if it passes
+    /// (a refusal drops it: the caller gives back what it reserved).
+    pub(crate) fn settling(mut self, settle: Settlement) -> Self {
         if let VerdictKind::Pass { held, .. } = &mut self.0 {
-            held.get_or_insert_default().charge = Some(charge);
+            held.get_or_insert_default().settle = Some(settle);
         }
         self
     }

@@ -6,10 +6,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::HeaderName;
+use http::header::HOST;
+
 use super::backend::{AnyBackend, with_slots};
 use super::error::RulesError;
+use super::host::normalize_host;
 use super::key_part::KeyPart;
-use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RuleConfig, RulesFile};
+use super::model::{BackendConfig, ClientIpConfig, MatchConfig, MethodName, RuleConfig, RulesFile};
 use super::names::MatchMode;
 use crate::key::{ClientIp, ExtensionKey, GlobalKey, HeaderKey, KeyExtractor, PeerIp, UserId};
 use crate::layer::{
@@ -34,6 +38,12 @@ pub(super) struct Compiled {
     /// Load shedding and the measured load, from the `shedding:` section.
     pub protect: Protection,
     pub rules: Vec<Rule>,
+    /// The request headers some rule reads one value of (`Host`, match and
+    /// key headers): a request sending one of them twice is refused.
+    pub single_headers: Vec<HeaderName>,
+    /// Whether some rule matches the host: then a request naming a host
+    /// with no normal form is refused.
+    pub host_rules: bool,
 }
 
 /// One rule, ready to decide.
@@ -74,8 +84,14 @@ impl Compiled {
         let backend_config = backend_override.unwrap_or(&file.backend).clone();
         let backend = match old {
             Some(old) if old.backend_config == backend_config => old.backend.clone(),
-            _ => AnyBackend::from_config(&backend_config).map_err(error)?,
+            _ => AnyBackend::from_config(&backend_config, path).map_err(error)?,
         };
+        for (list, name) in [(&file.deny, "deny"), (&file.allow, "allow")] {
+            list.keys
+                .iter()
+                .try_for_each(|k| listed_key(k, name))
+                .map_err(error)?;
+        }
         let client_ip = client_ip(&file.client_ip).map_err(error)?;
         let peer_ip = PeerIp::new().ipv6_prefix(file.client_ip.ipv6_prefix);
         let protect = protection(&file, old).map_err(error)?;
@@ -93,11 +109,15 @@ impl Compiled {
             };
             check_limited(rc).map_err(error)?;
             let mut rule = rule(rc, &backend, &parts).map_err(error)?;
-            rule.concurrency = concurrency(rc, old, &protect, &backend_config).map_err(error)?;
+            rule.concurrency =
+                concurrency(rc, old, &protect, &backend_config, path).map_err(error)?;
             check_elastic(rc, &protect).map_err(error)?;
             rules.push(rule);
         }
+        let (single_headers, host_rules) = super::host::single_headers(&file);
         Ok(Compiled {
+            single_headers,
+            host_rules,
             respond: ResponsePolicy {
                 header_style: file.headers.0,
                 on_backend_error: file.on_backend_error.0,
@@ -115,6 +135,29 @@ impl Compiled {
             file,
         })
     }
+}
+
+/// Refuses a listed key that no rule could ever build: keys are written as
+/// built (`key:<header value>`, `user:<id>`, `ip:<address>`, `route:...`,
+/// `global`, parts joined by `|`), and a bare `revoked` would pass a check
+/// of the file yet never deny anything.
+fn listed_key(key: &str, list: &str) -> Result<(), String> {
+    const BUILT: [&str; 4] = ["key:", "user:", "ip:", "route:"];
+    let first = key.split('|').next().unwrap_or_default();
+    if first == "global" || BUILT.iter().any(|p| first.starts_with(p)) {
+        return Ok(());
+    }
+    // Shortened: a listed key may be a live API key, and this message may
+    // be logged (a reload's error).
+    let mut shown: String = key.chars().take(4).collect();
+    if shown.len() < key.len() {
+        shown.push('…');
+    }
+    Err(format!(
+        "{list}: keys: {shown:?} can never match: keys are written as they are built, \
+         such as \"key:{shown}\" (an API key header's value), \"user:{shown}\" or \"ip:{shown}\" \
+         (shortened here)"
+    ))
 }
 
 /// The most proxies a forwarding header is read through: longer chains are
@@ -201,7 +244,7 @@ fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<R
         .unwrap_or_else(|| format!("rule {name}"));
     Ok(Rule {
         name: name.clone(),
-        matches: rc.matches.clone(),
+        matches: matches(rc)?,
         key: rc
             .key
             .0
@@ -254,6 +297,7 @@ fn concurrency(
     old: Option<&Compiled>,
     file: &Protection,
     backend: &BackendConfig,
+    path: Option<&Path>,
 ) -> Result<Option<Protection>, String> {
     let Some(c) = &rc.concurrency else {
         return Ok(None);
@@ -289,7 +333,7 @@ fn concurrency(
         .and_then(|r| r.concurrency.as_ref()?.concurrency.clone());
     let quota = match kept {
         Some(kept) => kept,
-        None => with_slots(backend, name, quota)?,
+        None => with_slots(backend, path, name, quota)?,
     };
     Ok(Some(Protection {
         concurrency: Some(quota),
@@ -377,5 +421,109 @@ fn check_cost(rc: &RuleConfig, quotas: &[Quota], whose: &str) -> Result<(), Stri
             q.max_cost()
         ))),
         _ => Ok(()),
+    }
+}
+
+/// A rule's `match` as requests are compared with it: a GET rule covers
+/// HEAD (servers answer HEAD with the GET handler), and a `host` value is
+/// in its normal form.
+fn matches(rc: &RuleConfig) -> Result<MatchConfig, String> {
+    let mut m = rc.matches.clone();
+    let has = |m: &MatchConfig, method| m.methods.iter().any(|x| x.0 == method);
+    if has(&m, http::Method::GET) && !has(&m, http::Method::HEAD) {
+        m.methods.push(MethodName(http::Method::HEAD));
+    }
+    for h in m.headers.iter_mut().filter(|h| h.name.0 == HOST) {
+        if let Some(value) = &h.value {
+            h.value = Some(normalize_host(value).ok_or_else(|| {
+                rc.name.error(format_args!(
+                    "rule {}: {value:?} is not a host name (with a port if not 80)",
+                    rc.name.value.0
+                ))
+            })?);
+        }
+    }
+    Ok(m)
+}
+
+impl super::Rules {
+    /// Whether `ip` is in the file's `client_ip.trusted_proxies` (as now in
+    /// force): a proxy whose connections carry many clients, which the
+    /// `tollgate` gateway does not cap per address.
+    pub fn is_trusted_proxy(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        let compiled = self.inner.current.load();
+        (compiled.file.client_ip.trusted_proxies.iter()).any(|net| net.0.contains(&ip))
+    }
+
+    /// For each rule whose leaky-bucket quota can delay a request, in file
+    /// order, the name and the longest it may hold one before passing it on
+    /// (its queue full ahead of it): what the `tollgate` gateway compares
+    /// with its idle timeout, since a client or proxy may give up first.
+    pub fn longest_delays(&self) -> Vec<(String, Duration)> {
+        let compiled = self.inner.current.load();
+        (compiled.rules.iter())
+            .filter_map(|rule| {
+                let limits = rule.limit.iter().chain(rule.overrides.values());
+                let longest = limits
+                    .flat_map(|l| l.limiter.quotas().quotas())
+                    .filter_map(|q| longest_delay(q, rule.cost))
+                    .max()?;
+                Some((rule.name.clone(), longest))
+            })
+            .collect()
+    }
+}
+
+/// The delay a leaky bucket gives a request of `cost` that finds its queue
+/// full but for it: one interval (`period / limit`) per unit ahead.
+fn longest_delay(q: &Quota, cost: u64) -> Option<Duration> {
+    if q.algorithm() != crate::Algorithm::LeakyBucket {
+        return None;
+    }
+    let ahead = q.max_cost().saturating_sub(cost);
+    if ahead == 0 {
+        return None;
+    }
+    let micros = q.period().as_micros() * u128::from(ahead) / u128::from(q.limit().max(1));
+    Some(Duration::from_micros(
+        u64::try_from(micros).unwrap_or(u64::MAX),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rules::Rules;
+
+    const RULES: &str = "rules:\n  - name: api\n    key: header:x-api-key\n    quotas: [{ name: q, algorithm: gcra, limit: 5, period: 1m }]\n";
+
+    #[test]
+    fn a_listed_key_no_rule_could_build_is_refused_with_its_spelling() {
+        let err = Rules::parse(&format!("deny: {{ keys: [\"revoked\"] }}\n{RULES}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("deny: keys: \"revo…\" can never match"),
+            "{err}"
+        );
+        assert!(err.contains("\"key:revo…\""), "{err}");
+        assert!(!err.contains("revoked"), "the key is shortened: {err}");
+        let err = Rules::parse(&format!("allow: {{ keys: [\"vip\"] }}\n{RULES}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("allow: keys: \"vip\" can never match"),
+            "{err}"
+        );
+        for good in [
+            "key:revoked",
+            "user:7",
+            "ip:192.0.2.1",
+            "global",
+            "key:a|ip:192.0.2.1",
+        ] {
+            let yaml = format!("deny: {{ keys: [\"{good}\"] }}\n{RULES}");
+            assert!(Rules::parse(&yaml).is_ok(), "{good}");
+        }
     }
 }

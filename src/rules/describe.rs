@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::model::{BackendConfig, RulesFile};
+use super::model::{BackendConfig, RedisUrl, RulesFile};
 use super::names::{Case, MatchMode, RedisFailure, TrailingSlash};
 use crate::layer::{HeaderStyle, OnBackendError, OnMissingKey, Priority};
 use crate::quota::{Mode, Quota};
@@ -16,6 +16,9 @@ impl fmt::Display for RulesFile {
             }
             BackendConfig::Redis {
                 url,
+                cluster,
+                sentinel,
+                tls,
                 prefix,
                 timeout,
                 on_failure,
@@ -25,10 +28,38 @@ impl fmt::Display for RulesFile {
                     RedisFailure::Error => "fail",
                     RedisFailure::Memory => "decide in memory",
                 };
+                // URLs show through their Display, which hides passwords.
+                let list = |urls: &[RedisUrl]| {
+                    urls.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let place = match (url, cluster, sentinel) {
+                    (Some(url), _, _) => format!("redis at {}", url.value),
+                    (_, Some(nodes), _) => format!("redis cluster at {}", list(&nodes.value)),
+                    (_, _, Some(s)) => format!(
+                        "redis sentinel master {:?} via {}",
+                        s.value.master,
+                        list(&s.value.urls)
+                    ),
+                    (None, None, None) => "redis".to_owned(),
+                };
+                let file = |f: &Option<super::at::At<std::path::PathBuf>>| {
+                    f.as_ref().map(|f| f.value.display().to_string())
+                };
+                let tls = match (file(&tls.ca_file), file(&tls.cert_file)) {
+                    (None, None) => String::new(),
+                    (ca, cert) => format!(
+                        "; TLS CA: {}, client certificate: {}",
+                        ca.as_deref().unwrap_or("public roots"),
+                        cert.as_deref().unwrap_or("none")
+                    ),
+                };
                 writeln!(
                     f,
-                    "backend: redis at {}, key prefix {prefix:?}; if Redis takes over {:?} or fails: {failure}; leases: {}",
-                    url.value, timeout.0, lease.value.0
+                    "backend: {place}, key prefix {prefix:?}; if Redis takes over {:?} or fails: {failure}; leases: {}{tls}",
+                    timeout.0, lease.value.0
                 )?
             }
         }

@@ -25,7 +25,8 @@
 //! the rules in file order: the first that matches applies (`matching:
 //! first`, the default), or every one that matches (`matching: all`), in
 //! which case a request refused by a later rule has still spent from the
-//! earlier ones. A request no rule matches is not limited.
+//! earlier ones (but for what `count_status` rules reserved: that goes
+//! back). A request no rule matches is not limited.
 //!
 //! Rules match the request path in its normal form ([`normalize_path`]), so
 //! `//users/1` and `/x/../%75sers/1` meet the rule for `/users/{id}`; a path
@@ -39,6 +40,7 @@ mod backend;
 mod compile;
 mod describe;
 mod error;
+mod host;
 mod key_part;
 mod model;
 mod names;
@@ -48,23 +50,27 @@ mod period;
 mod plan;
 mod quotas;
 mod response;
+mod watch;
 
 use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use http::request::Parts;
 
-pub use backend::AnyBackend;
+pub use backend::{AnyBackend, RedisTarget};
 pub use error::RulesError;
+pub use host::normalize_host;
 pub use path::{PathError, normalize_path};
+pub use watch::MAX_RULES_FILE_BYTES;
 
 use crate::backend::Backend;
 use crate::layer::{Admission, Headers, Policy, Protection, Verdict};
-use crate::layer::{Sealed, check_within, look_within};
+use crate::layer::{Sealed, check_within, reserve_within};
 use compile::Compiled;
 use model::{BackendConfig, RulesFile};
 
@@ -82,7 +88,17 @@ struct Inner {
     path: Option<PathBuf>,
     /// A backend chosen outside the file (`tollgate serve --redis URL`).
     backend_override: Option<BackendConfig>,
-    last_text: Mutex<String>,
+    /// The version in force.
+    last: Mutex<Version>,
+    /// Whether log lines show client keys as they are (see
+    /// [`Rules::log_raw_keys`]); kept here so that every reload keeps it.
+    raw_keys_logged: AtomicBool,
+}
+
+/// The text in force, and the stamp of the file it was read from.
+struct Version {
+    text: String,
+    stamp: Option<watch::Stamp>,
 }
 
 impl fmt::Debug for Rules {
@@ -97,14 +113,15 @@ impl fmt::Debug for Rules {
 impl Rules {
     /// Rules from YAML text.
     pub fn parse(yaml: &str) -> Result<Self, RulesError> {
-        Rules::build(yaml, None, None)
+        Rules::build(yaml.to_owned(), None, None)
     }
 
-    /// Rules from a file.
+    /// Rules from a file. It must be a regular file (not a FIFO, a device
+    /// or a directory) of at most [`MAX_RULES_FILE_BYTES`].
     pub fn load(path: impl AsRef<Path>) -> Result<Self, RulesError> {
         let path = path.as_ref();
-        let text = read(path)?;
-        Rules::build(&text, Some(path), None)
+        let (text, stamp) = read(path)?;
+        Rules::build(text, Some((path, stamp)), None)
     }
 
     /// Rules from a file, with the backend replaced by Redis at `url`
@@ -121,38 +138,87 @@ impl Rules {
         url: &str,
         lease: &str,
     ) -> Result<Self, RulesError> {
+        Rules::load_with_redis_target(path, &RedisTarget::url(url).lease(lease))
+    }
+
+    /// Rules from a file, with the backend replaced by the Redis `target`
+    /// names (one server, a cluster or Sentinel's master) whatever the file
+    /// says.
+    pub fn load_with_redis_target(
+        path: impl AsRef<Path>,
+        target: &RedisTarget,
+    ) -> Result<Self, RulesError> {
         let path = path.as_ref();
-        let text = read(path)?;
-        let config = BackendConfig::Redis {
-            url: at::At::unplaced(url.to_owned()),
-            prefix: "tollgate:".into(),
-            timeout: model::default_redis_timeout(),
-            on_failure: Default::default(),
-            lease: at::At::unplaced(names::LeaseText(lease.to_owned())),
-        };
-        Rules::build(&text, Some(path), Some(config))
+        let (text, stamp) = read(path)?;
+        Rules::build(text, Some((path, stamp)), Some(target.config.clone()))
     }
 
     fn build(
-        text: &str,
-        path: Option<&Path>,
+        text: String,
+        from: Option<(&Path, watch::Stamp)>,
         backend_override: Option<BackendConfig>,
     ) -> Result<Self, RulesError> {
-        let file = parse(text, path)?;
+        let path = from.map(|(path, _)| path);
+        let file = parse(&text, path)?;
         let compiled = Compiled::new(file, None, backend_override.as_ref(), path)?;
+        crate::metrics::rules_registered();
         Ok(Rules {
             inner: Arc::new(Inner {
                 current: ArcSwap::from_pointee(compiled),
                 path: path.map(Path::to_path_buf),
                 backend_override,
-                last_text: Mutex::new(text.to_owned()),
+                last: Mutex::new(Version {
+                    text,
+                    stamp: from.map(|(_, stamp)| stamp),
+                }),
+                raw_keys_logged: AtomicBool::new(false),
             }),
         })
     }
 
+    /// Writes client keys as they are in this policy's log lines (a backend
+    /// failure, a shadow quota's refusal), from now on and after every
+    /// reload. By default a line shows a keyed hash of the key instead (the
+    /// one [`partition_key`](crate::layer::RateLimitLayerBuilder::partition_key)
+    /// sends as `pk`, with the file's `partition_key` secret if it sets one):
+    /// keys are often API keys or addresses, which logs should not hold.
+    /// Either way the value is quoted, so a key cannot pose as other fields.
+    pub fn log_raw_keys(self, raw: bool) -> Self {
+        if self.inner.raw_keys_logged.swap(raw, Ordering::Relaxed) == raw {
+            return self;
+        }
+        // The rules in force were compiled with the old setting: compile
+        // them again (from the same text, so every quota keeps its
+        // counters). That text compiled before, so this fails only if
+        // something outside it changed; the new setting then waits for
+        // the next reload.
+        let last = crate::sync::lock(&self.inner.last);
+        let path = self.inner.path.as_deref();
+        if let Ok(file) = parse(&last.text, path) {
+            if let Ok(compiled) = self.compile(file, path) {
+                self.inner.current.store(Arc::new(compiled));
+            }
+        }
+        drop(last);
+        self
+    }
+
+    /// Compiles `file` over the rules in force, with this handle's settings.
+    fn compile(&self, file: RulesFile, path: Option<&Path>) -> Result<Compiled, RulesError> {
+        let old = self.inner.current.load_full();
+        let mut compiled =
+            Compiled::new(file, Some(&old), self.inner.backend_override.as_ref(), path)?;
+        compiled.respond.log_raw_keys = self.inner.raw_keys_logged.load(Ordering::Relaxed);
+        Ok(compiled)
+    }
+
     /// The rules in force, described in words (what `tollgate check` prints).
     pub fn describe(&self) -> String {
-        self.inner.current.load().file.to_string()
+        let current = self.inner.current.load();
+        // The backend in force: a command line's Redis replaces the file's.
+        let mut file = current.file.clone();
+        file.backend = current.backend_config.clone();
+        file.to_string()
     }
 
     /// The backend in force.
@@ -160,56 +226,64 @@ impl Rules {
         self.inner.current.load().backend.clone()
     }
 
-    /// Reads the file again. A valid new version takes effect at once;
-    /// quotas that did not change keep their counters (the backend is kept
-    /// when its settings did not change). An invalid version changes nothing
-    /// and is returned as the error. Returns whether anything changed.
+    /// Reads the file again, at once and with blocking calls (as
+    /// [`load`](Rules::load) does, with the same checks). A valid new
+    /// version takes effect at once; quotas that did not change keep their
+    /// counters (the backend is kept when its settings did not change). An
+    /// invalid version changes nothing and is returned as the error.
+    /// Returns whether anything changed.
     pub fn reload(&self) -> Result<bool, RulesError> {
         let Some(path) = &self.inner.path else {
             return Ok(false);
         };
-        let text = read(path)?;
-        let mut last = crate::sync::lock(&self.inner.last_text);
-        if *last == text {
+        let (text, stamp) = read(path)?;
+        self.apply(path, text, Some(stamp))
+    }
+
+    /// Puts `text`, read from `path`, in force unless it is the text in
+    /// force already; returns whether it changed the rules.
+    fn apply(
+        &self,
+        path: &Path,
+        text: String,
+        stamp: Option<watch::Stamp>,
+    ) -> Result<bool, RulesError> {
+        let mut last = crate::sync::lock(&self.inner.last);
+        if last.text == text {
+            last.stamp = stamp;
             return Ok(false);
         }
-        let file = parse(&text, Some(path))?;
-        let old = self.inner.current.load_full();
-        let compiled = Compiled::new(
-            file,
-            Some(&old),
-            self.inner.backend_override.as_ref(),
-            Some(path),
-        )?;
+        let compiled = parse(&text, Some(path)).and_then(|file| self.compile(file, Some(path)));
+        let compiled = match compiled {
+            Ok(compiled) => compiled,
+            Err(error) => {
+                crate::metrics::rules_reloaded("invalid");
+                return Err(error);
+            }
+        };
         self.inner.current.store(Arc::new(compiled));
-        *last = text;
+        *last = Version { text, stamp };
+        crate::metrics::rules_reloaded("applied");
         Ok(true)
     }
 
     /// Checks the file for changes every `every` (from a tokio task) and
     /// reloads it, logging what happened; an invalid version leaves the old
-    /// rules in force. The task ends when every handle to these rules is
+    /// rules in force, and so does a path that is not a regular file or a
+    /// file over [`MAX_RULES_FILE_BYTES`]. The file is read only when its
+    /// size, modification time or inode changed, and reading and parsing
+    /// happen off the runtime's workers (on its blocking threads).
+    ///
+    /// A new version applies only once it has stayed the same for one
+    /// whole `every`: a file rewritten in place is seen half-written
+    /// between writes, and a half-written rules file is often valid YAML
+    /// with fewer limits. A writer that pauses for longer than `every` can
+    /// still be caught midway: write a temporary file in the same
+    /// directory and rename it over the rules file, which swaps the whole
+    /// file at once. The task ends when every handle to these rules is
     /// gone.
     pub fn watch(&self, every: Duration) -> tokio::task::JoinHandle<()> {
-        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
-            let errors = crate::log_limit::LogLimit::new();
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(inner) = weak.upgrade() else { return };
-                match (Rules { inner }).reload() {
-                    Ok(true) => tracing::info!("rules reloaded"),
-                    Ok(false) => {}
-                    Err(error) => {
-                        if let Some(more) = errors.admit() {
-                            tracing::error!(%error, "rules file invalid; keeping the rules in force{more}")
-                        }
-                    }
-                }
-            }
-        })
+        watch::spawn(self, every)
     }
 }
 
@@ -241,9 +315,8 @@ impl std::fmt::Display for DurationError {
 
 impl std::error::Error for DurationError {}
 
-fn read(path: &Path) -> Result<String, RulesError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| RulesError::new(Some(path), format!("cannot read the rules file: {e}")))
+fn read(path: &Path) -> Result<(String, watch::Stamp), RulesError> {
+    watch::read(path).inspect_err(|_| crate::metrics::rules_reloaded("refused"))
 }
 
 fn parse(text: &str, path: Option<&Path>) -> Result<RulesFile, RulesError> {
@@ -305,7 +378,7 @@ impl Policy for Rules {
                 limit
                     .limiter
                     .check_now_with_room(check.key.as_str(), check.cost, room)?;
-            verdict = compiled.add(verdict, &check, limit, outcome, room);
+            verdict = compiled.add(verdict, &check, limit, outcome, None);
             if verdict.is_response() {
                 break;
             }
@@ -335,16 +408,28 @@ impl Policy for Rules {
                 }
             }
             let mut verdict = Verdict::pass(Headers::new());
+            // Reservations made so far, given back if a later rule refuses:
+            // a request answered here was never served.
+            let mut reserved = smallvec::SmallVec::<[_; 1]>::new();
+            let timeout = compiled.timeout;
             for check in checks {
                 let Some(limit) = check.limit else { continue };
                 let room = limit.room(&compiled.protect);
                 let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
-                let outcome = match check.count_status {
-                    Some(_) => look_within(limiter, key, cost, compiled.timeout, room).await,
-                    None => check_within(limiter, key, cost, compiled.timeout, room).await,
+                let (outcome, settle) = match check.count_status {
+                    Some(counts) => {
+                        let made = reserve_within(limiter, key, cost, timeout, room).await;
+                        let (outcome, settle, made) = compiled.settle(&check, limit, counts, made);
+                        reserved.extend(made.map(|made| (limit, key.clone(), cost, made)));
+                        (outcome, settle)
+                    }
+                    None => (check_within(limiter, key, cost, timeout, room).await, None),
                 };
-                verdict = compiled.add(verdict, &check, limit, outcome, room);
+                verdict = compiled.add(verdict, &check, limit, outcome, settle);
                 if verdict.is_response() {
+                    for (limit, key, cost, made) in &reserved {
+                        limit.give_back(key, *cost, made, timeout).await;
+                    }
                     break;
                 }
             }

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
 use super::names::{Case, TrailingSlash};
-use super::path::normalize_path;
+use super::path::{escape_raw, normalize_pattern};
 
 /// How a rule compares paths: its `trailing_slash` and `case` settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,14 +36,18 @@ impl Compare {
     }
 }
 
-/// Checks that a pattern or prefix is written in the form paths are matched
-/// in, so that it can match at all.
-fn check_normal(what: &str, text: &str) -> Result<(), String> {
+/// A pattern or prefix in the form paths are matched in, so that it can
+/// match at all. Bytes a path may not hold raw (`é`, `"`) are accepted and
+/// stored escaped, so that `/caf\u{e9}` and `/caf%C3%A9` mean the same;
+/// any other spelling the normal form would change (`//`, `%75`, `;x`) is
+/// an error that says what to write.
+fn canonical(what: &str, text: &str) -> Result<String, String> {
     if !text.starts_with('/') {
         return Err(format!("{what} {text:?} must start with /"));
     }
-    match normalize_path(text) {
-        Ok(normal) if normal == text => Ok(()),
+    let escaped = escape_raw(text);
+    match normalize_pattern(&escaped) {
+        Ok(normal) if normal == escaped => Ok(escaped.into_owned()),
         Ok(normal) => Err(format!(
             "{what} {text:?} can never match, as paths are normalised before matching; write {normal:?}"
         )),
@@ -69,7 +73,7 @@ pub(crate) enum Segment {
 
 impl PathPattern {
     pub(crate) fn parse(text: &str) -> Result<Self, String> {
-        check_normal("path pattern", text)?;
+        let text = canonical("path pattern", text)?;
         let mut segments = Vec::new();
         let parts: Vec<&str> = text[1..].split('/').collect();
         for (i, part) in parts.iter().enumerate() {
@@ -90,10 +94,7 @@ impl PathPattern {
             };
             segments.push(segment);
         }
-        Ok(PathPattern {
-            text: text.to_owned(),
-            segments,
-        })
+        Ok(PathPattern { text, segments })
     }
 
     /// Whether a normalised path matches.
@@ -150,14 +151,16 @@ impl PathPrefix {
 impl<'de> Deserialize<'de> for PathPrefix {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        check_normal("the path prefix", &s).map_err(de::Error::custom)?;
-        Ok(PathPrefix(s))
+        canonical("the path prefix", &s)
+            .map(PathPrefix)
+            .map_err(de::Error::custom)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules::normalize_path;
 
     const STRICT: Compare = Compare {
         trailing_slash: TrailingSlash::Strict,
@@ -205,5 +208,20 @@ mod tests {
         ] {
             assert!(PathPattern::parse(bad).is_err(), "{bad}");
         }
+        for bad in ["/login;jsessionid=1", "/a\\b", "/caf%c3%a9"] {
+            assert!(PathPattern::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn raw_and_encoded_spellings_of_a_pattern_are_one_pattern() {
+        let raw = PathPattern::parse("/caf\u{e9}/{id}").unwrap();
+        let encoded = PathPattern::parse("/caf%C3%A9/{id}").unwrap();
+        assert_eq!(raw, encoded);
+        assert_eq!(raw.text, "/caf%C3%A9/{id}");
+        let path = normalize_path("/caf\u{e9}/1").unwrap();
+        assert!(raw.matches(&path, STRICT) && encoded.matches("/caf%C3%A9/1", STRICT));
+        let prefix: PathPrefix = serde_saphyr::from_str("\"/\u{e9}t\u{e9}/\"").unwrap();
+        assert_eq!(prefix, PathPrefix("/%C3%A9t%C3%A9/".into()));
     }
 }

@@ -10,11 +10,15 @@ use smallvec::SmallVec;
 
 use super::backend::AnyBackend;
 use super::compile::{Compiled, Rule, RuleKey};
+use super::host::header_matches;
 use super::names::MatchMode;
 use super::path::normalize_path;
+use crate::backend::Reserved;
 use crate::decision::Decision;
 use crate::key::{Key, KeyError, peer_addr};
-use crate::layer::{CountStatus, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, admit_key, problem};
+use crate::layer::{
+    CountStatus, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Settlement, admit_key, problem,
+};
 use crate::layer::{Headers, Priority, Protection, Verdict};
 use crate::limiter::Error;
 
@@ -25,7 +29,8 @@ pub(super) struct RuleCheck<'a> {
     pub limit: Option<&'a Limit<AnyBackend>>,
     pub key: Key,
     pub cost: u64,
-    /// Response-aware: look now, charge these statuses after the response.
+    /// Response-aware: reserve now, keep for these statuses after the
+    /// response, give back for the others.
     pub count_status: Option<&'a CountStatus>,
     /// The rule's concurrency quota: a slot taken before any rate check.
     pub concurrency: Option<&'a Protection>,
@@ -47,6 +52,8 @@ impl Compiled {
         &'a self,
         parts: &Parts,
     ) -> Result<SmallVec<[RuleCheck<'a>; 2]>, Verdict> {
+        self.check_head(parts)
+            .map_err(|detail| refused(StatusCode::BAD_REQUEST, &detail))?;
         let path = normalize_path(parts.uri.path()).map_err(|e| {
             tracing::debug!(error = %e, "path refused");
             refused(
@@ -116,26 +123,45 @@ impl Compiled {
         Ok(checks)
     }
 
-    /// The verdict so far, with one more limit's decision judged and added
-    /// (`room`: whether elastic quotas could use their extra).
+    /// A response-aware check's reservation, `made`: its decision, how it
+    /// is settled once the response is known, and (when it spent) a copy
+    /// to give back should a later rule refuse the request.
+    pub(super) fn settle(
+        &self,
+        check: &RuleCheck<'_>,
+        limit: &Limit<AnyBackend>,
+        counts: &CountStatus,
+        made: Result<Reserved, Error>,
+    ) -> (
+        Result<Decision, Error>,
+        Option<Settlement>,
+        Option<Reserved>,
+    ) {
+        let made = match made {
+            Ok(made) => made,
+            Err(e) => return (Err(e), None, None),
+        };
+        let outcome = Ok(made.decision().clone());
+        let copy = made.decision().allowed().then(|| made.clone());
+        let (key, cost) = (check.key.clone(), check.cost);
+        let settle = Arc::new(limit.clone());
+        let settle = settle.settlement(&self.respond, counts, key, cost, made, self.timeout);
+        (outcome, Some(settle), copy)
+    }
+
+    /// The verdict so far, with one more limit's decision judged and added,
+    /// with the settlement of its reservation if it made one.
     pub(super) fn add(
         &self,
         verdict: Verdict,
         check: &RuleCheck<'_>,
         limit: &Limit<AnyBackend>,
         outcome: Result<Decision, Error>,
-        room: bool,
+        settle: Option<Settlement>,
     ) -> Verdict {
         let judged = limit.judge(&self.respond, &check.key, outcome);
-        let judged = match check.count_status {
-            Some(counts) => judged.charging(Arc::new(limit.clone()).charge(
-                &self.respond,
-                counts,
-                check.key.clone(),
-                check.cost,
-                self.timeout,
-                room,
-            )),
+        let judged = match settle {
+            Some(settle) => judged.settling(settle),
             None => judged,
         };
         verdict.and(judged)
@@ -158,14 +184,11 @@ impl Rule {
         let how = m.compare();
         m.path.as_ref().is_none_or(|p| p.matches(path, how))
             && m.prefix.as_ref().is_none_or(|p| p.matches(path, how))
-            && (m.methods.is_empty() || m.methods.iter().any(|x| x.0 == parts.method))
-            && m.headers
-                .iter()
-                .all(|h| match (parts.headers.get(&h.name.0), &h.value) {
-                    (Some(v), Some(want)) => v.as_bytes() == want.as_bytes(),
-                    (Some(_), None) => true,
-                    (None, _) => false,
-                })
+            // Methods are tokens, but `get` reaches many servers as GET.
+            && (m.methods.is_empty()
+                || (m.methods.iter())
+                    .any(|x| x.0.as_str().eq_ignore_ascii_case(parts.method.as_str())))
+            && m.headers.iter().all(|h| header_matches(parts, h))
     }
 
     fn key(&self, parts: &Parts) -> Result<Key, KeyError> {

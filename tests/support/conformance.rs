@@ -6,11 +6,12 @@
 
 #![allow(dead_code)]
 
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use tollgate::{
     Algorithm, Backend, Clock, Decision, Error, Limiter, ManualClock, MemoryBackend, Mode, Quota,
-    QuotaSet, Timestamp,
+    QuotaSet, Reservation, Timestamp,
 };
 
 pub const S: u64 = 1_000_000;
@@ -26,8 +27,14 @@ pub struct Twin<B: Backend> {
     /// Keeps traces apart in one Redis.
     namespace: String,
     /// Whether the server has room for elastic quotas' extra.
-    room: bool,
-    log: Vec<String>,
+    room: Cell<bool>,
+    log: RefCell<Vec<String>>,
+}
+
+/// One reservation made on both backends.
+pub struct Reserved<'a, B> {
+    memory: Reservation<'a, MemoryBackend<ManualClock>>,
+    other: Reservation<'a, B>,
 }
 
 impl<B: Backend + Clone> Twin<B> {
@@ -40,26 +47,69 @@ impl<B: Backend + Clone> Twin<B> {
             ),
             other: Limiter::new(other.clone(), quotas),
             namespace: namespace.to_owned(),
-            room: false,
-            log: Vec::new(),
+            room: Cell::new(false),
+            log: RefCell::new(Vec::new()),
         }
     }
 
-    fn at(&mut self, micros: u64) -> &mut Self {
+    fn at(&self, micros: u64) -> &Self {
         self.clock.set(Timestamp::from_micros(micros));
         self
     }
 
-    fn room(&mut self, room: bool) -> &mut Self {
-        self.room = room;
+    fn room(&self, room: bool) -> &Self {
+        self.room.set(room);
         self
+    }
+
+    /// Asserts the backends agree on `what`, logged as `step`.
+    fn agree(
+        &self,
+        step: String,
+        memory: Result<Decision, String>,
+        other: Result<Decision, String>,
+    ) {
+        self.log.borrow_mut().push(format!(
+            "t={} {step} -> {memory:?}",
+            self.clock.now().as_micros()
+        ));
+        if memory != other {
+            panic!(
+                "the backends disagree\nquotas: {:#?}\nrequests:\n{}\nmemory: {memory:#?}\nother:  {other:#?}",
+                self.memory.quotas(),
+                self.log.borrow().join("\n")
+            );
+        }
+    }
+
+    /// Reserves on both backends, asserting they agree; `None` for a cost
+    /// too high (refused by both alike).
+    async fn reserve(&self, key: &str, cost: u64) -> Option<Reserved<'_, B>> {
+        let key = format!("{}{key}", self.namespace);
+        let memory = self.memory.reserve(&key, cost).await;
+        let other = self.other.reserve(&key, cost).await;
+        let (m, o) = (seen(&memory), seen(&other));
+        self.agree(format!("reserve key={key:?} cost={cost}"), m, o);
+        Some(Reserved {
+            memory: memory.ok()?,
+            other: other.ok()?,
+        })
+    }
+
+    /// Gives a reservation back on both backends, asserting they agree on
+    /// what is left.
+    async fn give_back(&self, r: Reserved<'_, B>) -> Decision {
+        let memory = plain(r.memory.give_back().await);
+        let other = plain(r.other.give_back().await);
+        self.agree("give back".to_owned(), memory.clone(), other);
+        memory.expect("a decision")
     }
 
     /// Checks (or peeks) on both backends, asserts they agree, and returns
     /// the decision.
-    async fn ask(&mut self, key: &str, cost: u64, commit: bool) -> Result<Decision, String> {
+    async fn ask(&self, key: &str, cost: u64, commit: bool) -> Result<Decision, String> {
         let key = format!("{}{key}", self.namespace);
-        let room = self.room;
+        let room = self.room.get();
         let (memory, other) = if commit {
             (
                 self.memory.check_with_room(&key, cost, room).await,
@@ -73,26 +123,26 @@ impl<B: Backend + Clone> Twin<B> {
         };
         let memory = plain(memory);
         let other = plain(other);
-        self.log.push(format!(
-            "t={} key={key:?} cost={cost} commit={commit} room={room} -> {memory:?}",
-            self.clock.now().as_micros()
-        ));
-        if memory != other {
-            panic!(
-                "the backends disagree\nquotas: {:#?}\nrequests:\n{}\nmemory: {memory:#?}\nother:  {other:#?}",
-                self.memory.quotas(),
-                self.log.join("\n")
-            );
-        }
+        let step = format!("key={key:?} cost={cost} commit={commit} room={room}");
+        self.agree(step, memory.clone(), other);
         memory
     }
 
-    async fn check(&mut self, key: &str, cost: u64) -> Decision {
+    async fn check(&self, key: &str, cost: u64) -> Decision {
         self.ask(key, cost, true).await.expect("a decision")
     }
 
-    async fn allowed(&mut self, key: &str) -> bool {
+    async fn allowed(&self, key: &str) -> bool {
         self.check(key, 1).await.allowed()
+    }
+}
+
+/// A reservation's decision, as [`plain`] reads a check's.
+fn seen<B: Backend>(r: &Result<Reservation<'_, B>, Error>) -> Result<Decision, String> {
+    match r {
+        Ok(r) => Ok(r.decision().clone()),
+        Err(Error::CostTooHigh { .. }) => Err("too costly".to_owned()),
+        Err(e) => panic!("the backend failed: {e}"),
     }
 }
 
@@ -111,7 +161,7 @@ fn set(quotas: impl IntoIterator<Item = Quota>) -> QuotaSet {
 pub async fn seeds_fixed_window_boundary_burst<B: Backend + Clone>(other: &B, clock: &ManualClock) {
     // 5 per minute: 5 at 02:00:30-59 and 5 at 02:01:00-30 all pass.
     let minute = T0 - T0 % (60 * S);
-    let mut t = Twin::new(
+    let t = Twin::new(
         other,
         clock,
         set([Quota::fixed_window(5, Duration::from_secs(60))
@@ -135,7 +185,7 @@ pub async fn seeds_sliding_log_with_rejected_attempts_logged<B: Backend + Clone>
     clock: &ManualClock,
 ) {
     let minute = T0 - T0 % (60 * S);
-    let mut t = Twin::new(
+    let t = Twin::new(
         other,
         clock,
         set([Quota::sliding_log(2, Duration::from_secs(60))
@@ -160,7 +210,7 @@ pub async fn seeds_sliding_window_counter_examples<B: Backend + Clone>(
     let minute = T0 - T0 % (60 * S);
     // 7 per minute: 5 in the previous minute, 3 in this one, 30% in:
     // 3 + 5 x 0.7 = 6.5, under 7: allowed.
-    let mut t = Twin::new(
+    let t = Twin::new(
         other,
         clock,
         set([Quota::sliding_window(7, Duration::from_secs(60))
@@ -179,7 +229,7 @@ pub async fn seeds_sliding_window_counter_examples<B: Backend + Clone>(
     // 10 per minute: 9 in the previous minute, and 25% into this one the 9
     // still weigh 6.75. The seeds' 5 in this minute cannot all have been
     // admitted by then, so take the 4 that can: 6.75 + 4 = 10.75, over 10.
-    let mut t = Twin::new(
+    let t = Twin::new(
         other,
         clock,
         set([Quota::sliding_window(10, Duration::from_secs(60))
@@ -201,7 +251,7 @@ pub async fn classdojo_push_notifications_and_the_peers_examples<B: Backend + Cl
     clock: &ManualClock,
 ) {
     // At most 10 a minute, and 3 s between two.
-    let mut push = Twin::new(
+    let push = Twin::new(
         other,
         clock,
         set([
@@ -219,7 +269,7 @@ pub async fn classdojo_push_notifications_and_the_peers_examples<B: Backend + Cl
     assert_eq!(admitted, 10);
 
     // Twitter: 300 tweets per 3 hours; Google Docs: 300 reads a minute.
-    let mut tweets = Twin::new(
+    let tweets = Twin::new(
         other,
         clock,
         set([Quota::token_bucket(300, Duration::from_secs(3 * 3600))
@@ -231,7 +281,7 @@ pub async fn classdojo_push_notifications_and_the_peers_examples<B: Backend + Cl
     let refused = tweets.at(T0).check("u", 1).await;
     assert_eq!(refused.retry_after(), Some(Duration::from_secs(36)));
     assert!(tweets.at(T0 + 36 * S).allowed("u").await);
-    let mut reads = Twin::new(
+    let reads = Twin::new(
         other,
         clock,
         set([Quota::gcra(300, Duration::from_secs(60)).build().unwrap()]),
@@ -242,7 +292,7 @@ pub async fn classdojo_push_notifications_and_the_peers_examples<B: Backend + Cl
     }
 
     // Soft throttling: 10% over; shadow: report only.
-    let mut soft = Twin::new(
+    let soft = Twin::new(
         other,
         clock,
         set([Quota::fixed_window(10, Duration::from_secs(60))
@@ -256,7 +306,7 @@ pub async fn classdojo_push_notifications_and_the_peers_examples<B: Backend + Cl
         admitted += u64::from(soft.at(T0).allowed("u").await);
     }
     assert_eq!(admitted, 11);
-    let mut shadow = Twin::new(
+    let shadow = Twin::new(
         other,
         clock,
         set([
@@ -282,7 +332,7 @@ pub async fn leaky_bucket_delays_and_refusals_match<B: Backend + Clone>(
     other: &B,
     clock: &ManualClock,
 ) {
-    let mut t = Twin::new(
+    let t = Twin::new(
         other,
         clock,
         set([Quota::leaky_bucket(2, Duration::from_secs(1))
@@ -324,7 +374,7 @@ pub async fn a_clock_behind_the_state_is_decided_alike<B: Backend + Clone>(
     for (i, quota) in quotas.into_iter().enumerate() {
         let quota = quota.build().unwrap();
         let bucket = quota.algorithm() == Algorithm::TokenBucket;
-        let mut t = Twin::new(other, clock, set([quota]), &format!("behind{i}:"));
+        let t = Twin::new(other, clock, set([quota]), &format!("behind{i}:"));
         assert!(t.at(T0 + 10 * S).check("k", 1).await.allowed());
         let behind = t.at(T0 + 10 * S - S / 2).check("k", 1).await;
         if bucket {
@@ -343,7 +393,7 @@ pub async fn many_requests_in_one_microsecond_are_all_logged<B: Backend + Clone>
     other: &B,
     clock: &ManualClock,
 ) {
-    let mut t = Twin::new(
+    let t = Twin::new(
         other,
         clock,
         set([Quota::sliding_log(50, Duration::from_secs(1))
@@ -373,7 +423,7 @@ pub async fn a_billion_a_second_is_counted_exactly<B: Backend + Clone>(
         Quota::gcra(BILLION, Duration::from_secs(1)).build(),
         Err(tollgate::QuotaError::RateTooHigh { .. })
     ));
-    let mut t = Twin::new(
+    let t = Twin::new(
         other,
         clock,
         set([Quota::token_bucket(BILLION, Duration::from_secs(1))
@@ -392,7 +442,7 @@ pub async fn a_billion_a_second_is_counted_exactly<B: Backend + Clone>(
         Quota::fixed_window(BILLION, Duration::from_secs(1)),
         Quota::sliding_window(BILLION, Duration::from_secs(1)),
     ] {
-        let mut t = Twin::new(other, clock, set([quota.build().unwrap()]), "billion-w:");
+        let t = Twin::new(other, clock, set([quota.build().unwrap()]), "billion-w:");
         let start = T0 + 10 * S;
         assert_eq!(t.at(start).check("k", BILLION - 1).await.remaining(), 1);
         assert!(t.at(start + 1).allowed("k").await);
@@ -405,7 +455,7 @@ pub async fn costs_peeks_and_too_costly_requests_match<B: Backend + Clone>(
     clock: &ManualClock,
 ) {
     for a in Algorithm::ALL {
-        let mut t = Twin::new(
+        let t = Twin::new(
             other,
             clock,
             set([Quota::builder(a, 10, Duration::from_secs(10))
@@ -440,7 +490,7 @@ pub async fn elastic_quotas_match_with_room_and_without<B: Backend + Clone>(
             .mode(Mode::Elastic { percent: 100 })
             .build()
             .unwrap();
-        let mut t = Twin::new(other, clock, set([quota]), &format!("elastic-{a}:"));
+        let t = Twin::new(other, clock, set([quota]), &format!("elastic-{a}:"));
         t.at(T0 + 3 * S).room(false);
         let mut admitted = 0;
         for _ in 0..6 {
@@ -558,7 +608,7 @@ pub async fn random_trace<B: Backend + Clone>(other: &B, clock: &ManualClock, se
         .map(Quota::max_cost)
         .min()
         .unwrap_or(1);
-    let mut t = Twin::new(other, clock, quotas, &format!("r{seed}:"));
+    let t = Twin::new(other, clock, quotas, &format!("r{seed}:"));
     let mut now = T0 + rng.below(1_000 * S);
     for _ in 0..60 {
         now = match rng.below(12) {
@@ -596,5 +646,128 @@ pub async fn random_traces_match<B: Backend + Clone>(other: &B, clock: &ManualCl
         .unwrap_or(400);
     for seed in 0..traces {
         random_trace(other, clock, seed).await;
+    }
+}
+
+/// Reservations of every algorithm, on one key: given back (what is left
+/// is as before them), kept, dropped unsettled (kept), given back after the
+/// window rolled over, and refused (nothing to give back); the same
+/// decisions from both backends at every step.
+pub async fn reservations_given_back_kept_and_dropped_match<B: Backend + Clone>(
+    other: &B,
+    clock: &ManualClock,
+) {
+    for a in Algorithm::ALL {
+        let quota = Quota::builder(a, 4, Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let t = Twin::new(other, clock, set([quota]), &format!("reserve-{a}:"));
+        let base = T0 - T0 % (10 * S);
+        t.at(base + 3 * S);
+        let before = t.ask("k", 0, false).await.unwrap();
+        let first = t.reserve("k", 1).await.unwrap();
+        let kept = t.reserve("k", 2).await.unwrap();
+        assert!(first.memory.decision().allowed(), "{a}");
+        let left = t.give_back(first).await;
+        assert_eq!(
+            left.remaining(),
+            before.remaining() - 2,
+            "{a}: only the kept 2 spent"
+        );
+        kept.memory.keep();
+        kept.other.keep();
+        // Dropped unsettled: kept.
+        drop(t.reserve("k", 1).await.unwrap());
+        let after = t.ask("k", 0, false).await.unwrap();
+        assert_eq!(
+            after.remaining(),
+            before.remaining() - 3,
+            "{a}: a dropped one is kept"
+        );
+        // Refused: spent nothing, gives nothing back.
+        let refused = t.reserve("k", 4).await.unwrap();
+        assert!(!refused.memory.decision().allowed(), "{a}");
+        t.give_back(refused).await;
+        // Given back later, in the same window, then after it rolled over.
+        t.at(base + 5 * S);
+        let later = t.reserve("k", 1).await;
+        t.at(base + 8 * S);
+        if let Some(later) = later {
+            t.give_back(later).await;
+        }
+        let late = t.reserve("k", 1).await;
+        t.at(base + 12 * S);
+        if let Some(late) = late {
+            t.give_back(late).await;
+        }
+        t.check("k", 1).await;
+        t.at(base + 40 * S);
+        let stale = t.reserve("k", 3).await.unwrap();
+        t.at(base + 95 * S);
+        t.give_back(stale).await;
+        t.ask("k", 4, false).await.unwrap();
+    }
+}
+
+/// [`random_trace`]'s requests with reservations among them, settled later
+/// (given back, kept, or dropped) with time passing between: 200 traces.
+pub async fn random_give_back_traces_match<B: Backend + Clone>(other: &B, clock: &ManualClock) {
+    for seed in 0..200 {
+        random_give_back_trace(other, clock, seed).await;
+    }
+}
+
+async fn random_give_back_trace<B: Backend + Clone>(other: &B, clock: &ManualClock, seed: u64) {
+    let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
+    let quotas = random_set(&mut rng);
+    let shortest = quotas
+        .quotas()
+        .iter()
+        .map(|q| q.period().as_micros() as u64)
+        .min()
+        .unwrap_or(S);
+    let max_cost = quotas
+        .quotas()
+        .iter()
+        .map(Quota::max_cost)
+        .min()
+        .unwrap_or(1);
+    let t = Twin::new(other, clock, quotas, &format!("g{seed}:"));
+    let mut now = T0 + rng.below(1_000 * S);
+    let mut held = Vec::new();
+    for _ in 0..60 {
+        now += match rng.below(4) {
+            0 => 0,
+            1 => rng.below(shortest / 4 + 1),
+            2 => rng.below(2 * shortest + 1),
+            _ => rng.below(5 * shortest + 1),
+        };
+        t.at(now);
+        let key = rng.pick(&["a", "b"]);
+        let cost = match rng.below(10) {
+            0..=6 => 1,
+            _ => rng.below(max_cost + 1),
+        };
+        match rng.below(10) {
+            0..=3 => {
+                if let Some(r) = t.reserve(key, cost).await {
+                    held.push(r);
+                }
+            }
+            4..=6 if !held.is_empty() => {
+                let r = held.swap_remove(rng.below(held.len() as u64) as usize);
+                if rng.chance(80) {
+                    t.give_back(r).await;
+                } else {
+                    drop(r);
+                }
+            }
+            _ => {
+                let _ = t.room(false).ask(key, cost, !rng.chance(10)).await;
+            }
+        }
+    }
+    for r in held {
+        t.give_back(r).await;
     }
 }

@@ -202,6 +202,11 @@ fn listen_address(line: &str, message: &str) -> Option<SocketAddr> {
     if !plain.contains(message) {
         return None;
     }
+    // `--log-format json` writes the field as `"listen":"ADDR"`.
+    if let Some(at) = plain.find("\"listen\":\"") {
+        let rest = &plain[at + "\"listen\":\"".len()..];
+        return rest.split('"').next()?.parse().ok();
+    }
     let rest = &plain[plain.find("listen=")? + "listen=".len()..];
     rest.split_whitespace().next()?.parse().ok()
 }

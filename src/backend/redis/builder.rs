@@ -4,21 +4,21 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::Runtime;
-
 use super::backend::{Inner, RedisBackend};
 use super::breaker::{Breaker, CircuitBreaker};
 use super::cache::DenialCache;
 use super::config_error::RedisConfigError;
-use super::connection::{Connections, Source};
+use super::connection::Connections;
 use super::lease::{self, Lease};
 use super::on_failure::OnFailure;
+use super::source::{SourceConfig, Tls, source};
 use super::stats::Counters;
 use crate::clock::Clock;
 use crate::metrics::RedisMetrics;
 
 impl RedisBackend {
-    /// A backend on the Redis at `url` (`redis://[user:password@]host:port[/db]`).
+    /// A backend on the Redis at `url` (`redis://[user:password@]host:port[/db]`,
+    /// or `rediss://` for TLS; see [`tls_ca`](RedisBackendBuilder::tls_ca)).
     pub fn from_url(url: impl Into<String>) -> RedisBackendBuilder {
         RedisBackendBuilder::new(SourceConfig::Url(url.into()))
     }
@@ -44,13 +44,25 @@ impl RedisBackend {
     pub fn from_cluster_pool(pool: deadpool_redis::cluster::Pool) -> RedisBackendBuilder {
         RedisBackendBuilder::new(SourceConfig::ClusterPool(pool))
     }
-}
 
-enum SourceConfig {
-    Url(String),
-    Pool(deadpool_redis::Pool),
-    ClusterUrls(Vec<String>),
-    ClusterPool(deadpool_redis::cluster::Pool),
+    /// A backend on the master that Redis Sentinel calls `master`, asking
+    /// the sentinels at `sentinel_urls` (`redis://[user:password@]host:26379`,
+    /// or `rediss://`) where it is. After a failover, the next connection
+    /// (made when the old one fails) goes to the master the sentinels
+    /// promoted.
+    ///
+    /// The URLs' credentials authenticate to the sentinels, and also to the
+    /// master unless [`sentinel_master_auth`](RedisBackendBuilder::sentinel_master_auth)
+    /// says otherwise; the master is reached with TLS when the sentinels are.
+    pub fn from_sentinel(
+        master: impl Into<String>,
+        sentinel_urls: impl IntoIterator<Item = impl Into<String>>,
+    ) -> RedisBackendBuilder {
+        RedisBackendBuilder::new(SourceConfig::Sentinel {
+            master: master.into(),
+            urls: sentinel_urls.into_iter().map(Into::into).collect(),
+        })
+    }
 }
 
 /// Configures a [`RedisBackend`]; start from [`RedisBackend::from_url`] or
@@ -67,6 +79,10 @@ pub struct RedisBackendBuilder {
     lease_slice: Duration,
     lease_lifetime: Duration,
     clock: Option<Arc<dyn Clock>>,
+    tls: Tls,
+    /// The master's username and password under Sentinel, when not the
+    /// sentinels'.
+    master_auth: Option<(String, String)>,
 }
 
 /// Keys remembered for their leases when the denial cache is off.
@@ -84,6 +100,8 @@ impl fmt::Debug for RedisBackendBuilder {
             .field("lease_slice", &self.lease_slice)
             .field("lease_lifetime", &self.lease_lifetime)
             .field("test_clock", &self.clock.is_some())
+            .field("tls_ca", &self.tls.ca.is_some())
+            .field("tls_client_cert", &self.tls.client.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -101,7 +119,41 @@ impl RedisBackendBuilder {
             lease_slice: Duration::from_millis(10),
             lease_lifetime: Duration::from_millis(50),
             clock: None,
+            tls: Tls::default(),
+            master_auth: None,
         }
+    }
+
+    /// Trusts the CAs in `pem` (PEM text, one certificate or more) for
+    /// `rediss://` servers, instead of the built-in public roots: for a
+    /// private CA, or a self-signed server. Needs `rediss://` URLs.
+    pub fn tls_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate (`cert_pem`, its chain in PEM) and its
+    /// private key (`key_pem`, PEM) to servers that ask for one (mutual TLS,
+    /// `tls-auth-clients yes`). Needs `rediss://` URLs.
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Under [Sentinel](RedisBackend::from_sentinel), the username and
+    /// password for the master, when they are not the sentinels' (an empty
+    /// username is Redis's `default` user). Ignored for other sources.
+    pub fn sentinel_master_auth(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.master_auth = Some((username.into(), password.into()));
+        self
     }
 
     /// What every key starts with (`tollgate:` by default). Servers that
@@ -256,20 +308,7 @@ impl RedisBackendBuilder {
             (0, true) => Some(DenialCache::new(LEASE_KEYS, false)),
             (n, _) => Some(DenialCache::new(n, true)),
         };
-        let source = match self.source {
-            SourceConfig::Pool(pool) => Source::Single(pool),
-            SourceConfig::ClusterPool(pool) => Source::Cluster(pool),
-            SourceConfig::Url(url) => Source::Single(
-                deadpool_redis::Config::from_url(url)
-                    .create_pool(Some(Runtime::Tokio1))
-                    .map_err(|e| RedisConfigError::Pool(e.to_string()))?,
-            ),
-            SourceConfig::ClusterUrls(urls) => Source::Cluster(
-                deadpool_redis::cluster::Config::from_urls(urls)
-                    .create_pool(Some(Runtime::Tokio1))
-                    .map_err(|e| RedisConfigError::Pool(e.to_string()))?,
-            ),
-        };
+        let source = source(self.source, &self.tls, self.master_auth)?;
         Ok(RedisBackend::new(Inner {
             connections: Connections::new(source),
             prefix: self.prefix.into(),

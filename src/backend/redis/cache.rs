@@ -92,8 +92,8 @@ pub(crate) enum Turn {
 
 /// A decision made here, without Redis.
 pub(crate) enum Hit {
-    /// Spent from a lease.
-    Lease(Decision),
+    /// Spent from a lease, taken at this Redis time.
+    Lease(Decision, u64),
     /// Refused by a remembered denial.
     Denial(Decision),
 }
@@ -142,12 +142,10 @@ impl DenialCache {
             return None;
         }
         if commit {
-            if let Some(decision) = entry
-                .lease
-                .as_mut()
-                .and_then(|l| l.spend(cost, now, quotas))
-            {
-                return Some(Hit::Lease(decision));
+            if let Some(lease) = entry.lease.as_mut() {
+                if let Some(decision) = lease.spend(cost, now, quotas) {
+                    return Some(Hit::Lease(decision, lease.redis_at));
+                }
             }
         }
         let denial = entry.denial.as_ref()?;
@@ -291,6 +289,31 @@ impl DenialCache {
         }
         store(&mut shard, set, key, entry, now);
         decision
+    }
+
+    /// Takes a reservation of `cost` made at `redis_at` (Redis time) back
+    /// for `key` of `quotas`: into the lease it came from, if that lease
+    /// is still held, as if never spent from it, and what is left then;
+    /// else `None`, and Redis must take it back. Either way the key's
+    /// denial is forgotten: it was remembered with those units spent.
+    pub(crate) fn give_back(
+        &self,
+        set: u64,
+        key: &str,
+        quotas: &QuotaSet,
+        cost: u64,
+        redis_at: u64,
+        now: u64,
+    ) -> Option<Decision> {
+        let mut shard = self.table.lock(key);
+        let entry = shard.get_mut(set, key)?;
+        entry.denial = None;
+        let lease = entry.lease.as_mut()?;
+        if lease.redis_at != redis_at || now >= lease.expires {
+            return None;
+        }
+        lease.units = lease.units.saturating_add(cost).min(lease.size);
+        Some(lease.decision(now, quotas))
     }
 
     /// How many keys are cached (expired ones not yet dropped included).

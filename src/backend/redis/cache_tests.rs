@@ -144,7 +144,7 @@ fn a_lease_admits_here_until_spent_or_expired_then_a_denial_applies() {
     assert_eq!(d.remaining(), 3, "Redis's 0 plus the lease's 3");
     for left in [2, 1, 0] {
         match cache.get(1, "k", &set, 1, true, 30) {
-            Some(Hit::Lease(d)) => assert_eq!(d.remaining(), left),
+            Some(Hit::Lease(d, _)) => assert_eq!(d.remaining(), left),
             _ => panic!("expected a lease hit"),
         }
     }
@@ -175,7 +175,7 @@ fn a_lease_admits_here_until_spent_or_expired_then_a_denial_applies() {
     for _ in 0..3 {
         assert!(matches!(
             cache.get(1, "j", &set, 1, true, 30),
-            Some(Hit::Lease(_))
+            Some(Hit::Lease(..))
         ));
     }
     let (ask, _) = cache.claim(1, "j", &set, 1, 40, Some(&policy), 50);

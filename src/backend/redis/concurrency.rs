@@ -15,7 +15,8 @@ use super::connection::redis_error;
 use crate::backend::{Acquired, BackendError, BackendErrorKind, Slot, SlotFuture, SlotStore};
 use crate::sync::lock;
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("concurrency.lua")));
+pub(super) static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("concurrency.lua")));
 
 /// Concurrency slots in Redis, so that a limit holds across every server of
 /// a fleet. Each key's slots are a sorted set of slot ids scored by when
@@ -72,8 +73,30 @@ impl RedisSlots {
     /// Slots in the Redis at `url`, under keys starting with `prefix`.
     pub fn from_url(url: &str, prefix: &str) -> Result<Self, BackendError> {
         let client = redis::Client::open(url).map_err(|e| redis_error(e).0)?;
+        Ok(RedisSlots::from_client(client, prefix))
+    }
+
+    /// Slots in the Redis at `url` reached with TLS certificates (PEM): a
+    /// CA to trust and a client certificate with its key.
+    pub(crate) fn with_tls(
+        url: &str,
+        prefix: &str,
+        ca: Option<Vec<u8>>,
+        client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Self, super::RedisConfigError> {
+        let tls = super::source::Tls {
+            ca,
+            client: client_cert,
+        };
+        Ok(RedisSlots::from_client(
+            super::source::client(url, &tls)?,
+            prefix,
+        ))
+    }
+
+    fn from_client(client: redis::Client, prefix: &str) -> Self {
         let nonce = foldhash::fast::RandomState::default().hash_one(std::process::id());
-        Ok(RedisSlots {
+        RedisSlots {
             inner: Arc::new(Inner {
                 client,
                 conn: Mutex::new(None),
@@ -84,7 +107,7 @@ impl RedisSlots {
             lifetime: Duration::from_secs(30),
             max_hold: Duration::from_secs(600),
             timeout: Duration::from_millis(100),
-        })
+        }
     }
 
     /// How long a slot lives without a refresh (30 s by default, at least

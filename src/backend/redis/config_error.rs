@@ -6,8 +6,13 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RedisConfigError {
-    /// The URL (or cluster URLs) could not make a connection pool.
+    /// The URL (or cluster or sentinel URLs) could not make a connection
+    /// pool. Passwords in URLs are never quoted.
     Pool(String),
+    /// The TLS certificates given could not be used (the CA or client
+    /// certificate has no PEM certificate in it, the key no PEM key), or
+    /// they were given for URLs that are not `rediss://`.
+    Tls(String),
     /// The key prefix contains `{` or `}`.
     BracesInPrefix(String),
     /// A lease setting out of range.
@@ -32,6 +37,7 @@ impl fmt::Display for RedisConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RedisConfigError::Pool(e) => write!(f, "cannot make a Redis connection pool: {e}"),
+            RedisConfigError::Tls(e) => write!(f, "Redis TLS: {e}"),
             RedisConfigError::BracesInPrefix(p) => write!(
                 f,
                 "the key prefix {p:?} contains a brace, which would change the keys' cluster hash tag"

@@ -16,6 +16,12 @@ use crate::sync::lock;
 pub(super) enum Source {
     Single(deadpool_redis::Pool),
     Cluster(deadpool_redis::cluster::Pool),
+    /// A cluster client of our own: deadpool's cannot be given TLS
+    /// certificates.
+    ClusterClient(redis::cluster::ClusterClient),
+    /// The master that the sentinels name, asked again at each connection,
+    /// so that a connection made after a failover reaches the new master.
+    Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
 }
 
 /// A connection that multiplexes concurrent calls.
@@ -48,6 +54,18 @@ impl Source {
                 let c = pool.get().await.map_err(pool_error)?;
                 Ok(Conn::Cluster(deadpool_redis::cluster::Connection::take(c)))
             }
+            Source::ClusterClient(client) => client
+                .get_async_connection()
+                .await
+                .map(Conn::Cluster)
+                .map_err(|e| redis_error(e).0),
+            Source::Sentinel(client) => client
+                .lock()
+                .await
+                .get_async_connection()
+                .await
+                .map(Conn::Single)
+                .map_err(|e| redis_error(e).0),
         }
     }
 }
@@ -78,6 +96,13 @@ pub(super) fn redis_error(e: RedisError) -> (BackendError, bool) {
         )
     {
         (BackendErrorKind::Unavailable, true)
+    } else if let Some(wrong) = super::probe::misconfiguration(&e) {
+        let e = BackendError::new(BackendErrorKind::Misconfigured, wrong).with_source(e);
+        return (e, false);
+    } else if e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
+        // The server became a replica (a failover demoted it): connect
+        // again, which through Sentinel reaches the new master.
+        (BackendErrorKind::Unavailable, true)
     } else if matches!(
         e.kind(),
         ErrorKind::Server(
@@ -85,7 +110,6 @@ pub(super) fn redis_error(e: RedisError) -> (BackendError, bool) {
                 | ServerErrorKind::TryAgain
                 | ServerErrorKind::ClusterDown
                 | ServerErrorKind::MasterDown
-                | ServerErrorKind::ReadOnly
         )
     ) || matches!(e.code(), Some("BUSY" | "OOM"))
     {
@@ -121,7 +145,7 @@ impl Connections {
 
     /// Whether the source is a Redis Cluster.
     pub(super) fn is_cluster(&self) -> bool {
-        matches!(self.source, Source::Cluster(_))
+        matches!(self.source, Source::Cluster(_) | Source::ClusterClient(_))
     }
 
     /// Runs the script on `conn` (its generation and connection), sending

@@ -10,6 +10,18 @@ for i = 1, #KEYS do
   quotas[i] = p
 end
 
+-- A reservation given back: each quota it spent, by its twin of the Rust
+-- give_back; then what is left, as a peek at cost 0 (QuotaSet::give_back).
+if giving_back then
+  for i = 1, #KEYS do
+    local full_at = ARGV[7 + 9 * #KEYS + i]
+    if full_at and full_at ~= '' then
+      give_back_reserved[quotas[i].algorithm](KEYS[i], quotas[i], given_back_since, tonumber(full_at))
+    end
+  end
+  cost = 0
+end
+
 -- Units an earlier lease left unspent go back before this request, which
 -- may need them.
 if commit and given_back > 0 then

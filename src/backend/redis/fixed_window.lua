@@ -46,3 +46,16 @@ give_back.fixed_window = function(key, p, units, since)
     end
   end
 end
+
+-- A reservation's units go back (algorithm/fixed_window.rs give_back) to
+-- the window they were counted in, while it holds.
+give_back_reserved.fixed_window = function(key, p, at, full_at)
+  local start = at - math.fmod(at, p.period)
+  if start + p.period <= now then
+    return
+  end
+  local stored = redis.call('HMGET', key, 's', 'c')
+  if stored[1] and tonumber(stored[1]) == start and tonumber(stored[2]) > 0 then
+    redis.call('HSET', key, 'c', int(math.max(tonumber(stored[2]) - cost, 0)))
+  end
+end

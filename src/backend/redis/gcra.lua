@@ -52,6 +52,23 @@ give_back.gcra = function(key, p, units, since)
   end
 end
 
+-- A reservation's units go back (algorithm/gcra.rs give_back): the time
+-- moves back by their intervals, never before now; nothing once the quota
+-- may have been full since the reservation (`full_at`).
+give_back_reserved.gcra = function(key, p, at, full_at)
+  local stored = redis.call('GET', key)
+  if now >= full_at or not stored then
+    return
+  end
+  local tat = tonumber(stored)
+  local back = math.max(tat - cost * p.interval, now)
+  if back < tat then
+    redis.call('SET', key, int(back))
+    expire(key, back)
+  end
+end
+give_back_reserved.leaky_bucket = give_back_reserved.gcra
+
 algorithms.leaky_bucket = function(key, p)
   local start, step = schedule(key, p)
   if step.allowed then

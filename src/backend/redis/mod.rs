@@ -9,7 +9,9 @@ mod config_error;
 mod connection;
 mod lease;
 mod on_failure;
+mod probe;
 mod script;
+mod source;
 mod stats;
 
 pub use backend::RedisBackend;

@@ -14,8 +14,9 @@ use crate::backend::MemoryBackend;
 #[non_exhaustive]
 pub enum OnFailure {
     /// Return the error (kind [`Timeout`](crate::backend::BackendErrorKind::Timeout),
-    /// [`Unavailable`](crate::backend::BackendErrorKind::Unavailable) or
-    /// [`Protocol`](crate::backend::BackendErrorKind::Protocol)) and let the caller decide.
+    /// [`Unavailable`](crate::backend::BackendErrorKind::Unavailable),
+    /// [`Protocol`](crate::backend::BackendErrorKind::Protocol) or
+    /// [`Misconfigured`](crate::backend::BackendErrorKind::Misconfigured)) and let the caller decide.
     #[default]
     Error,
     /// Decide with this in-memory backend instead: limits hold per server

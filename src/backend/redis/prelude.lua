@@ -9,7 +9,10 @@
 --
 -- KEYS[i]: the state of quota i (all under one hash tag).
 -- ARGV[1]: the time in microseconds, or '' to read Redis's TIME.
--- ARGV[2]: the cost.  ARGV[3]: '1' to commit, '0' to peek.
+-- ARGV[2]: the cost.  ARGV[3]: '1' to commit, '0' to peek, '2' to give
+-- back a reservation of the cost made at ARGV[7] (Redis time), on the
+-- quotas whose ARGV[7 + 9 * #KEYS + i] is the moment the reservation left
+-- them full again ('' for the quotas it did not spend).
 -- ARGV[4]: milliseconds added to every expiry (0 unless a test clock is used).
 -- ARGV[5]: the units wanted (a lease when more than the cost).
 -- ARGV[6], ARGV[7]: units of an earlier lease given back, and when (Redis
@@ -54,6 +57,7 @@ end
 -- Not constant: a lease re-runs the algorithms with the lease's size.
 local cost = tonumber(ARGV[2])
 local commit = ARGV[3] == '1'
+local giving_back = ARGV[3] == '2'
 local slack_ms = tonumber(ARGV[4])
 local want = tonumber(ARGV[5])
 local given_back = tonumber(ARGV[6])
@@ -102,3 +106,6 @@ local algorithms = {}
 -- and not spent, as far as the algorithm allows without ever admitting more
 -- than it would have.
 local give_back = {}
+-- give_back_reserved[name](key, p, at, full_at): puts back the `cost` units
+-- a reservation made at `at` spent (QuotaSet::give_back in Rust).
+local give_back_reserved = {}

@@ -6,6 +6,8 @@ use std::sync::LazyLock;
 use deadpool_redis::redis::{Cmd, Script};
 use smallvec::SmallVec;
 
+use crate::decision::Decision;
+use crate::quota::{EXACT_MAX, Params};
 use crate::quota_set::{QuotaSet, RawQuotaDecision};
 
 /// The whole script: the Lua files of this folder, concatenated.
@@ -98,6 +100,12 @@ pub(crate) fn arguments(
     let (back, since) = ask.give_back.unwrap_or((0, 0));
     args.push(back.to_string());
     args.push(since.to_string());
+    push_quotas(&mut args, quotas, room);
+    args
+}
+
+/// Each quota's parameters, as prelude.lua reads them.
+fn push_quotas(args: &mut Vec<String>, quotas: &QuotaSet, room: bool) {
     for q in quotas.quotas() {
         let p = &q.params;
         args.push(q.algorithm().name().to_owned());
@@ -107,6 +115,39 @@ pub(crate) fn arguments(
         args.push(if p.count_rejected { "1" } else { "0" }.to_owned());
         args.push(if p.shadow { "1" } else { "0" }.to_owned());
         args.push(if room { 0 } else { p.elastic_margin }.to_string());
+    }
+}
+
+/// The script's arguments to give back a reservation of `cost` that
+/// `decision` admitted at `at` (Redis time): mode '2', the time in
+/// ARGV[7], and after the quotas' parameters, per quota, the moment the
+/// reservation left it full again ('' where it spent nothing).
+pub(crate) fn give_back_arguments(
+    quotas: &QuotaSet,
+    now: Option<u64>,
+    decision: &Decision,
+    cost: u64,
+    at: u64,
+    slack_ms: u64,
+) -> Vec<String> {
+    let n = quotas.quotas().len();
+    let mut args = Vec::with_capacity(HEAD + (PER_QUOTA + 1) * n);
+    args.push(now.map_or_else(String::new, |n| n.to_string()));
+    args.push(cost.to_string());
+    args.push("2".to_owned());
+    args.push(slack_ms.to_string());
+    args.push(cost.to_string());
+    args.push("0".to_owned());
+    args.push(at.to_string());
+    push_quotas(&mut args, quotas, false);
+    let answers = decision.quotas();
+    for i in 0..n {
+        args.push(match answers.get(i) {
+            Some(q) if decision.allowed() && q.allowed() => {
+                at.saturating_add(q.reset_micros()).to_string()
+            }
+            _ => String::new(),
+        });
     }
     args
 }
@@ -142,34 +183,71 @@ pub(crate) struct Reply {
     pub lease_ends: u64,
 }
 
-/// The reply's numbers read, or what is wrong with them.
-pub(crate) fn reply(reply: &[i64], quotas: usize) -> Result<Reply, String> {
-    let expected = quotas * REPLY_PER_QUOTA + REPLY_TAIL;
+/// The longest wait, in microseconds, that a quota with parameters `p` can
+/// report as a reset, retry-after, delay or replenish: the longest of its
+/// period, its bucket's depth (GCRA, leaky bucket) and its refill from empty
+/// (token bucket), three times over: a sliding window's reset reaches twice
+/// its period, and the third leaves room for a Redis clock stepped back by
+/// up to one such span (a failover to a replica whose clock is behind),
+/// which the algorithms add to their waits.
+fn longest_wait(p: &Params) -> u64 {
+    let depth = p.capacity.saturating_mul(p.interval);
+    let refill = match p.refill {
+        0 => 0,
+        r => p.capacity.saturating_mul(p.unit).div_ceil(r),
+    };
+    p.period.get().max(depth).max(refill).saturating_mul(3)
+}
+
+/// The reply's numbers read, or what is wrong with them. A reply is taken
+/// only if every number is within what the quotas and the request allow
+/// (see `longest_wait`): a Redis that lies (a script replaced, a proxy in
+/// between) could otherwise hang a request on a delay of centuries, or
+/// send `Retry-After` values the denial cache would then serve.
+/// `most_spent` is the most units the call may spend: its cost, or the
+/// units a lease asked for.
+pub(crate) fn reply(reply: &[i64], quotas: &QuotaSet, most_spent: u64) -> Result<Reply, String> {
+    let count = quotas.quotas().len();
+    let expected = count * REPLY_PER_QUOTA + REPLY_TAIL;
     if reply.len() != expected {
         return Err(format!(
-            "the script returned {} numbers for {quotas} quotas; expected {expected}",
+            "the script returned {} numbers for {count} quotas; expected {expected}",
             reply.len(),
         ));
     }
-    let get = |n: i64| u64::try_from(n).map_err(|_| format!("the script returned {n}"));
-    let (per_quota, tail) = reply.split_at(quotas * REPLY_PER_QUOTA);
+    // Each number with its name and its largest allowed value.
+    let get = |n: i64, what: &str, most: u64| match u64::try_from(n) {
+        Ok(v) if v <= most => Ok(v),
+        _ => Err(format!(
+            "the script returned {what} {n}, out of bounds (0 to {most})"
+        )),
+    };
+    let (per_quota, tail) = reply.split_at(count * REPLY_PER_QUOTA);
+    let longest = quotas
+        .quotas()
+        .iter()
+        .map(|q| longest_wait(&q.params))
+        .max()
+        .unwrap_or(0);
     let mut out = Reply {
         verdicts: SmallVec::new(),
         next_free: SmallVec::new(),
-        spent: get(tail[0])?,
-        now: get(tail[1])?,
-        lease_ends: get(tail[2])?,
+        spent: get(tail[0], "units spent", most_spent)?,
+        now: get(tail[1], "time", EXACT_MAX)?,
+        lease_ends: get(tail[2], "lease end", longest)?,
     };
-    for n in per_quota.chunks_exact(REPLY_PER_QUOTA) {
+    for (n, q) in per_quota.chunks_exact(REPLY_PER_QUOTA).zip(quotas.quotas()) {
+        let p = &q.params;
+        let wait = longest_wait(p);
         out.verdicts.push(RawQuotaDecision {
-            allowed: get(n[0])? == 1,
-            remaining: get(n[1])?,
-            reset: get(n[2])?,
-            retry_after: get(n[3])?,
-            delay: get(n[4])?,
-            replenish: get(n[6])?,
+            allowed: get(n[0], "verdict", 1)? == 1,
+            remaining: get(n[1], "remaining", p.capacity)?,
+            reset: get(n[2], "reset", wait)?,
+            retry_after: get(n[3], "retry-after", wait)?,
+            delay: get(n[4], "delay", wait)?,
+            replenish: get(n[6], "replenish", wait)?,
         });
-        out.next_free.push(get(n[5])?);
+        out.next_free.push(get(n[5], "next free unit", wait)?);
     }
     Ok(out)
 }
@@ -226,5 +304,213 @@ mod tests {
             );
         }
         assert_eq!(SHA1.len(), 40);
+    }
+}
+
+#[cfg(test)]
+mod bounds {
+    use super::*;
+    use crate::Quota;
+    use std::time::Duration;
+
+    /// A reply for one quota: the verdict's seven numbers, then spent, time
+    /// and lease end.
+    fn one(numbers: [i64; 7], spent: i64) -> Vec<i64> {
+        let mut r = numbers.to_vec();
+        r.extend([spent, 1_700_000_000_000_000, 0]);
+        r
+    }
+
+    #[test]
+    fn numbers_beyond_what_the_quota_allows_are_refused() {
+        let leaky = QuotaSet::new(
+            "s",
+            [Quota::leaky_bucket(10, Duration::from_secs(1))
+                .build()
+                .unwrap()],
+        )
+        .unwrap();
+        let fine = reply(&one([1, 3, 900_000, 0, 100_000, 0, 100_000], 1), &leaky, 1).unwrap();
+        assert_eq!(fine.verdicts[0].delay, 100_000);
+        // Three seconds is the bound for a one-second quota.
+        assert!(reply(&one([1, 3, 0, 0, 3_000_000, 0, 0], 1), &leaky, 1).is_ok());
+        let lies = [
+            one([1, 3, 0, 0, 1 << 62, 0, 0], 1),
+            one([0, 0, 0, 1 << 53, 0, 0, 0], 0),
+            one([1, 3, 0, 0, 3_000_001, 0, 0], 1),
+            one([1, 11, 0, 0, 0, 0, 0], 1),
+            one([2, 0, 0, 0, 0, 0, 0], 1),
+            one([1, 0, 0, 0, 0, 1 << 40, 0], 1),
+            one([1, 0, -1, 0, 0, 0, 0], 1),
+            one([1, 0, 0, 0, 0, 0, 0], 2),
+        ];
+        for lie in lies {
+            let err = reply(&lie, &leaky, 1).unwrap_err();
+            assert!(err.contains("out of bounds"), "{lie:?}: {err}");
+        }
+        let mut late = one([1, 0, 0, 0, 0, 0, 0], 1);
+        late[8] = (1 << 53) + 1;
+        assert!(reply(&late, &leaky, 1).is_err());
+    }
+}
+
+#[cfg(test)]
+mod lua_subset {
+    use std::collections::BTreeSet;
+
+    /// What the scripts may call from Lua's environment: Lua 5.1's as Redis
+    /// 7.0 and 8.2 and Valkey 9.1 ship it (the conformance suite runs the
+    /// scripts on all three), less what Dragonfly, on Lua 5.4, lacks
+    /// (`table.maxn`, `table.getn`, `math.pow`, `math.mod`, `loadstring`,
+    /// `setfenv`...), and less the optional libraries (`cjson`, `bit`,
+    /// `struct`, `cmsgpack`) a build may leave out.
+    const SUBSET: [&str; 24] = [
+        "error",
+        "ipairs",
+        "pairs",
+        "select",
+        "tonumber",
+        "tostring",
+        "type",
+        "unpack",
+        "math.abs",
+        "math.ceil",
+        "math.floor",
+        "math.fmod",
+        "math.max",
+        "math.min",
+        "string.find",
+        "string.format",
+        "string.len",
+        "string.match",
+        "string.sub",
+        "table.concat",
+        "table.insert",
+        "redis.call",
+        "redis.error_reply",
+        "redis.replicate_commands",
+    ];
+
+    /// The source with comments and string literals blanked out.
+    fn code(source: &str) -> String {
+        let mut out = String::with_capacity(source.len());
+        for line in source.lines() {
+            let mut quote = None;
+            let mut chars = line.chars().peekable();
+            while let Some(c) = chars.next() {
+                match quote {
+                    Some(q) if c == q => quote = None,
+                    Some(_) if c == '\\' => {
+                        chars.next();
+                    }
+                    Some(_) => {}
+                    None if c == '\'' || c == '"' => {
+                        quote = Some(c);
+                        out.push_str("''");
+                    }
+                    None if c == '-' && chars.peek() == Some(&'-') => break,
+                    None => out.push(c),
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Every name called (`a.b(`, `f (`), and every name the scripts
+    /// declare (locals, functions, parameters, loop variables).
+    fn calls_and_locals(code: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+        let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let (mut calls, mut locals) = (BTreeSet::new(), BTreeSet::new());
+        let bytes: Vec<char> = code.chars().collect();
+        let mut i = 0;
+        let mut previous = String::new();
+        let mut in_params = false;
+        while i < bytes.len() {
+            let c = bytes[i];
+            if word(c) && !c.is_ascii_digit() && (i == 0 || bytes[i - 1] != '.') {
+                let start = i;
+                while i < bytes.len() && (word(bytes[i]) || bytes[i] == '.') {
+                    i += 1;
+                }
+                let name: String = bytes[start..i].iter().collect();
+                let mut j = i;
+                while j < bytes.len() && bytes[j] == ' ' {
+                    j += 1;
+                }
+                let root = name.split('.').next().unwrap_or_default().to_owned();
+                if KEYWORDS.contains(&name.as_str()) {
+                    // Neither a call nor a name declared.
+                } else if in_params || matches!(previous.as_str(), "local" | "function" | "for") {
+                    locals.insert(root.clone());
+                } else if j < bytes.len() && bytes[j] == '(' {
+                    calls.insert(name.clone());
+                }
+                previous = name;
+                continue;
+            }
+            match c {
+                '(' if previous == "function" || in_params_after_name(&bytes, i) => {
+                    in_params = true
+                }
+                ')' => in_params = false,
+                _ => {}
+            }
+            if !c.is_whitespace() && c != ',' {
+                previous.clear();
+            }
+            i += 1;
+        }
+        (calls, locals)
+    }
+
+    const KEYWORDS: [&str; 9] = [
+        "and", "elseif", "function", "if", "not", "or", "return", "until", "while",
+    ];
+
+    /// Whether the `(` at `i` opens the parameters of `function name(`.
+    fn in_params_after_name(bytes: &[char], i: usize) -> bool {
+        let before: String = bytes[..i].iter().collect();
+        let trimmed = before.trim_end();
+        let name_start = trimmed
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .map_or(0, |p| p + 1);
+        trimmed[..name_start].trim_end().ends_with("function")
+    }
+
+    #[test]
+    fn the_scripts_call_only_the_lua_every_server_has() {
+        let sources = [
+            ("decision script", super::SOURCE),
+            ("concurrency.lua", include_str!("concurrency.lua")),
+        ];
+        for (name, source) in sources {
+            let (calls, locals) = calls_and_locals(&code(source));
+            assert!(calls.contains("redis.call"), "{name}: {calls:?}");
+            for call in &calls {
+                let root = call.split('.').next().unwrap_or_default();
+                assert!(
+                    SUBSET.contains(&call.as_str()) || locals.contains(root),
+                    "{name} calls {call}, outside the subset every server runs: {SUBSET:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_subset_check_sees_what_dragonfly_lacks() {
+        let (calls, locals) = calls_and_locals(&code(
+            "local function f(a, b) return table.maxn(a) end\n-- math.pow(2, 3)\nlocal s = 'x.y(1)'\nf(1, 2)\n",
+        ));
+        assert!(calls.contains("table.maxn"), "{calls:?}");
+        assert!(
+            !calls.contains("math.pow") && !calls.contains("x.y"),
+            "{calls:?}"
+        );
+        assert!(
+            locals.contains("f") && locals.contains("a") && locals.contains("s"),
+            "{locals:?}"
+        );
+        assert!(!SUBSET.contains(&"table.maxn"));
     }
 }

@@ -127,3 +127,23 @@ algorithms.sliding_log = function(key, p)
   end
   return deny(math.max(wait + period - now, 0), refuse)
 end
+
+-- A reservation's units go back (algorithm/sliding_log.rs give_back): up to
+-- `cost` members logged at its moment, while they still count.
+give_back_reserved.sliding_log = function(key, p, at, full_at)
+  if at + p.period <= now then
+    return
+  end
+  local found = redis.call('ZRANGEBYSCORE', key, int(at), int(at))
+  local n = math.min(#found, cost)
+  if n == 0 then
+    return
+  end
+  for i = #found - n + 1, #found do
+    redis.call('ZREM', key, found[i])
+  end
+  local newest = score_at(key, -1)
+  if newest then
+    expire(key, newest + p.period)
+  end
+end

@@ -109,3 +109,20 @@ give_back.sliding_window = function(key, p, units, since)
     end
   end
 end
+
+-- A reservation's units go back (algorithm/sliding_window.rs give_back) to
+-- the stored window they were counted in: the current one, or the previous
+-- one, where they still weigh.
+give_back_reserved.sliding_window = function(key, p, at, full_at)
+  local stored = redis.call('HMGET', key, 's', 'p', 'c')
+  if not stored[1] then
+    return
+  end
+  local start = at - math.fmod(at, p.period)
+  local s = tonumber(stored[1])
+  if s == start and tonumber(stored[3]) > 0 then
+    redis.call('HSET', key, 'c', int(math.max(tonumber(stored[3]) - cost, 0)))
+  elseif s == start + p.period and tonumber(stored[2]) > 0 then
+    redis.call('HSET', key, 'p', int(math.max(tonumber(stored[2]) - cost, 0)))
+  end
+end

@@ -15,6 +15,9 @@ pub struct RedisStats {
     pub failures: u64,
     /// Calls that failed by timing out.
     pub timeouts: u64,
+    /// Calls that Redis refused as misconfigured (see
+    /// [`BackendErrorKind::Misconfigured`](crate::backend::BackendErrorKind::Misconfigured)).
+    pub misconfigured: u64,
     /// Checks refused at once because the circuit breaker was open.
     pub short_circuits: u64,
     /// Checks answered from the denial cache.
@@ -39,6 +42,7 @@ pub(super) struct Counters {
     pub(super) calls: AtomicU64,
     pub(super) failures: AtomicU64,
     pub(super) timeouts: AtomicU64,
+    pub(super) misconfigured: AtomicU64,
     pub(super) short_circuits: AtomicU64,
     pub(super) cache_hits: AtomicU64,
     pub(super) lease_hits: AtomicU64,
@@ -60,6 +64,7 @@ impl Counters {
             calls: get(&self.calls),
             failures: get(&self.failures),
             timeouts: get(&self.timeouts),
+            misconfigured: get(&self.misconfigured),
             short_circuits: get(&self.short_circuits),
             cache_hits: get(&self.cache_hits),
             lease_hits: get(&self.lease_hits),

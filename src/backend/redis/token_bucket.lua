@@ -48,3 +48,23 @@ give_back.token_bucket = function(key, p, units, since)
     expire(key, at + ceil_div(full - level, p.refill))
   end
 end
+
+-- A reservation's units go back (algorithm/token_bucket.rs give_back): the
+-- bucket refilled to now, plus the units, never past full; nothing once it
+-- may have been full since the reservation (`full_at`), nor while its
+-- level would stay below zero.
+give_back_reserved.token_bucket = function(key, p, at, full_at)
+  local stored = redis.call('HMGET', key, 'l', 't')
+  if now >= full_at or not stored[1] then
+    return
+  end
+  local full = p.capacity * p.unit
+  local l, t = tonumber(stored[1]), tonumber(stored[2])
+  local deficit = math.max(math.max(full - l, 0) + (t - now) * p.refill, 0)
+  local after = math.max(deficit - cost * p.unit, 0)
+  if after >= deficit or after > full then
+    return
+  end
+  redis.call('HSET', key, 'l', int(full - after), 't', int(now))
+  expire(key, now + ceil_div(after, p.refill))
+end

@@ -2,6 +2,7 @@
 //! its own so that the limited port never exposes it.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -57,6 +58,7 @@ pub async fn serve(
         listener,
         app,
         limits,
+        Arc::new(|_| false),
         std::future::pending(),
     ));
     Ok(())
