@@ -208,10 +208,16 @@ impl<B: Backend> Limiter<B> {
     ) -> Result<Decision, Error> {
         let started = Stopwatch::start();
         let span = self.span(key, cost, "check");
-        let outcome = self
-            .decide(key, cost, true, room, started)
-            .instrument(span.clone())
-            .await;
+        // The backend's future awaited here, not in a helper's: with a
+        // Redis backend's futures inside, one async layer more (beside the
+        // span's) makes the layer's future too deep for rustc's default
+        // recursion limit to lay out, in the app that serves it.
+        let outcome = match self.request(key, cost, true, room, started) {
+            Ok(request) => {
+                (self.backend.check(request).instrument(span.clone()).await).map_err(Error::from)
+            }
+            Err(e) => Err(e),
+        };
         record(&span, &outcome);
         self.metrics.decided(&outcome, started);
         outcome
@@ -231,10 +237,12 @@ impl<B: Backend> Limiter<B> {
         room: bool,
     ) -> Result<Decision, Error> {
         let span = self.span(key, cost, "peek");
-        let outcome = self
-            .decide(key, cost, false, room, Stopwatch::start())
-            .instrument(span.clone())
-            .await;
+        let outcome = match self.request(key, cost, false, room, Stopwatch::start()) {
+            Ok(request) => {
+                (self.backend.check(request).instrument(span.clone()).await).map_err(Error::from)
+            }
+            Err(e) => Err(e),
+        };
         record(&span, &outcome);
         outcome
     }
@@ -364,8 +372,7 @@ impl<B: Backend> Limiter<B> {
         let span = self.span(key, cost, "reserve");
         let outcome = match self.request(key, cost, true, room, started) {
             Ok(request) => {
-                let reserving = self.backend.reserve(request).instrument(span.clone());
-                reserving.await.map_err(Error::from)
+                (self.backend.reserve(request).instrument(span.clone()).await).map_err(Error::from)
             }
             Err(e) => Err(e),
         };
@@ -400,18 +407,6 @@ impl<B: Backend> Limiter<B> {
             reserved,
         };
         Ok(self.backend.give_back(request).await?)
-    }
-
-    async fn decide(
-        &self,
-        key: &str,
-        cost: u64,
-        commit: bool,
-        room: bool,
-        started: Stopwatch,
-    ) -> Result<Decision, Error> {
-        let request = self.request(key, cost, commit, room, started)?;
-        Ok(self.backend.check(request).await?)
     }
 
     fn request<'a>(
