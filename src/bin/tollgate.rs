@@ -579,11 +579,17 @@ async fn proxy(State(up): State<Upstream>, request: Request) -> Response {
             Response::from_parts(parts, Body::new(body))
         }
         Ok(Err(error)) if timed_out(&error) => {
-            tracing::warn!(%error, "upstream connection timed out");
+            tracing::warn!(
+                error = error.to_string().as_str(),
+                "upstream connection timed out"
+            );
             gateway_timeout("the upstream service did not accept a connection in time")
         }
         Ok(Err(error)) => {
-            tracing::warn!(%error, "upstream request failed");
+            tracing::warn!(
+                error = error.to_string().as_str(),
+                "upstream request failed"
+            );
             bad_gateway("the upstream service did not answer")
         }
         Err(_) => {
