@@ -60,6 +60,8 @@ mod log_limit;
 mod metrics;
 mod quota;
 mod quota_set;
+#[cfg(feature = "rls")]
+pub mod rls;
 #[cfg(feature = "rules")]
 pub mod rules;
 mod state;

@@ -32,6 +32,8 @@ use tollgate::rules::{Rules, normalize_path};
 mod intermediary;
 #[path = "tollgate/metrics.rs"]
 mod metrics;
+#[path = "tollgate/rls.rs"]
+mod rls;
 
 const USAGE: &str = "\
 tollgate: rate-limit any HTTP service with rules kept in a file
@@ -42,6 +44,7 @@ usage:
                  [--max-connections N] [--max-header-bytes N] [--connect-timeout T]
                  [--upstream-timeout T] [--metrics-listen ADDR]
   tollgate check --config FILE
+  tollgate rls --config PATH [--listen ADDR] [--redis URL]...   (see tollgate rls --help)
 
 serve   runs a rate-limiting reverse proxy in front of --upstream (or, without
         one, answers admitted requests itself with a JSON description); the
@@ -196,6 +199,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("rls") {
+        return rls::main(std::env::args().skip(2));
+    }
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(message) if message.is_empty() => {
