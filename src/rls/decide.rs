@@ -185,13 +185,15 @@ impl ServiceInner {
             LimitKind::Unlimited => return Ok(None),
         };
         // More than the limit can never pass; the reference answers over.
-        if quotas.too_costly((*hits).max(1)).is_some() {
+        if quotas.too_costly(*hits).is_some() {
             return Ok(Some(Outcome::Over));
         }
+        // Hits of 0 ask with a cost of 0, which passes while the window is
+        // not past its limit and reports what is left, as the reference.
         let request = CheckRequest {
             key,
             quotas,
-            cost: (*hits).max(1),
+            cost: *hits,
             commit: commit && *hits > 0,
             room: false,
             started: Stopwatch::start(),
