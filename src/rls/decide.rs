@@ -142,7 +142,11 @@ impl ServiceInner {
 
     /// A request's own limit: its quota's counters are named by its
     /// numbers, so that every call with the same override shares them.
-    fn override_limit(&self, requests_per_unit: u32, unit: Unit) -> Result<Arc<Limit>, tonic::Status> {
+    fn override_limit(
+        &self,
+        requests_per_unit: u32,
+        unit: Unit,
+    ) -> Result<Arc<Limit>, tonic::Status> {
         // One label for every override: the numbers come from the caller.
         // The counters still differ by them (a state's id covers the quota).
         Limit::counted("override".into(), requests_per_unit, unit, self.algorithm)
@@ -341,7 +345,13 @@ fn respond(domain: &str, plans: &[Plan], outcomes: &[Option<Outcome>]) -> RateLi
 
 /// Appends a limit's draft-11 items: `"name";q=N;w=S` to the policy and
 /// `"name";r=N;t=S` to the state.
-fn header_items(policy: &mut String, state: &mut String, limit: &Limit, remaining: u64, reset: u64) {
+fn header_items(
+    policy: &mut String,
+    state: &mut String,
+    limit: &Limit,
+    remaining: u64,
+    reset: u64,
+) {
     let name = if limit.name.is_empty() {
         &*limit.path
     } else {

@@ -107,8 +107,12 @@ impl RlsService {
 
     /// Serves gRPC on `listener` until the process ends (HTTP/2 without
     /// TLS, as Envoy's `envoy_grpc` cluster speaks it).
-    pub async fn serve(self, listener: tokio::net::TcpListener) -> Result<(), tonic::transport::Error> {
-        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+    ) -> Result<(), tonic::transport::Error> {
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         tonic::transport::Server::builder()
             .add_service(proto::RateLimitServer::new(Arc::new(self)))
             .serve_with_incoming(incoming)

@@ -21,7 +21,8 @@ pub struct TempDir(pub PathBuf);
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         let n = DIRS.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("tollgate-rls-{}-{tag}-{n}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-rls-{}-{tag}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
@@ -48,7 +49,18 @@ impl Drop for TempDir {
 pub struct Rls {
     child: Child,
     pub addr: SocketAddr,
+    /// Where it serves Prometheus metrics, with `--metrics-listen`.
+    pub metrics: Option<SocketAddr>,
     args: Vec<String>,
+}
+
+/// The address after `listen=` in a log line that says `message`.
+fn logged_address(plain: &str, message: &str) -> Option<SocketAddr> {
+    if !plain.contains(message) {
+        return None;
+    }
+    let at = plain.find("listen=")?;
+    plain[at + 7..].split_whitespace().next()?.parse().ok()
 }
 
 impl Rls {
@@ -77,20 +89,28 @@ impl Rls {
             for line in std::io::BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 let plain = strip_colours(&line);
-                if plain.contains("tollgate rls serving")
-                    && let Some(at) = plain.find("listen=")
-                {
-                    let addr = plain[at + 7..].split_whitespace().next().unwrap_or("");
-                    let _ = tx.send(addr.parse::<SocketAddr>().ok());
+                if let Some(addr) = logged_address(&plain, "metrics at /metrics") {
+                    let _ = tx.send((false, addr));
+                } else if let Some(addr) = logged_address(&plain, "tollgate rls serving") {
+                    let _ = tx.send((true, addr));
                 }
                 eprintln!("[rls] {plain}");
             }
         });
-        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(Some(addr)) => addr,
-            _ => panic!("tollgate rls did not start serving"),
+        let mut metrics = None;
+        let addr = loop {
+            match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok((true, addr)) => break addr,
+                Ok((false, addr)) => metrics = Some(addr),
+                Err(_) => panic!("tollgate rls did not start serving"),
+            }
         };
-        Rls { child, addr, args }
+        Rls {
+            child,
+            addr,
+            metrics,
+            args,
+        }
     }
 
     /// Stops the process.
@@ -183,7 +203,12 @@ pub fn free_port() -> u16 {
 /// listener, every request sent to `upstream` through the HTTP rate limit
 /// filter of domain `edge`, whose descriptor is the `x-user` header, with
 /// the service at `rls`.
-pub fn envoy_config(listen: u16, upstream: SocketAddr, rls: SocketAddr, deny_on_failure: bool) -> String {
+pub fn envoy_config(
+    listen: u16,
+    upstream: SocketAddr,
+    rls: SocketAddr,
+    deny_on_failure: bool,
+) -> String {
     format!(
         r#"static_resources:
   listeners:
@@ -261,7 +286,10 @@ impl Envoy {
         let dir = TempDir::new("envoy");
         for _ in 0..5 {
             let port = free_port();
-            let config = dir.write("envoy.yaml", &envoy_config(port, upstream, rls, deny_on_failure));
+            let config = dir.write(
+                "envoy.yaml",
+                &envoy_config(port, upstream, rls, deny_on_failure),
+            );
             let mut child = Command::new("envoy")
                 .arg("-c")
                 .arg(&config)

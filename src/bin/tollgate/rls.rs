@@ -74,11 +74,15 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--config" => config = Some(PathBuf::from(value()?)),
             "--listen" => {
                 let v = value()?;
-                parsed.listen = v.parse().map_err(|_| format!("--listen {v:?}: give ip:port"))?;
+                parsed.listen = v
+                    .parse()
+                    .map_err(|_| format!("--listen {v:?}: give ip:port"))?;
             }
             "--metrics-listen" => {
                 let v = value()?;
-                let addr = v.parse().map_err(|_| format!("--metrics-listen {v:?}: give ip:port"))?;
+                let addr = v
+                    .parse()
+                    .map_err(|_| format!("--metrics-listen {v:?}: give ip:port"))?;
                 parsed.metrics_listen = Some(addr);
             }
             "--redis" => parsed.redis.push(value()?),
@@ -121,7 +125,10 @@ fn backend(args: &Args) -> Result<(AnyBackend, OnBackendError), String> {
         [one] => RedisBackend::from_url(one.clone()),
         many => RedisBackend::from_cluster_urls(many.iter().cloned()),
     };
-    let lease = args.lease.parse().map_err(|e| format!("--redis-lease: {e}"))?;
+    let lease = args
+        .lease
+        .parse()
+        .map_err(|e| format!("--redis-lease: {e}"))?;
     let on_failure = if fallback {
         OnFailure::Fallback(MemoryBackend::new())
     } else {
@@ -164,7 +171,11 @@ pub fn main(args: impl Iterator<Item = String>) -> ExitCode {
         }
     };
     if args.check {
-        println!("{}: valid; domains: {}", args.config.display(), config.domains().join(", "));
+        println!(
+            "{}: valid; domains: {}",
+            args.config.display(),
+            config.domains().join(", ")
+        );
         return ExitCode::SUCCESS;
     }
     let runtime = match tokio::runtime::Runtime::new() {

@@ -150,7 +150,13 @@ impl Limit {
 /// ASCII, other characters as `_`.
 fn quota_name(path: &str) -> String {
     path.chars()
-        .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -260,7 +266,12 @@ impl RlsConfig {
                     at(d, "config file cannot have empty domain"),
                 ));
             }
-            None => return Err(RlsConfigError::new(file, "config file cannot have empty domain")),
+            None => {
+                return Err(RlsConfigError::new(
+                    file,
+                    "config file cannot have empty domain",
+                ));
+            }
         };
         if self.domains.contains_key(&domain.value) {
             return Err(RlsConfigError::new(

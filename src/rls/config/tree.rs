@@ -61,7 +61,11 @@ impl Domain {
                 self.by_key.insert(key.to_owned(), child);
             }
             Some(v) if v.contains('*') => {
-                if self.wildcards.iter().any(|w| w.key == key && w.pattern == v) {
+                if self
+                    .wildcards
+                    .iter()
+                    .any(|w| w.key == key && w.pattern == v)
+                {
                     return false;
                 }
                 self.wildcards.push(Wildcard {
