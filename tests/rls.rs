@@ -178,8 +178,8 @@ fn wildcards_share_a_counter_only_with_share_threshold_and_quota_mode_refuses_on
     let a = grpc_calls(rls.addr, &calls);
     assert_eq!(remaining(&a[1], 0), 0, "{}", a[1]);
     assert_eq!(a[2]["overall"], "OVER_LIMIT", "{}", a[2]);
-    for i in 3..6 {
-        assert_eq!(remaining(&a[i], 0), 1, "{}", a[i]);
+    for answer in &a[3..6] {
+        assert_eq!(remaining(answer, 0), 1, "{answer}");
     }
     assert_eq!(a[6]["overall"], "OK");
     assert_eq!(code(&a[7], 0), "OVER_LIMIT", "{}", a[7]);

@@ -14,6 +14,7 @@ use super::{OnBackendError, ServiceInner};
 use crate::backend::{Backend, CheckRequest};
 use crate::clock::Stopwatch;
 use crate::decision::Decision;
+use crate::log_limit::LogLimit;
 
 /// The most descriptors one call may carry, and entries one descriptor:
 /// Envoy sends a handful; more is refused rather than walked.
@@ -205,7 +206,11 @@ impl ServiceInner {
         match self.backend.check(request).await {
             Ok(d) => Ok(Some(Outcome::Decided(d))),
             Err(e) => {
-                tracing::warn!(error = %e, "rate limit backend failed");
+                // Once per interval: a Redis that is down fails every call.
+                static FAILED: LogLimit = LogLimit::new();
+                if let Some(more) = FAILED.admit() {
+                    tracing::warn!(error = %e, "rate limit backend failed{more}");
+                }
                 Err(tonic::Status::unavailable("rate limit backend unavailable"))
             }
         }
