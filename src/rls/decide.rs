@@ -107,7 +107,8 @@ impl ServiceInner {
                         tonic::Status::invalid_argument("a limit override needs a known unit")
                     })?;
                     let limit = self.override_limit(o.requests_per_unit, unit)?;
-                    let mut key = String::from("override");
+                    let domain = &request.domain;
+                    let mut key = format!("override{}:{domain}", domain.len());
                     for (k, v) in entries {
                         let _ = write!(key, "{}:{k}{}:{v}", k.len(), v.len());
                     }
