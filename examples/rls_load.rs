@@ -1,14 +1,15 @@
 //! Load for `tollgate rls` and for Envoy in front of it (BENCHMARKS.md):
 //!
 //! ```text
-//! rls_load grpc ADDR STREAMS SECONDS [DOMAIN]   ShouldRateLimit calls on STREAMS concurrent
-//!                                               streams of one HTTP/2 connection
+//! rls_load grpc ADDR STREAMS SECONDS [KEYS]     ShouldRateLimit calls on STREAMS concurrent
+//!                                               streams of one HTTP/2 connection, over
+//!                                               KEYS users (10 000; 1 for one hot key)
 //! rls_load http ADDR CONNS SECONDS              GET / with x-user on CONNS HTTP/1.1 connections
 //! rls_load upstream ADDR                        an upstream that answers 200 "ok"
 //! ```
 //!
 //! Each run prints one line: calls per second, p50 and p99 latency, and
-//! the answers by kind. Keys rotate over 10 000 users, so no one key is hot.
+//! the answers by kind. Keys rotate over 10 000 users unless told.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,7 +81,7 @@ fn report(what: &str, seconds: f64, tallies: Vec<Tally>) {
     );
 }
 
-async fn grpc(addr: String, streams: usize, seconds: u64, domain: String) {
+async fn grpc(addr: String, streams: usize, seconds: u64, keys: usize) {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .expect("an address")
         .connect()
@@ -90,7 +91,7 @@ async fn grpc(addr: String, streams: usize, seconds: u64, domain: String) {
     let mut workers = Vec::new();
     for w in 0..streams {
         let mut client = tonic::client::Grpc::new(channel.clone());
-        let (stop, domain) = (Arc::clone(&stop), domain.clone());
+        let stop = Arc::clone(&stop);
         workers.push(tokio::spawn(async move {
             let mut tally = Tally::default();
             let path = http::uri::PathAndQuery::from_static(
@@ -100,11 +101,11 @@ async fn grpc(addr: String, streams: usize, seconds: u64, domain: String) {
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
                 let request = Request {
-                    domain: domain.clone(),
+                    domain: "bench".into(),
                     descriptors: vec![Descriptor {
                         entries: vec![Entry {
                             key: "user".into(),
-                            value: format!("u{}", i % 10_000),
+                            value: format!("u{}", i % keys),
                         }],
                     }],
                 };
@@ -204,8 +205,8 @@ async fn main() {
     let number = |i: usize| -> u64 { args.get(i).and_then(|s| s.parse().ok()).expect("a number") };
     match args.first().map(String::as_str) {
         Some("grpc") => {
-            let domain = args.get(4).cloned().unwrap_or_else(|| "bench".into());
-            grpc(args[1].clone(), number(2) as usize, number(3), domain).await
+            let keys = args.get(4).and_then(|k| k.parse().ok()).unwrap_or(10_000);
+            grpc(args[1].clone(), number(2) as usize, number(3), keys).await
         }
         Some("http") => http(args[1].clone(), number(2) as usize, number(3)).await,
         Some("upstream") => upstream(args[1].clone()).await,

@@ -24,7 +24,7 @@ cat >"$work/bench.yaml" <<'EOF'
 domain: bench
 descriptors:
   - key: user
-    rate_limit: { unit: second, requests_per_unit: 1000000000, algorithm: gcra }
+    rate_limit: { unit: day, requests_per_unit: 4000000000 }
 EOF
 
 run_rls() { # label, extra args...
@@ -39,6 +39,8 @@ run_rls() { # label, extra args...
     echo -n "$label, "
     "$load" grpc "127.0.0.1:$port" "$streams" "$secs"
   done
+  echo -n "$label, one hot key, "
+  "$load" grpc "127.0.0.1:$port" 64 "$secs" 1
   kill "$pid"
 }
 
