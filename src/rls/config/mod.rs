@@ -212,9 +212,7 @@ pub const DEFAULT_ALGORITHM: Algorithm = Algorithm::SlidingWindow;
 
 /// The names `algorithm:` accepts.
 pub(crate) fn parse_algorithm(name: &str) -> Option<Algorithm> {
-    Algorithm::ALL
-        .into_iter()
-        .find(|a| a.name() == name || (name == "fixed" && *a == Algorithm::FixedWindow))
+    Algorithm::ALL.into_iter().find(|a| a.name() == name)
 }
 
 impl RlsConfig {
