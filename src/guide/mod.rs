@@ -12,6 +12,7 @@
 //! | [`redis`] | keep limits in memory, or share them across a fleet through Redis, with leases |
 //! | [`rules`] | write limits in a YAML file, reloaded live |
 //! | [`gateway`] | put the `tollgate` binary in front of a service in any language |
+//! | [`envoy`] | run `tollgate rls` as Envoy's rate limit service, from envoyproxy/ratelimit's files |
 //! | [`grpc`] | limit a tonic service |
 //! | [`protect`] | protect the server itself: concurrency, elastic quotas, load shedding |
 //! | [`metrics`] | export decisions and Redis health to Prometheus or another recorder |
@@ -52,6 +53,9 @@ pub mod rules {}
 
 #[doc = include_str!("gateway.md")]
 pub mod gateway {}
+
+#[doc = include_str!("envoy.md")]
+pub mod envoy {}
 
 #[doc = include_str!("grpc.md")]
 pub mod grpc {}

@@ -85,7 +85,9 @@ impl Compiled {
                 )
             })?;
             if lists.1.ips.iter().any(|n| n.0.contains(&ip)) {
-                return Err(forbidden(&format!("ip:{ip}")));
+                let key = Key::from(format!("ip:{ip}"));
+                tracing::debug!(key = self.respond.logged_key(&key).as_str(), "denylisted");
+                return Err(forbidden());
             }
             if lists.0.ips.iter().any(|n| n.0.contains(&ip)) {
                 return Err(Verdict::pass(Headers::new()));
@@ -100,11 +102,12 @@ impl Compiled {
             };
             tracing::trace!(
                 rule = rule.name.as_str(),
-                key = key.as_str(),
+                key = self.respond.logged_key(&key).as_str(),
                 "rule applies"
             );
             if self.file.deny.keys.contains(key.as_str()) {
-                return Err(forbidden(key.as_str()));
+                tracing::debug!(key = self.respond.logged_key(&key).as_str(), "denylisted");
+                return Err(forbidden());
             }
             if !self.file.allow.keys.contains(key.as_str()) {
                 let limit = rule.overrides.get(key.as_str()).or(rule.limit.as_ref());
@@ -168,8 +171,7 @@ impl Compiled {
     }
 }
 
-fn forbidden(key: &str) -> Verdict {
-    tracing::debug!(key, "denylisted");
+fn forbidden() -> Verdict {
     refused(StatusCode::FORBIDDEN, "This client is not allowed.")
 }
 

@@ -354,7 +354,7 @@ impl RedisBackend {
                         kind = ?e.kind(),
                         failures,
                         consecutive,
-                        error = %e,
+                        error = e.to_string().as_str(),
                         "tollgate: Redis rate-limit call failed{more}"
                     );
                 }

@@ -230,7 +230,10 @@ impl RedisSlots {
             match self.call(&key, "refresh", &id, 0).await {
                 Ok((true, _)) => {}
                 Ok((false, _)) => return, // expired meanwhile: nothing to keep
-                Err(error) => tracing::warn!(%error, "could not refresh a concurrency slot"),
+                Err(error) => tracing::warn!(
+                    error = error.to_string().as_str(),
+                    "could not refresh a concurrency slot"
+                ),
             }
         }
     }
@@ -259,7 +262,10 @@ impl Drop for RedisSlot {
         // Best effort: if this fails, the slot expires within its lifetime.
         self.runtime.spawn(async move {
             if let Err(error) = slots.call(&key, "release", &id, 0).await {
-                tracing::warn!(%error, "could not give back a concurrency slot; it will expire");
+                tracing::warn!(
+                    error = error.to_string().as_str(),
+                    "could not give back a concurrency slot; it will expire"
+                );
             }
         });
     }

@@ -1,0 +1,434 @@
+//! envoyproxy/ratelimit's configuration: files of `domain` and nested
+//! `descriptors`, read unchanged, validated as the reference validates them
+//! (with file, line and column), and compiled into one tree per domain.
+
+mod model;
+mod tree;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_saphyr::Spanned;
+
+use crate::quota::{Algorithm, Quota};
+use crate::quota_set::QuotaSet;
+use model::{DescriptorYaml, FileYaml, RateLimitYaml};
+pub(crate) use tree::{Domain, Matched};
+
+/// A time unit of Envoy's protocol (`RateLimitResponse.RateLimit.Unit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl Unit {
+    /// The unit from its name, any case, as the reference reads it.
+    fn parse(name: &str) -> Option<Unit> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "second" => Unit::Second,
+            "minute" => Unit::Minute,
+            "hour" => Unit::Hour,
+            "day" => Unit::Day,
+            "week" => Unit::Week,
+            "month" => Unit::Month,
+            "year" => Unit::Year,
+            _ => return None,
+        })
+    }
+
+    /// The unit from its number on the wire.
+    pub(crate) fn from_proto(n: i32) -> Option<Unit> {
+        Some(match n {
+            1 => Unit::Second,
+            2 => Unit::Minute,
+            3 => Unit::Hour,
+            4 => Unit::Day,
+            5 => Unit::Month,
+            6 => Unit::Year,
+            7 => Unit::Week,
+            _ => return None,
+        })
+    }
+
+    /// Its number on the wire.
+    pub(crate) fn to_proto(self) -> i32 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 2,
+            Unit::Hour => 3,
+            Unit::Day => 4,
+            Unit::Month => 5,
+            Unit::Year => 6,
+            Unit::Week => 7,
+        }
+    }
+
+    /// Its length: the reference's, a month of 30 days and a year of 365,
+    /// windows aligned on multiples of it since the Unix epoch.
+    pub(crate) fn period(self) -> Duration {
+        let secs = match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        };
+        Duration::from_secs(secs)
+    }
+}
+
+/// What a matched limit does.
+#[derive(Debug)]
+pub(crate) enum LimitKind {
+    /// `unlimited: true`: always within, with a maximal remaining.
+    Unlimited,
+    /// `requests_per_unit: 0`: always over.
+    Blocked,
+    /// Counted by a quota.
+    Counted(Arc<QuotaSet>),
+}
+
+/// A limit from the file (or a request's override).
+#[derive(Debug)]
+pub(crate) struct Limit {
+    /// The configured path (`domain.key_value.key`): the metric label and
+    /// the name of the quota's counters.
+    pub path: Arc<str>,
+    pub name: String,
+    pub replaces: Vec<String>,
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    pub kind: LimitKind,
+    pub shadow_mode: bool,
+    pub quota_mode: bool,
+}
+
+impl Limit {
+    /// A limit of `requests_per_unit` per `unit` counted by `algorithm`,
+    /// its counters named `path`.
+    pub(crate) fn counted(
+        path: Arc<str>,
+        requests_per_unit: u32,
+        unit: Unit,
+        algorithm: Algorithm,
+    ) -> Result<Limit, String> {
+        let kind = if requests_per_unit == 0 {
+            LimitKind::Blocked
+        } else {
+            let quota = Quota::builder(algorithm, u64::from(requests_per_unit), unit.period())
+                .name(quota_name(&path))
+                .build()
+                .map_err(|e| e.to_string())?;
+            let set = QuotaSet::new(Arc::clone(&path), [quota]).map_err(|e| e.to_string())?;
+            LimitKind::Counted(Arc::new(set))
+        };
+        Ok(Limit {
+            path,
+            name: String::new(),
+            replaces: Vec::new(),
+            requests_per_unit,
+            unit,
+            kind,
+            shadow_mode: false,
+            quota_mode: false,
+        })
+    }
+}
+
+/// A quota's name as the `RateLimit` header fields show it: printable
+/// ASCII, other characters as `_`.
+fn quota_name(path: &str) -> String {
+    path.chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Why the configuration could not be loaded: the file, and what is wrong
+/// where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RlsConfigError {
+    message: String,
+}
+
+impl RlsConfigError {
+    fn new(file: &str, message: impl fmt::Display) -> Self {
+        RlsConfigError {
+            message: format!("{file}: {message}"),
+        }
+    }
+}
+
+impl fmt::Display for RlsConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RlsConfigError {}
+
+/// Every domain's limits, from one file or a directory of files in
+/// envoyproxy/ratelimit's format.
+///
+/// ```
+/// use tollgate::rls::RlsConfig;
+///
+/// let config = RlsConfig::parse("inline.yaml", r#"
+/// domain: mongo_cps
+/// descriptors:
+///   - key: database
+///     value: users
+///     rate_limit: { unit: second, requests_per_unit: 500 }
+/// "#)?;
+/// assert_eq!(config.domains(), vec!["mongo_cps"]);
+/// # Ok::<(), tollgate::rls::RlsConfigError>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct RlsConfig {
+    pub(crate) domains: HashMap<String, Domain>,
+    /// The algorithm of limits that name none.
+    default_algorithm: Option<Algorithm>,
+}
+
+/// The algorithm of a limit that names none: sliding windows, which no
+/// window boundary lets twice the limit through.
+pub const DEFAULT_ALGORITHM: Algorithm = Algorithm::SlidingWindow;
+
+/// The names `algorithm:` accepts.
+pub(crate) fn parse_algorithm(name: &str) -> Option<Algorithm> {
+    Algorithm::ALL.into_iter().find(|a| a.name() == name)
+}
+
+impl RlsConfig {
+    /// One file's text; `name` is what errors call it.
+    pub fn parse(name: &str, text: &str) -> Result<RlsConfig, RlsConfigError> {
+        RlsConfig::parse_all([(name.to_owned(), text.to_owned())], None)
+    }
+
+    /// A file, or every `.yaml` and `.yml` file of a directory (not its
+    /// subdirectories, nor hidden files), in name order. Limits that name no
+    /// algorithm use `default_algorithm` ([`DEFAULT_ALGORITHM`] if `None`).
+    pub fn load(
+        path: impl AsRef<Path>,
+        default_algorithm: Option<Algorithm>,
+    ) -> Result<RlsConfig, RlsConfigError> {
+        RlsConfig::parse_all(read_all(path.as_ref())?, default_algorithm)
+    }
+
+    /// The domains, sorted.
+    pub fn domains(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.domains.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The files' texts (name, text), as [`load`](RlsConfig::load) compiles them.
+    pub(crate) fn parse_all(
+        files: impl IntoIterator<Item = (String, String)>,
+        default_algorithm: Option<Algorithm>,
+    ) -> Result<RlsConfig, RlsConfigError> {
+        let mut config = RlsConfig {
+            domains: HashMap::new(),
+            default_algorithm,
+        };
+        for (name, text) in files {
+            config.add_file(&name, &text)?;
+        }
+        Ok(config)
+    }
+
+    fn add_file(&mut self, file: &str, text: &str) -> Result<(), RlsConfigError> {
+        let yaml: FileYaml =
+            serde_saphyr::from_str(text).map_err(|e| RlsConfigError::new(file, e))?;
+        let domain = match &yaml.domain {
+            Some(d) if !d.value.is_empty() => d,
+            Some(d) => {
+                return Err(RlsConfigError::new(
+                    file,
+                    at(d, "config file cannot have empty domain"),
+                ));
+            }
+            None => {
+                return Err(RlsConfigError::new(
+                    file,
+                    "config file cannot have empty domain",
+                ));
+            }
+        };
+        if self.domains.contains_key(&domain.value) {
+            return Err(RlsConfigError::new(
+                file,
+                at(
+                    domain,
+                    format!("duplicate domain '{}' in config file", domain.value),
+                ),
+            ));
+        }
+        let algorithm = self.default_algorithm.unwrap_or(DEFAULT_ALGORITHM);
+        let mut root = Domain::default();
+        let path = domain.value.clone();
+        load_level(&mut root, &path, &yaml.descriptors, algorithm)
+            .map_err(|e| RlsConfigError::new(file, e))?;
+        self.domains.insert(domain.value.clone(), root);
+        Ok(())
+    }
+}
+
+/// `message` prefixed with where `value` was written.
+fn at<T>(value: &Spanned<T>, message: impl fmt::Display) -> String {
+    format!(
+        "line {} column {}: {message}",
+        value.referenced.line(),
+        value.referenced.column()
+    )
+}
+
+fn load_level(
+    level: &mut Domain,
+    parent: &str,
+    descriptors: &[Spanned<DescriptorYaml>],
+    algorithm: Algorithm,
+) -> Result<(), String> {
+    for spanned in descriptors {
+        let d = &spanned.value;
+        let key = match d.key.as_deref() {
+            Some(k) if !k.is_empty() => k,
+            _ => return Err(at(spanned, "descriptor has empty key")),
+        };
+        let value = d.value.as_deref().filter(|v| !v.is_empty());
+        let mut path = format!("{parent}.{key}");
+        if let Some(v) = value {
+            path.push('_');
+            path.push_str(v);
+        }
+        if d.share_threshold && !value.is_some_and(|v| v.contains('*')) {
+            return Err(at(
+                spanned,
+                format!(
+                    "share_threshold can only be used with wildcard values (containing '*'), but found key '{}'",
+                    &path[parent.len() + 1..]
+                ),
+            ));
+        }
+        let limit = match &d.rate_limit {
+            Some(r) => Some(Arc::new(
+                compile_limit(r, &path, d, algorithm).map_err(|e| at(r, e))?,
+            )),
+            None => None,
+        };
+        let mut child = Domain::node(limit, d.share_threshold);
+        load_level(&mut child, &path, &d.descriptors, algorithm)?;
+        if !level.insert(key, value, child) {
+            return Err(at(
+                spanned,
+                format!("duplicate descriptor composite key '{path}'"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn compile_limit(
+    r: &Spanned<RateLimitYaml>,
+    path: &str,
+    d: &DescriptorYaml,
+    default: Algorithm,
+) -> Result<Limit, String> {
+    let r = &r.value;
+    let unit = r.unit.as_deref().unwrap_or("");
+    let parsed = Unit::parse(unit);
+    if r.unlimited {
+        if parsed.is_some() {
+            return Err("should not specify rate limit unit when unlimited".into());
+        }
+    } else if parsed.is_none() {
+        return Err(format!("invalid rate limit unit '{unit}'"));
+    }
+    let name = r.name.clone().unwrap_or_default();
+    let mut replaces = Vec::with_capacity(r.replaces.len());
+    for e in &r.replaces {
+        if e.name.is_empty() {
+            return Err("should not have an empty replaces entry".into());
+        }
+        if e.name == name {
+            return Err("replaces should not contain name of same descriptor".into());
+        }
+        replaces.push(e.name.clone());
+    }
+    let algorithm = match r.algorithm.as_deref() {
+        None => default,
+        Some(a) => parse_algorithm(a).ok_or_else(|| {
+            format!(
+                "unknown algorithm '{a}': use fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra"
+            )
+        })?,
+    };
+    let path: Arc<str> = path.into();
+    let mut limit = match parsed {
+        Some(unit) => Limit::counted(path, r.requests_per_unit, unit, algorithm)?,
+        None => Limit {
+            path,
+            name: String::new(),
+            replaces: Vec::new(),
+            requests_per_unit: 0,
+            unit: Unit::Second,
+            kind: LimitKind::Unlimited,
+            shadow_mode: false,
+            quota_mode: false,
+        },
+    };
+    limit.name = name;
+    limit.replaces = replaces;
+    limit.shadow_mode = d.shadow_mode;
+    limit.quota_mode = d.quota_mode;
+    Ok(limit)
+}
+
+/// The files a path names, with their texts: the file itself, or a
+/// directory's YAML files in name order.
+pub(crate) fn read_all(path: &Path) -> Result<Vec<(String, String)>, RlsConfigError> {
+    let shown = path.display().to_string();
+    let meta = std::fs::metadata(path).map_err(|e| RlsConfigError::new(&shown, e))?;
+    let files: Vec<PathBuf> = if meta.is_dir() {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(|e| RlsConfigError::new(&shown, e))? {
+            let entry = entry.map_err(|e| RlsConfigError::new(&shown, e))?;
+            let p = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
+            if yaml && !name.starts_with('.') && p.is_file() {
+                files.push(p);
+            }
+        }
+        files.sort();
+        files
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files
+        .into_iter()
+        .map(|p| {
+            let shown = p.display().to_string();
+            std::fs::read_to_string(&p)
+                .map(|text| (shown.clone(), text))
+                .map_err(|e| RlsConfigError::new(&shown, e))
+        })
+        .collect()
+}

