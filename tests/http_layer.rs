@@ -787,7 +787,7 @@ fn documented(block: &str) -> (u16, Vec<(String, String)>, String) {
 async fn the_readme_axum_example_prints_what_the_readme_shows() {
     let readme = include_str!("../README.md");
     let shown = readme
-        .split_once("What a client sees")
+        .split_once("the sixth within 10 s")
         .expect("the README shows the quickstart's output")
         .1;
     let blocks: Vec<&str> = shown

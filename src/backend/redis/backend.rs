@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -432,7 +433,23 @@ impl RedisBackend {
 
     /// Runs the script on `keys` with `args`; a reply that says more than
     /// `asked` units were spent is a lie.
-    async fn run(
+    ///
+    /// Boxed, one allocation beside a network round trip: the pool's and
+    /// the redis crate's futures (single, Cluster, Sentinel, TLS) nest so
+    /// deep that an app's future holding them inline, through a layer or
+    /// an `AnyBackend`, exceeds rustc's default recursion limit when laid
+    /// out, and fails to compile. A box ends the nesting here.
+    fn run<'a>(
+        &'a self,
+        quotas: &'a QuotaSet,
+        keys: &'a [String],
+        args: &'a [String],
+        asked: u64,
+    ) -> Pin<Box<dyn Future<Output = Result<Reply, BackendError>> + Send + 'a>> {
+        Box::pin(self.run_inline(quotas, keys, args, asked))
+    }
+
+    async fn run_inline(
         &self,
         quotas: &QuotaSet,
         keys: &[String],
