@@ -364,7 +364,7 @@ mod lua_subset {
     /// (`table.maxn`, `table.getn`, `math.pow`, `math.mod`, `loadstring`,
     /// `setfenv`...), and less the optional libraries (`cjson`, `bit`,
     /// `struct`, `cmsgpack`) a build may leave out.
-    const SUBSET: [&str; 24] = [
+    const SUBSET: [&str; 25] = [
         "error",
         "ipairs",
         "pairs",
@@ -386,6 +386,8 @@ mod lua_subset {
         "string.sub",
         "table.concat",
         "table.insert",
+        // Only as `unpack or table.unpack`: Lua 5.4 moved it there.
+        "table.unpack",
         "redis.call",
         "redis.error_reply",
         "redis.replicate_commands",

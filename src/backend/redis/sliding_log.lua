@@ -41,7 +41,8 @@ local function log_append(key, p, count)
     batch[#batch + 1] = string.format('%s:%010d', score, seq + i)
     -- Bounded batches: unpack() has a small stack.
     if #batch >= 1000 or i == n - 1 then
-      redis.call('ZADD', key, unpack(batch))
+      -- Lua 5.1 (Redis, Valkey) has unpack; Lua 5.4 (Dragonfly) table.unpack.
+      redis.call('ZADD', key, (unpack or table.unpack)(batch))
       batch = {}
     end
   end
