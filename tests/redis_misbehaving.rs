@@ -86,6 +86,42 @@ fn gateway_refuses(url: &str, says: &str) {
     assert!(stderr.contains(says), "wanted {says:?}: {stderr}");
 }
 
+/// `tollgate rls` on `url` exits at start, its error naming `says`: a
+/// service left running would answer every call by its failure policy.
+fn rls_refuses(url: &str, says: &str) {
+    let dir = std::env::temp_dir().join(format!("tollgate-rls-refuses-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("d.yaml"),
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["rls", "--listen", "127.0.0.1:0", "--redis", url, "--config"])
+        .arg(&dir)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run tollgate rls");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("tollgate rls kept serving on a Redis that refuses the scripts");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains(says), "wanted {says:?}: {stderr}");
+    assert!(!stderr.contains("pw@"), "{stderr}");
+}
+
 fn acl_user(server: &RedisServer, name: &str, rules: &str) -> String {
     let mut args = vec!["ACL", "SETUSER", name, "reset", "on", ">pw", "~tollgate:*"];
     args.extend(rules.split_whitespace());
@@ -115,6 +151,7 @@ async fn a_user_with_the_documented_acl_works_and_one_without_evalsha_is_refused
     let without = acl_user(&server, "no-evalsha", &ACL.replace("+evalsha", ""));
     refused(&without, "ACL SETUSER <user> ~<prefix>* +evalsha").await;
     gateway_refuses(&without, "+evalsha");
+    rls_refuses(&without, "+evalsha");
     // A command the script sends, refused inside it.
     let without_hset = acl_user(&server, "no-hset", &ACL.replace("+hset", ""));
     refused(&without_hset, "+hset").await;

@@ -357,16 +357,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // A Redis that refuses the scripts would leave every request to the
-    // failure policy: refuse to start. One that is down may come back (and
-    // the backend logs its failures when requests meet them).
-    let refused = runtime.block_on(rules.backend().probe()).err().filter(|e| {
-        !matches!(
-            e.kind(),
-            BackendErrorKind::Timeout | BackendErrorKind::Unavailable
-        )
-    });
-    if let Some(e) = refused {
+    if let Some(e) = runtime.block_on(refusal(&rules.backend())) {
         eprintln!("tollgate: {e}");
         return ExitCode::FAILURE;
     }
@@ -389,6 +380,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Why `backend` must not be served: a Redis that refuses the scripts would
+/// leave every request to the failure policy, so `serve`, `check` and `rls`
+/// refuse to start. One that is down may come back (and the backend logs
+/// its failures when requests meet them), so that is no reason.
+async fn refusal(backend: &tollgate::backend::AnyBackend) -> Option<tollgate::BackendError> {
+    backend.probe().await.err().filter(|e| {
+        !matches!(
+            e.kind(),
+            BackendErrorKind::Timeout | BackendErrorKind::Unavailable
+        )
+    })
 }
 
 /// The rules whose leaky bucket may hold a request longer than the idle

@@ -203,6 +203,9 @@ async fn serve(args: Args, config: RlsConfig) -> Result<(), String> {
     }
     // Built inside the runtime: the Redis pool needs one.
     let (backend, on_error) = backend(&args)?;
+    if let Some(e) = super::refusal(&backend).await {
+        return Err(e.to_string());
+    }
     let algorithm = args.algorithm.unwrap_or(tollgate::rls::DEFAULT_ALGORITHM);
     let service = RlsService::with_options(config, backend, on_error, algorithm);
     service.watch(&args.config, args.algorithm, Duration::from_millis(250));
