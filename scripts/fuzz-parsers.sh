@@ -8,8 +8,8 @@
 #   scripts/fuzz-parsers.sh [SECONDS] [CASES_PER_ROUND]
 #
 # A failure stops at once; proptest prints the smallest input it found and
-# saves its seed under tests/proptest-regressions/, so the next `cargo test`
-# tries it first.
+# saves its seed beside the test's file (`<file>.proptest-regressions`), so
+# the next `cargo test` tries it first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -18,7 +18,7 @@ use crate::quota::{EXACT_MAX, Quota};
 /// loading one state per quota of the request's set (keyed by the client key
 /// and [`QuotaSet::state_ids`](crate::QuotaSet::state_ids)), calling
 /// [`QuotaSet::decide`](crate::QuotaSet::decide), and saving what it changed,
-/// all in one transaction. `tests/custom_backend.rs` is a complete example.
+/// all in one transaction. `tests/engine/custom_backend.rs` is a complete example.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuotaState(pub(crate) State);
 

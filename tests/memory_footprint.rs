@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use tollgate::{Algorithm, Limiter, MemoryBackend, Quota};
 
+// Its own test binary, alone, on purpose: the counting allocator is the
+// `#[global_allocator]` of the whole binary, so tests running beside it on
+// other threads would add their bytes to the count.
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 

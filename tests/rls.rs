@@ -4,17 +4,14 @@
 
 #![cfg(feature = "gateway")]
 
-#[path = "support/envoy.rs"]
-mod envoy;
-#[path = "support/redis.rs"]
-mod redis_support;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use envoy::{Envoy, Rls, TempDir, grpc_calls};
-use redis_support::{RedisCluster, RedisServer};
 use serde_json::{Value, json};
+use support::envoy::{Envoy, Rls, grpc_calls};
+use support::process::TempDir;
+use support::redis::{RedisCluster, RedisServer};
 
 /// A call of one descriptor of `entries` in `domain`.
 fn call(domain: &str, entries: &[(&str, &str)]) -> Value {

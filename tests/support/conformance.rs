@@ -1,8 +1,8 @@
 //! Traces that any backend must decide exactly as `MemoryBackend` does:
 //! the same requests on the same timeline give the same decisions (allowed,
 //! remaining, reset, retry-after, delay, per quota). Run against Redis by
-//! `redis_conformance.rs` and against a store written only with the public
-//! API by `custom_backend.rs`.
+//! `tests/redis/conformance.rs` and against a store written only with the
+//! public API by `tests/engine/custom_backend.rs`.
 
 #![allow(dead_code)]
 

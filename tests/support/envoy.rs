@@ -6,44 +6,13 @@
 
 use std::io::{BufRead, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-static DIRS: AtomicU32 = AtomicU32::new(0);
-
-/// A temporary directory, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        let n = DIRS.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-rls-{}-{tag}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    /// Writes `text` to `name` in the directory, whole: to a hidden file
-    /// first, then renamed, as a deployment tool does.
-    pub fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        let hidden = self.0.join(format!(".{name}.tmp"));
-        std::fs::write(&hidden, text).unwrap();
-        std::fs::rename(&hidden, &path).unwrap();
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use super::process::{TempDir, free_port, listen_address, strip_colours};
 
 /// A `tollgate rls` process, stopped on drop.
 pub struct Rls {
@@ -52,15 +21,6 @@ pub struct Rls {
     /// Where it serves Prometheus metrics, with `--metrics-listen`.
     pub metrics: Option<SocketAddr>,
     args: Vec<String>,
-}
-
-/// The address after `listen=` in a log line that says `message`.
-fn logged_address(plain: &str, message: &str) -> Option<SocketAddr> {
-    if !plain.contains(message) {
-        return None;
-    }
-    let at = plain.find("listen=")?;
-    plain[at + 7..].split_whitespace().next()?.parse().ok()
 }
 
 impl Rls {
@@ -89,9 +49,9 @@ impl Rls {
             for line in std::io::BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 let plain = strip_colours(&line);
-                if let Some(addr) = logged_address(&plain, "metrics at /metrics") {
+                if let Some(addr) = listen_address(&plain, "metrics at /metrics") {
                     let _ = tx.send((false, addr));
-                } else if let Some(addr) = logged_address(&plain, "tollgate rls serving") {
+                } else if let Some(addr) = listen_address(&plain, "tollgate rls serving") {
                     let _ = tx.send((true, addr));
                 }
                 eprintln!("[rls] {plain}");
@@ -139,23 +99,6 @@ impl Drop for Rls {
     }
 }
 
-fn strip_colours(line: &str) -> String {
-    let mut plain = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            plain.push(c);
-        }
-    }
-    plain
-}
-
 /// Runs `calls` in order through Python's grpcio client against `addr`
 /// and returns its answers. Fails, saying how to install them, when
 /// Python's grpcio or grpcio-tools are missing.
@@ -188,15 +131,6 @@ pub fn grpc_calls(addr: SocketAddr, calls: &[Value]) -> Vec<Value> {
         .collect();
     assert_eq!(answers.len(), calls.len(), "one answer per call");
     answers
-}
-
-/// A loopback port nobody listens on now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Envoy's configuration as the tests (and the guide) use it: one
@@ -285,7 +219,7 @@ impl Envoy {
     pub fn start(upstream: SocketAddr, rls: SocketAddr, deny_on_failure: bool) -> Envoy {
         let dir = TempDir::new("envoy");
         for _ in 0..5 {
-            let port = free_port();
+            let port = free_port(None);
             let config = dir.write(
                 "envoy.yaml",
                 &envoy_config(port, upstream, rls, deny_on_failure),

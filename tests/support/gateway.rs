@@ -11,6 +11,8 @@ use axum::body::{Body, to_bytes};
 use axum::extract::Request;
 use axum::response::Response;
 
+use super::process::{TempDir, listen_address};
+
 /// What the upstream received.
 #[derive(Debug, Clone)]
 pub struct Seen {
@@ -182,35 +184,6 @@ impl Gateway {
     }
 }
 
-/// The address in a gateway log line `message listen=ADDR`, its colours
-/// taken out.
-fn listen_address(line: &str, message: &str) -> Option<SocketAddr> {
-    let mut plain = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            // An escape sequence ends with a letter.
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            plain.push(c);
-        }
-    }
-    if !plain.contains(message) {
-        return None;
-    }
-    // `--log-format json` writes the field as `"listen":"ADDR"`.
-    if let Some(at) = plain.find("\"listen\":\"") {
-        let rest = &plain[at + "\"listen\":\"".len()..];
-        return rest.split('"').next()?.parse().ok();
-    }
-    let rest = &plain[plain.find("listen=")? + "listen=".len()..];
-    rest.split_whitespace().next()?.parse().ok()
-}
-
 impl Drop for Gateway {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -218,23 +191,15 @@ impl Drop for Gateway {
     }
 }
 
-/// A rules file in its own temporary folder.
-pub struct RulesFile(pub PathBuf);
+/// A rules file in its own temporary folder (removed on drop). The folder
+/// is unique: the tests of one binary run at once in one process.
+pub struct RulesFile(pub PathBuf, TempDir);
 
 impl RulesFile {
     pub fn new(name: &str, text: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("tollgate-gw-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("rules.yaml");
+        let dir = TempDir::new(&format!("gw-{name}"));
+        let path = dir.0.join("rules.yaml");
         std::fs::write(&path, text).unwrap();
-        RulesFile(path)
-    }
-}
-
-impl Drop for RulesFile {
-    fn drop(&mut self) {
-        if let Some(dir) = self.0.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+        RulesFile(path, dir)
     }
 }

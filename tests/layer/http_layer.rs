@@ -1,0 +1,908 @@
+//! The layer through `oneshot`: limits, headers, bad input, failures.
+
+use crate::support;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use support::{Reply, reply};
+use tollgate::backend::{BackendErrorKind, CheckRequest};
+use tollgate::key::{
+    ClientIp, HeaderKey, KeyExtractor, KeyExtractorExt, KeyFuture, PeerIp, RouteKey,
+};
+use tollgate::layer::{Policy, QUOTA_EXCEEDED};
+use tollgate::{
+    Backend, BackendError, Decision, HeaderStyle, Limiter, ManualClock, MemoryBackend, Mode,
+    OnBackendError, OnDelay, OnMissingKey, Quota, QuotaSet, RateLimitLayer, Timestamp,
+};
+use tower::ServiceExt;
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn clock() -> ManualClock {
+    ManualClock::new(Timestamp::from_secs(1_700_000_040))
+}
+
+fn limiter(
+    clock: &ManualClock,
+    quotas: impl Into<QuotaSet>,
+) -> Limiter<MemoryBackend<ManualClock>> {
+    Limiter::new(
+        MemoryBackend::builder().clock(clock.clone()).build(),
+        quotas,
+    )
+}
+
+fn app<P: Policy>(layer: RateLimitLayer<P>) -> Router {
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/items/{id}", get(|| async { "item" }))
+        .layer(layer)
+}
+
+fn from(ip: &str) -> Request<Body> {
+    request(ip, &[])
+}
+
+fn request(ip: &str, headers: &[(&str, &[u8])]) -> Request<Body> {
+    let mut req = Request::get("/");
+    for (k, v) in headers {
+        req = req.header(*k, http::HeaderValue::from_bytes(v).unwrap());
+    }
+    let mut req = req.body(Body::empty()).unwrap();
+    let addr: SocketAddr = format!("{ip}:4000").parse().unwrap();
+    req.extensions_mut().insert(ConnectInfo(addr));
+    req
+}
+
+async fn send(app: &Router, req: Request<Body>) -> Reply {
+    reply(app.clone().oneshot(req).await.unwrap()).await
+}
+
+#[tokio::test]
+async fn the_limit_holds_per_key_and_keys_are_independent() {
+    let c = clock();
+    let app = app(RateLimitLayer::new(
+        limiter(&c, Quota::fixed_window(3, 60 * SEC).build().unwrap()),
+        PeerIp::new(),
+    ));
+    for _ in 0..3 {
+        assert_eq!(send(&app, from("192.0.2.1")).await.status, StatusCode::OK);
+    }
+    assert_eq!(
+        send(&app, from("192.0.2.1")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(send(&app, from("192.0.2.2")).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn ietf_headers_name_every_quota() {
+    let c = clock();
+    let set = QuotaSet::new(
+        "api",
+        [
+            Quota::fixed_window(10, 60 * SEC)
+                .name("per-minute")
+                .build()
+                .unwrap(),
+            Quota::gcra(2, Duration::from_millis(2500))
+                .name("burst")
+                .build()
+                .unwrap(),
+        ],
+    )
+    .unwrap();
+    let app = app(RateLimitLayer::new(limiter(&c, set), PeerIp::new()));
+    c.advance(15 * SEC);
+    let r = send(&app, from("192.0.2.1")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let policy = r.list("ratelimit-policy");
+    assert_eq!(policy.len(), 2);
+    assert_eq!(
+        (policy[0].name(), policy[0].int("q"), policy[0].int("w")),
+        ("per-minute", 10, 60)
+    );
+    // A 2.5 s period is announced as 3 whole seconds.
+    assert_eq!(
+        (policy[1].name(), policy[1].int("q"), policy[1].int("w")),
+        ("burst", 2, 3)
+    );
+    let state = r.list("ratelimit");
+    assert_eq!(
+        (state[0].name(), state[0].int("r"), state[0].int("t")),
+        ("per-minute", 9, 45)
+    );
+    // One of two units used; it returns in 1.25 s, announced as 2.
+    assert_eq!(
+        (state[1].name(), state[1].int("r"), state[1].int("t")),
+        ("burst", 1, 2)
+    );
+    assert!(r.header("retry-after").is_none());
+
+    send(&app, from("192.0.2.1")).await;
+    let refused = send(&app, from("192.0.2.1")).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    let state = refused.list("ratelimit");
+    assert_eq!((state[0].int("r"), state[1].int("r")), (8, 0));
+    assert_eq!(refused.header("retry-after"), Some("2"));
+    let problem = refused.json();
+    assert_eq!(problem["type"], QUOTA_EXCEEDED);
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["violated-policies"], serde_json::json!(["burst"]));
+    assert_eq!(
+        refused.header("content-type"),
+        Some("application/problem+json")
+    );
+}
+
+#[tokio::test]
+async fn draft6_and_legacy_headers_show_the_binding_quota() {
+    for style in [HeaderStyle::Draft6, HeaderStyle::Legacy] {
+        let c = clock();
+        let set = QuotaSet::new(
+            "api",
+            [
+                Quota::fixed_window(10, 60 * SEC).build().unwrap(),
+                Quota::fixed_window(2, 10 * SEC).build().unwrap(),
+            ],
+        )
+        .unwrap();
+        let layer = RateLimitLayer::builder(limiter(&c, set), PeerIp::new())
+            .header_style(style)
+            .build();
+        let app = app(layer);
+        c.advance(3 * SEC);
+        let r = send(&app, from("192.0.2.1")).await;
+        let prefix = if style == HeaderStyle::Draft6 {
+            "ratelimit"
+        } else {
+            "x-ratelimit"
+        };
+        let h = |n: &str| r.header(&format!("{prefix}-{n}")).map(str::to_owned);
+        assert_eq!(h("limit").as_deref(), Some("2"), "{style:?}");
+        assert_eq!(h("remaining").as_deref(), Some("1"));
+        assert_eq!(h("reset").as_deref(), Some("7"));
+        assert!(r.header("ratelimit").is_none() && r.header("ratelimit-policy").is_none());
+        send(&app, from("192.0.2.1")).await;
+        let refused = send(&app, from("192.0.2.1")).await;
+        assert_eq!(refused.header("retry-after"), Some("7"));
+        let legacy_retry = refused.header("x-ratelimit-retry-after");
+        if style == HeaderStyle::Legacy {
+            assert_eq!(legacy_retry, Some("7"));
+        } else {
+            assert_eq!(legacy_retry, None);
+        }
+    }
+}
+
+#[tokio::test]
+async fn no_header_style_still_says_when_to_retry() {
+    let c = clock();
+    let layer = RateLimitLayer::builder(
+        limiter(&c, Quota::gcra(1, 60 * SEC).build().unwrap()),
+        PeerIp::new(),
+    )
+    .header_style(HeaderStyle::None)
+    .build();
+    let app = app(layer);
+    let ok = send(&app, from("192.0.2.1")).await;
+    assert!(ok.headers.keys().all(|k| !k.as_str().contains("ratelimit")));
+    let refused = send(&app, from("192.0.2.1")).await;
+    assert_eq!(refused.header("retry-after"), Some("60"));
+}
+
+#[tokio::test]
+async fn retry_after_rounds_up_and_a_retry_after_it_passes() {
+    let c = clock();
+    let app = app(RateLimitLayer::new(
+        limiter(
+            &c,
+            Quota::gcra(1, Duration::from_millis(1500)).build().unwrap(),
+        ),
+        PeerIp::new(),
+    ));
+    assert_eq!(send(&app, from("192.0.2.1")).await.status, StatusCode::OK);
+    c.advance(Duration::from_millis(10));
+    let refused = send(&app, from("192.0.2.1")).await;
+    // 1.49 s to wait: told 2, never 1 (which would be another 429).
+    assert_eq!(refused.header("retry-after"), Some("2"));
+    c.advance(SEC);
+    assert_eq!(
+        send(&app, from("192.0.2.1")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    c.advance(SEC);
+    assert_eq!(send(&app, from("192.0.2.1")).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn shadow_mode_never_refuses_but_still_reports() {
+    let c = clock();
+    let quota = Quota::fixed_window(1, 60 * SEC)
+        .mode(Mode::Shadow)
+        .build()
+        .unwrap();
+    let app = app(RateLimitLayer::new(limiter(&c, quota), PeerIp::new()));
+    send(&app, from("192.0.2.1")).await;
+    let r = send(&app, from("192.0.2.1")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.list("ratelimit")[0].int("r"), 0);
+    assert!(r.header("retry-after").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaky_bucket_delays_the_request_instead_of_refusing() {
+    let c = clock();
+    let quota = Quota::leaky_bucket(2, SEC).build().unwrap();
+    let app = app(RateLimitLayer::new(limiter(&c, quota), PeerIp::new()));
+    let start = tokio::time::Instant::now();
+    assert_eq!(send(&app, from("192.0.2.1")).await.status, StatusCode::OK);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(send(&app, from("192.0.2.1")).await.status, StatusCode::OK);
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(500),
+        "held for its turn"
+    );
+    // The queue of two is full now (the manual clock did not move).
+    assert_eq!(
+        send(&app, from("192.0.2.1")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    let c = clock();
+    let layer = RateLimitLayer::builder(
+        limiter(&c, Quota::leaky_bucket(2, SEC).build().unwrap()),
+        PeerIp::new(),
+    )
+    .on_delay(OnDelay::Reject)
+    .build();
+    let app = self::app(layer);
+    send(&app, from("192.0.2.1")).await;
+    let r = send(&app, from("192.0.2.1")).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.header("retry-after"), Some("1"));
+}
+
+#[tokio::test]
+async fn routes_carry_their_own_quotas_and_costs() {
+    let c = clock();
+    let backend = MemoryBackend::builder().clock(c.clone()).build();
+    let cheap = Limiter::new(
+        backend.clone(),
+        QuotaSet::new(
+            "cheap",
+            [Quota::fixed_window(10, 60 * SEC).build().unwrap()],
+        )
+        .unwrap(),
+    );
+    let costly = Limiter::new(
+        backend,
+        QuotaSet::new(
+            "costly",
+            [Quota::token_bucket(10, 60 * SEC).build().unwrap()],
+        )
+        .unwrap(),
+    );
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route_layer(RateLimitLayer::new(cheap, PeerIp::new()))
+        .route(
+            "/export",
+            post(|| async { "exported" }).layer(
+                RateLimitLayer::builder(costly, PeerIp::new())
+                    .cost(|parts| {
+                        if parts.uri.query() == Some("full") {
+                            5
+                        } else {
+                            2
+                        }
+                    })
+                    .build(),
+            ),
+        );
+    let export = |q: &str| {
+        let mut req = Request::post(format!("/export?{q}"))
+            .body(Body::empty())
+            .unwrap();
+        req.extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from(([192, 0, 2, 1], 1))));
+        req
+    };
+    assert_eq!(
+        send(&app, export("full")).await.list("ratelimit")[0].int("r"),
+        5
+    );
+    assert_eq!(send(&app, export("full")).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&app, export("part")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The cheap route counts separately.
+    let r = send(&app, from("192.0.2.1")).await;
+    assert_eq!(
+        (r.status, r.list("ratelimit")[0].int("r")),
+        (StatusCode::OK, 9)
+    );
+}
+
+#[tokio::test]
+async fn nested_layers_report_every_policy() {
+    let c = clock();
+    let backend = MemoryBackend::builder().clock(c.clone()).build();
+    let outer = Limiter::new(
+        backend.clone(),
+        QuotaSet::new(
+            "outer",
+            [Quota::gcra(5, 60 * SEC).name("app").build().unwrap()],
+        )
+        .unwrap(),
+    );
+    let inner = Limiter::new(
+        backend,
+        QuotaSet::new(
+            "inner",
+            [Quota::gcra(2, 60 * SEC).name("route").build().unwrap()],
+        )
+        .unwrap(),
+    );
+    let app = Router::new()
+        .route(
+            "/",
+            get(|| async { "ok" }).layer(RateLimitLayer::new(inner, PeerIp::new())),
+        )
+        .layer(RateLimitLayer::new(outer, PeerIp::new()));
+    let r = send(&app, from("192.0.2.1")).await;
+    let names: Vec<String> = r
+        .list("ratelimit")
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect();
+    assert_eq!(names, ["route", "app"]);
+    assert_eq!(r.list("ratelimit-policy").len(), 2);
+}
+
+#[tokio::test]
+async fn the_route_key_uses_the_matched_pattern() {
+    let c = clock();
+    let app = app(RateLimitLayer::new(
+        limiter(&c, Quota::fixed_window(2, 60 * SEC).build().unwrap()),
+        RouteKey,
+    ));
+    let item = |id: u32| {
+        let mut req = Request::get(format!("/items/{id}"))
+            .body(Body::empty())
+            .unwrap();
+        req.extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from(([192, 0, 2, 1], 1))));
+        req
+    };
+    assert_eq!(send(&app, item(1)).await.status, StatusCode::OK);
+    assert_eq!(send(&app, item(2)).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&app, item(3)).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(&app, from("192.0.2.1")).await.status,
+        StatusCode::OK,
+        "/ is another route"
+    );
+}
+
+#[tokio::test]
+async fn a_custom_rejection_response_keeps_the_headers() {
+    let c = clock();
+    let layer = RateLimitLayer::builder(
+        limiter(&c, Quota::gcra(1, 60 * SEC).build().unwrap()),
+        PeerIp::new(),
+    )
+    .rejection_response(|r| {
+        let mut resp = Response::new(Bytes::from(format!("slow down, {}", r.key)));
+        *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        resp
+    })
+    .build();
+    let app = app(layer);
+    send(&app, from("192.0.2.1")).await;
+    let r = send(&app, from("192.0.2.1")).await;
+    assert_eq!(r.body, "slow down, ip:192.0.2.1");
+    assert_eq!(r.header("retry-after"), Some("60"));
+    assert_eq!(r.list("ratelimit")[0].int("r"), 0);
+}
+
+#[tokio::test]
+async fn bad_input_gets_the_documented_answer() {
+    let c = clock();
+    let trusted = ClientIp::trusted_proxies(["192.0.2.0/24".parse().unwrap()]);
+    let by_ip = app(RateLimitLayer::new(
+        limiter(&c, Quota::gcra(100, SEC).build().unwrap()),
+        trusted,
+    ));
+    for xff in [&b"garbage"[..], b"1.2.3.4, not an ip", b"for=1.2.3.4"] {
+        let r = send(&by_ip, request("192.0.2.1", &[("x-forwarded-for", xff)])).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{xff:?}");
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(
+            r.json()["detail"]
+                .as_str()
+                .unwrap()
+                .contains("forwarding header")
+        );
+    }
+    let r = send(
+        &by_ip,
+        request("192.0.2.1", &[("x-forwarded-for", b"\xff\xfe")]),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        send(&by_ip, from("192.0.2.1")).await.status,
+        StatusCode::OK,
+        "still serving"
+    );
+
+    let by_header = app(RateLimitLayer::new(
+        limiter(&c, Quota::gcra(100, SEC).build().unwrap()),
+        HeaderKey::new(http::HeaderName::from_static("x-api-key")),
+    ));
+    let non_ascii = send(
+        &by_header,
+        request("192.0.2.1", &[("x-api-key", b"caf\xc3\xa9")]),
+    )
+    .await;
+    assert_eq!(non_ascii.status, StatusCode::BAD_REQUEST);
+    let huge = vec![b'k'; 1000];
+    let oversized = send(&by_header, request("192.0.2.1", &[("x-api-key", &huge)])).await;
+    assert_eq!(oversized.status, StatusCode::BAD_REQUEST);
+    assert!(
+        oversized.body.contains("over the 256 accepted"),
+        "{}",
+        oversized.body
+    );
+    assert_eq!(
+        send(&by_header, from("192.0.2.1")).await.status,
+        StatusCode::BAD_REQUEST,
+        "no key"
+    );
+    let ok = send(&by_header, request("192.0.2.1", &[("x-api-key", b"abc")])).await;
+    assert_eq!(ok.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_missing_connect_info_is_a_server_error_or_passes_when_told() {
+    let c = clock();
+    let no_info = || Request::get("/").body(Body::empty()).unwrap();
+    let strict = app(RateLimitLayer::new(
+        limiter(&c, Quota::gcra(1, SEC).build().unwrap()),
+        PeerIp::new(),
+    ));
+    let r = send(&strict, no_info()).await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(r.body.contains("into_make_service_with_connect_info"));
+
+    let lenient = app(RateLimitLayer::builder(
+        limiter(&c, Quota::gcra(1, SEC).build().unwrap()),
+        PeerIp::new(),
+    )
+    .on_missing_key(OnMissingKey::Allow)
+    .build());
+    for _ in 0..3 {
+        assert_eq!(send(&lenient, no_info()).await.status, StatusCode::OK);
+    }
+}
+
+/// A backend that always fails.
+struct Down;
+
+impl Backend for Down {
+    fn check<'a>(
+        &'a self,
+        _: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        std::future::ready(Err(BackendError::new(
+            BackendErrorKind::Unavailable,
+            "down for the test",
+        )))
+    }
+}
+
+/// A backend that never answers.
+struct Hung;
+
+impl Backend for Hung {
+    fn check<'a>(
+        &'a self,
+        _: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        std::future::pending()
+    }
+}
+
+fn quota() -> Quota {
+    Quota::gcra(1, SEC).build().unwrap()
+}
+
+#[tokio::test]
+async fn a_failing_backend_fails_open_by_default_or_closed_when_told() {
+    let open = app(RateLimitLayer::new(
+        Limiter::new(Down, quota()),
+        PeerIp::new(),
+    ));
+    for _ in 0..3 {
+        let r = send(&open, from("192.0.2.1")).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert!(r.header("ratelimit").is_none(), "no numbers to report");
+    }
+    let closed = app(
+        RateLimitLayer::builder(Limiter::new(Down, quota()), PeerIp::new())
+            .on_backend_error(OnBackendError::Reject)
+            .build(),
+    );
+    let r = send(&closed, from("192.0.2.1")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+}
+
+#[tokio::test]
+async fn a_hanging_backend_is_cut_off_at_the_timeout() {
+    for (policy, status) in [
+        (OnBackendError::Allow, StatusCode::OK),
+        (OnBackendError::Reject, StatusCode::SERVICE_UNAVAILABLE),
+    ] {
+        let app = app(
+            RateLimitLayer::builder(Limiter::new(Hung, quota()), PeerIp::new())
+                .timeout(Duration::from_millis(50))
+                .on_backend_error(policy)
+                .build(),
+        );
+        let start = Instant::now();
+        let r = send(&app, from("192.0.2.1")).await;
+        let took = start.elapsed();
+        assert_eq!(r.status, status);
+        assert!(took >= Duration::from_millis(50), "{took:?}");
+        assert!(
+            took < Duration::from_secs(2),
+            "answered within the timeout, not hung: {took:?}"
+        );
+    }
+}
+
+/// A cost no quota admits is refused with 413 under either failure policy
+/// (under `Allow` it used to pass unlimited; under
+/// `Reject` it was a 503, as if the limiter were down).
+#[tokio::test]
+async fn a_cost_no_quota_admits_is_refused_whatever_the_failure_policy() {
+    for policy in [OnBackendError::Reject, OnBackendError::Allow] {
+        let c = clock();
+        let layer = RateLimitLayer::builder(limiter(&c, quota()), PeerIp::new())
+            .cost(|_| 5)
+            .on_backend_error(policy)
+            .build();
+        assert_eq!(
+            send(&app(layer), from("192.0.2.1")).await.status,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{policy:?}"
+        );
+    }
+}
+
+#[derive(Clone)]
+struct UserId(u32);
+
+impl std::fmt::Display for UserId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[tokio::test]
+async fn user_and_route_together_form_the_key() {
+    use tollgate::key::ExtensionKey;
+    let c = clock();
+    let app = app(RateLimitLayer::new(
+        limiter(&c, Quota::fixed_window(1, 60 * SEC).build().unwrap()),
+        (ExtensionKey::<UserId>::new(), RouteKey),
+    ));
+    let as_user = |user: u32, path: &str| {
+        let mut req = Request::get(path).body(Body::empty()).unwrap();
+        req.extensions_mut().insert(UserId(user));
+        req
+    };
+    assert_eq!(send(&app, as_user(1, "/")).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&app, as_user(1, "/")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(&app, as_user(1, "/items/7")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(send(&app, as_user(2, "/")).await.status, StatusCode::OK);
+    // No user id: the tuple cannot be formed, so the request is refused.
+    let anonymous = Request::get("/").body(Body::empty()).unwrap();
+    assert_eq!(send(&app, anonymous).await.status, StatusCode::BAD_REQUEST);
+}
+
+/// Finds the account behind an API key by awaiting a lookup.
+struct Lookup;
+
+impl tollgate::key::KeyExtractor for Lookup {
+    fn extract(&self, parts: &http::request::Parts) -> tollgate::key::KeyFuture {
+        let api_key = parts.headers.get("x-api-key").cloned();
+        tollgate::key::KeyFuture::new(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            match api_key.as_ref().and_then(|v| v.to_str().ok()) {
+                Some("k1" | "k2") => Ok("account:1".into()),
+                Some(_) => Ok("account:other".into()),
+                None => Err(tollgate::key::KeyError::Missing("x-api-key header")),
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_key_extractor_may_await() {
+    let c = clock();
+    let app = app(RateLimitLayer::new(
+        limiter(&c, Quota::fixed_window(2, 60 * SEC).build().unwrap()),
+        Lookup,
+    ));
+    // Two API keys of one account share its limit.
+    assert_eq!(
+        send(&app, request("192.0.2.1", &[("x-api-key", b"k1")]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&app, request("192.0.2.1", &[("x-api-key", b"k2")]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let r = send(&app, request("192.0.2.1", &[("x-api-key", b"k1")])).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.list("ratelimit")[0].int("r"), 0);
+    assert_eq!(
+        send(&app, from("192.0.2.1")).await.status,
+        StatusCode::BAD_REQUEST
+    );
+}
+
+#[tokio::test]
+async fn any_tower_service_and_body_type_can_be_limited() {
+    use tower::{Service, ServiceBuilder, service_fn};
+    let c = clock();
+    let layer = RateLimitLayer::new(
+        limiter(&c, Quota::gcra(1, 60 * SEC).build().unwrap()),
+        tollgate::key::GlobalKey,
+    );
+    // A plain tower service with its own request and response body types.
+    let mut svc =
+        ServiceBuilder::new()
+            .layer(layer)
+            .service(service_fn(|req: Request<String>| async move {
+                Ok::<_, std::convert::Infallible>(Response::new(http_body_util::Full::new(
+                    Bytes::from(req.into_body()),
+                )))
+            }));
+    let first = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new("ping".to_owned()))
+        .await
+        .unwrap();
+    assert_eq!(reply(first).await.body, "ping");
+    let second = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new("ping".to_owned()))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// A service that is ready only when told, and then fails readiness.
+#[derive(Clone)]
+struct Gatekeeper(std::sync::Arc<std::sync::atomic::AtomicU8>);
+
+impl tower::Service<Request<Body>> for Gatekeeper {
+    type Response = Response<String>;
+    type Error = &'static str;
+    type Future = std::future::Ready<Result<Response<String>, &'static str>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        match self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => std::task::Poll::Pending,
+            1 => std::task::Poll::Ready(Ok(())),
+            _ => std::task::Poll::Ready(Err("inner not ready")),
+        }
+    }
+
+    fn call(&mut self, _: Request<Body>) -> Self::Future {
+        std::future::ready(Ok(Response::new("ok".into())))
+    }
+}
+
+#[tokio::test]
+async fn poll_ready_passes_through() {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::task::{Context, Poll, Waker};
+    use tower::{Layer, Service};
+    let c = clock();
+    let state = std::sync::Arc::new(AtomicU8::new(0));
+    let layer = RateLimitLayer::new(
+        limiter(&c, Quota::gcra(5, SEC).build().unwrap()),
+        PeerIp::new(),
+    );
+    let mut svc = layer.layer(Gatekeeper(state.clone()));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(
+        svc.poll_ready(&mut cx).is_pending(),
+        "pending while the inner service is"
+    );
+    state.store(1, Ordering::SeqCst);
+    assert!(matches!(svc.poll_ready(&mut cx), Poll::Ready(Ok(()))));
+    let r = svc.call(from("192.0.2.1")).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    state.store(2, Ordering::SeqCst);
+    assert!(matches!(
+        svc.poll_ready(&mut cx),
+        Poll::Ready(Err("inner not ready"))
+    ));
+}
+
+/// The header lines and body a README output block shows.
+fn documented(block: &str) -> (u16, Vec<(String, String)>, String) {
+    let mut lines = block.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap();
+    let mut headers = Vec::new();
+    let mut body = String::new();
+    for line in lines {
+        match line.split_once(": ") {
+            Some((name, value)) if body.is_empty() && !line.starts_with('{') => {
+                headers.push((name.to_owned(), value.to_owned()))
+            }
+            _ => body.push_str(line),
+        }
+    }
+    (status.parse().unwrap(), headers, body)
+}
+
+#[tokio::test]
+async fn the_readme_axum_example_prints_what_the_readme_shows() {
+    let readme = include_str!("../../README.md");
+    let shown = readme
+        .split_once("the sixth within 10 s")
+        .expect("the README shows the quickstart's output")
+        .1;
+    let blocks: Vec<&str> = shown
+        .split("```text\n")
+        .skip(1)
+        .take(2)
+        .map(|b| b.split("```").next().unwrap().trim_end())
+        .collect();
+    // The README's example, as written there.
+    let backend = MemoryBackend::new();
+    let everywhere = Limiter::new(
+        backend.clone(),
+        QuotaSet::new("app", [Quota::gcra(5, 10 * SEC).build().unwrap()]).unwrap(),
+    );
+    let reports = Limiter::new(
+        backend,
+        QuotaSet::new(
+            "reports",
+            [Quota::sliding_window(6, 60 * SEC).build().unwrap()],
+        )
+        .unwrap(),
+    );
+    let app = Router::new()
+        .route(
+            "/report",
+            post(|| async { "report queued\n" }).layer(
+                RateLimitLayer::builder(reports, PeerIp::new())
+                    .cost(|_| 3)
+                    .build(),
+            ),
+        )
+        .route("/", get(|| async { "hello\n" }))
+        .layer(RateLimitLayer::new(everywhere, PeerIp::new()));
+    let addr = support::serve(app).await;
+    let client = support::client();
+    let mut replies = Vec::new();
+    for _ in 0..6 {
+        replies.push(support::get(&client, addr, "/", &[]).await);
+    }
+    for (block, reply) in blocks.iter().zip([&replies[0], &replies[5]]) {
+        let (status, headers, body) = documented(block);
+        assert_eq!(reply.status.as_u16(), status, "{block}");
+        for (name, value) in headers {
+            assert_eq!(
+                reply.header(&name),
+                Some(value.as_str()),
+                "{name} in\n{block}"
+            );
+        }
+        assert_eq!(reply.body.trim_end(), body, "{block}");
+    }
+}
+
+/// What a handler read of the decision the layer handed it.
+async fn remaining(decision: Option<axum::Extension<Decision>>) -> String {
+    match decision {
+        Some(axum::Extension(d)) => format!("{} left", d.remaining()),
+        None => "no decision".to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn a_handler_reads_the_decision_from_the_request_extensions() {
+    let c = clock();
+    let quota = || Quota::gcra(3, 60 * SEC).build().unwrap();
+    let handed = Router::new().route("/", get(remaining)).layer(
+        RateLimitLayer::builder(limiter(&c, quota()), PeerIp::new())
+            .decision_in_extensions(true)
+            .build(),
+    );
+    assert_eq!(send(&handed, from("192.0.2.1")).await.body, "2 left");
+    assert_eq!(send(&handed, from("192.0.2.1")).await.body, "1 left");
+    // Decided on the awaited path (a key found asynchronously) too.
+    let awaited = Router::new().route("/", get(remaining)).layer(
+        RateLimitLayer::builder(limiter(&c, quota()), Async(PeerIp::new()))
+            .decision_in_extensions(true)
+            .build(),
+    );
+    assert_eq!(send(&awaited, from("192.0.2.1")).await.body, "2 left");
+    // Off by default.
+    let plain = Router::new()
+        .route("/", get(remaining))
+        .layer(RateLimitLayer::new(limiter(&c, quota()), PeerIp::new()));
+    assert_eq!(send(&plain, from("192.0.2.1")).await.body, "no decision");
+}
+
+/// A key extractor that answers only after a yield, as a lookup would.
+struct Async<K>(K);
+
+impl<K: KeyExtractor> KeyExtractor for Async<K> {
+    fn extract(&self, parts: &http::request::Parts) -> KeyFuture {
+        let found = self.0.extract(parts);
+        KeyFuture::new(async move {
+            tokio::task::yield_now().await;
+            found.await
+        })
+    }
+}
+
+#[tokio::test]
+async fn or_falls_back_on_a_malformed_key_as_on_a_missing_one() {
+    let c = clock();
+    let api_key = HeaderKey::new(http::HeaderName::from_static("x-api-key"));
+    let app = app(RateLimitLayer::new(
+        limiter(&c, Quota::gcra(1, 60 * SEC).build().unwrap()),
+        api_key.or(PeerIp::new()),
+    ));
+    // A key that is not visible ASCII: counted under the client's address.
+    let broken = request("192.0.2.1", &[("x-api-key", b"\xff\xfe")]);
+    assert_eq!(send(&app, broken).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&app, from("192.0.2.1")).await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the broken key spent the address's quota"
+    );
+    let good = request("192.0.2.1", &[("x-api-key", b"alice")]);
+    assert_eq!(send(&app, good).await.status, StatusCode::OK);
+}
