@@ -4,6 +4,7 @@
 //! over [`QuotaState`](crate::QuotaState)s it keeps.
 
 mod any;
+mod batch;
 mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
@@ -18,6 +19,7 @@ use std::fmt;
 use std::future::Future;
 
 pub use any::{AnyBackend, AnyBackendError};
+pub use batch::{BatchBackend, BatchBackendBuilder};
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{
