@@ -2,7 +2,7 @@
 //! behind a rate limiter whose limit is never reached (so what is measured is
 //! the cost of deciding, on every request).
 //!
-//! `MODE=bare|tollgate|governor|tollgate-redis|tollgate-redis-lease [PORT=8000] cargo run --release --example bench_server`
+//! `MODE=bare|tollgate|tollgate-global|tollgate-global-batched|governor|tollgate-redis|tollgate-redis-lease [PORT=8000] cargo run --release --example bench_server`
 //! (`tollgate-redis` and `tollgate-redis-lease`, leases on, need `--features redis`
 //! and `REDIS_URL`).
 //!
@@ -20,7 +20,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::{Router, routing::get};
 use http::{HeaderValue, Response};
-use tollgate::key::{KeyError, KeyExtractor, KeyFuture, PeerIp};
+use tollgate::key::{GlobalKey, KeyError, KeyExtractor, KeyFuture, PeerIp};
 use tollgate::{HeaderStyle, Limiter, MemoryBackend, OnMissingKey, Quota, RateLimitLayer};
 
 #[path = "../benches/support/peers.rs"]
@@ -54,6 +54,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = match mode.as_str() {
         "bare" => app,
         "tollgate" => app.layer(RateLimitLayer::new(memory()?, PeerIp::new())),
+        // One key for every request, plain and batched per core.
+        "tollgate-global" => app.layer(RateLimitLayer::new(memory()?, GlobalKey)),
+        "tollgate-global-batched" => {
+            let backend = tollgate::backend::BatchBackend::new(MemoryBackend::new());
+            app.layer(RateLimitLayer::new(Limiter::new(backend, never_reached()?), GlobalKey))
+        }
         #[cfg(feature = "redis")]
         "tollgate-redis" | "tollgate-redis-lease" => {
             let url =

@@ -1,63 +1,98 @@
 #!/usr/bin/env bash
 # HTTP overhead of rate limiting: an axum hello-world bare, behind tollgate
-# (memory), behind tower_governor, and (with REDIS=1) behind tollgate on
-# Redis, loaded by wrk on loopback. Runs are interleaved round by round, the
-# server pinned to one core and wrk to the other, and the report gives each
-# configuration as a ratio to bare from the same run, and the server's CPU
-# time per request (user + system, from /proc/PID/stat over the measured
-# run): on a shared machine, time the server spends per request moves less
-# than requests per second, since waiting for the CPU is not counted. User
-# and system time are also reported apart: the layers' own work is user
-# time, and the kernel's share moves with how the server and wrk take turns
-# (BENCHMARKS.md, "Over HTTP").
+# (memory; a per-IP key, a global key, a global key batched per core), behind
+# tower_governor, and (with REDIS=1) behind tollgate on Redis. Runs are
+# interleaved round by round, the server pinned to SERVER_CPUS and the load
+# generator to LOAD_CPUS, and the report gives each configuration as a ratio
+# to bare from the same run, and the server's CPU time per request (user +
+# system, from /proc/PID/stat over the measured run): on a shared machine,
+# time the server spends per request moves less than requests per second,
+# since waiting for the CPU is not counted (BENCHMARKS.md, "Over HTTP").
 #
-#   scripts/bench-http.sh                 # 5 rounds of 10 s per configuration
+# The load generator is wrk where installed (LOADGEN=wrk), else
+# examples/http_load.rs (LOADGEN=rust), which reports in wrk's words.
+#
+#   scripts/bench-http.sh                 # build, then 5 rounds of 10 s per configuration
 #   ROUNDS=3 DURATION=5s scripts/bench-http.sh
 #   MODES="bare passthrough tollgate-unkeyed tollgate" scripts/bench-http.sh
 #                                         # other modes: examples/bench_server.rs
+#   scripts/bench-cores.sh build DIR      # release binaries and these scripts in DIR;
+#   DIR/bench-http.sh                     # then there: no cargo, no network
 #
-# Writes target/bench-http/report.md and docs/bench-http.svg.
+# On 16 or more CPUs the server gets CPUs 0-7 and the load 8-15 (8 threads);
+# on fewer, CPU 0 and CPU 1. Set SERVER_CPUS, LOAD_CPUS, LOAD_THREADS, CONNS
+# to choose. Writes report.md in OUT (target/bench-http, or DIR/out/http) and
+# the chart to docs/bench-http.svg (DIR/out/http/bench-http.svg).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+here=$(cd "$(dirname "$0")" && pwd)
+
+if [ -x "$here/bench_server" ]; then
+  # A directory made by `bench-cores.sh build`.
+  bin=$here
+  out=${OUT:-$here/out/http}
+  svg=$out/bench-http.svg
+else
+  cd "$here/.."
+  features=""
+  if [ "${REDIS:-0}" = 1 ]; then features="--features redis"; fi
+  cargo build --release --example bench_server --example http_load $features
+  bin=${CARGO_TARGET_DIR:-target}/release/examples
+  out=${OUT:-target/bench-http}
+  mkdir -p docs
+  svg=docs/bench-http.svg
+fi
 
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10s}
-CONNS=${CONNS:-64}
-MODES=${MODES:-"bare tollgate governor"}
-features=""
+MODES=${MODES:-"bare tollgate tollgate-global tollgate-global-batched governor"}
+if [ "$(nproc)" -ge 16 ]; then
+  SERVER_CPUS=${SERVER_CPUS:-0-7}
+  LOAD_CPUS=${LOAD_CPUS:-8-15}
+  LOAD_THREADS=${LOAD_THREADS:-8}
+else
+  SERVER_CPUS=${SERVER_CPUS:-0}
+  LOAD_CPUS=${LOAD_CPUS:-1}
+  LOAD_THREADS=${LOAD_THREADS:-1}
+fi
+CONNS=${CONNS:-$((LOAD_THREADS * 64))}
+LOADGEN=${LOADGEN:-$(command -v wrk >/dev/null && echo wrk || echo rust)}
 if [ "${REDIS:-0}" = 1 ]; then
   MODES="$MODES tollgate-redis tollgate-redis-lease"
-  features="--features redis"
+  command -v redis-server >/dev/null || { echo "REDIS=1 needs redis-server" >&2; exit 1; }
 fi
+command -v taskset >/dev/null || { echo "needs taskset (util-linux)" >&2; exit 1; }
 
-need=()
-command -v wrk >/dev/null || need+=(wrk)
-command -v taskset >/dev/null || need+=(util-linux)
-if [ "${REDIS:-0}" = 1 ]; then command -v redis-server >/dev/null || need+=(redis-server); fi
-if [ ${#need[@]} -gt 0 ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+load() {
+  if [ "$LOADGEN" = wrk ]; then
+    taskset -c "$LOAD_CPUS" wrk -t"$LOAD_THREADS" -c"$CONNS" -d"$1" --latency "$2"
+  else
+    taskset -c "$LOAD_CPUS" "$bin/http_load" -t "$LOAD_THREADS" -c "$CONNS" -d "$1" "$2"
+  fi
+}
 
-cargo build --release --example bench_server $features
-server=target/release/examples/bench_server
-out=target/bench-http
-mkdir -p "$out" docs
+mkdir -p "$out"
 printf 'mode\tround\trps\tp99_ms\tcpu_us\tuser_us\tsys_us\n' > "$out/raw.tsv"
+echo "server on CPUs $SERVER_CPUS, $LOADGEN on CPUs $LOAD_CPUS ($LOAD_THREADS threads, $CONNS connections)"
 
 redis_pid=""
+server_pid=""
 if [ "${REDIS:-0}" = 1 ]; then
   redis_port=$((20000 + RANDOM % 10000))
-  taskset -c 1 redis-server --port "$redis_port" --save "" --appendonly no --daemonize no >/dev/null &
+  taskset -c "$LOAD_CPUS" redis-server --port "$redis_port" --save "" --appendonly no --daemonize no >/dev/null &
   redis_pid=$!
   export REDIS_URL="redis://127.0.0.1:$redis_port"
 fi
-cleanup() { [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true; }
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null
+  [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null
+  true
+}
 trap cleanup EXIT
 
-# The server's user and system CPU time so far, all threads, in clock ticks.
+# The server's user and system CPU time so far, all threads, in clock ticks:
+# fields 14 and 15 of /proc/PID/stat, counted after the ")" that ends the
+# command name (which may hold spaces).
 cpu_ticks() {
-  # Fields 14 and 15 of /proc/PID/stat, counted after the ")" that ends the
-  # command name (which may hold spaces).
   sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12, $13 }'
 }
 
@@ -70,39 +105,48 @@ wait_port() {
   return 1
 }
 
+hz=$(getconf CLK_TCK)
 for round in $(seq "$ROUNDS"); do
   for mode in $MODES; do
     port=$((30000 + RANDOM % 20000))
-    MODE=$mode PORT=$port taskset -c 0 "$server" &
-    pid=$!
+    MODE=$mode PORT=$port taskset -c "$SERVER_CPUS" "$bin/bench_server" &
+    server_pid=$!
     wait_port "$port"
-    # Warm up, then measure.
-    taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/" >/dev/null
-    cpu_before=$(cpu_ticks "$pid")
-    taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$out/$mode-$round.txt"
-    cpu_after=$(cpu_ticks "$pid")
-    read -r user_before sys_before <<<"$cpu_before"
-    read -r user_after sys_after <<<"$cpu_after"
-    echo "cpu_ticks $((user_after - user_before)) $((sys_after - sys_before)) $(getconf CLK_TCK)" >> "$out/$mode-$round.txt"
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
-    python3 - "$out/$mode-$round.txt" "$mode" "$round" >> "$out/raw.tsv" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-v, unit = re.search(r"99%\s+([\d.]+)(us|ms|s)", text).groups()
-p99 = float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
-requests = int(re.search(r"(\d+) requests in", text).group(1))
-user, system, hz = map(int, re.search(r"cpu_ticks (\d+) (\d+) (\d+)", text).groups())
-user_us, sys_us = (t / hz * 1e6 / requests for t in (user, system))
-non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-if non2xx:
-    sys.exit(f"{sys.argv[2]}: {non2xx.group(1)} responses were not 200; the limit must never be reached")
-print(f"{sys.argv[2]}\t{sys.argv[3]}\t{rps:.0f}\t{p99:.3f}\t{user_us + sys_us:.3f}\t{user_us:.3f}\t{sys_us:.3f}")
-PY
-    echo "round $round $mode: $(tail -n1 "$out/raw.tsv" | cut -f3) req/s, p99 $(tail -n1 "$out/raw.tsv" | cut -f4) ms, $(tail -n1 "$out/raw.tsv" | cut -f5) us CPU per request"
+    load 2s "http://127.0.0.1:$port/" >/dev/null
+    read -r user_before sys_before <<<"$(cpu_ticks "$server_pid")"
+    load "$DURATION" "http://127.0.0.1:$port/" > "$out/$mode-$round.txt"
+    read -r user_after sys_after <<<"$(cpu_ticks "$server_pid")"
+    kill "$server_pid"
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+    # requests/s, p99 in ms, CPU per request in microseconds (total, user,
+    # system), in awk so that the target needs no Python.
+    awk -v mode="$mode" -v round="$round" -v hz="$hz" \
+        -v user=$((user_after - user_before)) -v sys=$((sys_after - sys_before)) '
+      /Requests\/sec:/ { rps = $2 }
+      /requests in/ { requests = $1 }
+      /^ *99%/ { v = $2; unit = v; sub(/[a-z]+$/, "", v); sub(/^[0-9.]+/, "", unit)
+                 p99 = v * (unit == "us" ? 0.001 : unit == "s" ? 1000 : 1) }
+      /Non-2xx or 3xx responses:/ { bad = $NF }
+      END {
+        if (bad > 0) { print mode ": " bad " responses were not 200; the limit must never be reached" > "/dev/stderr"; exit 1 }
+        if (requests == 0) { print mode ": no requests" > "/dev/stderr"; exit 1 }
+        u = user / hz * 1e6 / requests; s = sys / hz * 1e6 / requests
+        printf "%s\t%s\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\n", mode, round, rps, p99, u + s, u, s
+      }' "$out/$mode-$round.txt" >> "$out/raw.tsv"
+    IFS=$'\t' read -r _ _ rps p99 cpu _ <<<"$(tail -n1 "$out/raw.tsv")"
+    echo "round $round $mode: $rps req/s, p99 $p99 ms, $cpu us CPU per request"
   done
 done
 
-python3 scripts/bench_report.py "$out/raw.tsv" docs/bench-http.svg > "$out/report.md"
+if command -v python3 >/dev/null; then
+  python3 "$here/bench_report.py" "$out/raw.tsv" "$svg" > "$out/report.md"
+else
+  # Means over rounds, and ratios to bare.
+  awk -F'\t' 'NR > 1 { n[$1]++; r[$1] += $3; c[$1] += $5; if (!($1 in seen)) { seen[$1]; order[++k] = $1 } }
+    END { print "| server | requests/s | vs bare | CPU us/request | added |"; print "|---|---:|---:|---:|---:|"
+          for (i = 1; i <= k; i++) { m = order[i]
+            printf "| %s | %.0f | %.3f | %.3f | %.3f |\n", m, r[m]/n[m], (r[m]/n[m]) / (r["bare"]/n["bare"]), c[m]/n[m], c[m]/n[m] - c["bare"]/n["bare"] } }' \
+    "$out/raw.tsv" > "$out/report.md"
+fi
 cat "$out/report.md"

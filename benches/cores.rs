@@ -1,0 +1,185 @@
+//! Checks per second on many cores: one hot key and many keys, at 1, 2, 4,
+//! 8 and 16 threads, for every algorithm, plain and batched
+//! (`BatchBackend`), with governor 0.10 beside GCRA. Prints one markdown
+//! report: millions of checks a second, then ratios at the same thread
+//! count (each algorithm to GCRA, GCRA to governor, batched to plain).
+//!
+//! `cargo bench --bench cores` (or `scripts/bench-cores.sh`, which builds
+//! it once and runs it where cargo is not). Settings, from the environment:
+//! `THREADS=1,2,4,8,16`, `CELL_MS=300` (each cell's measured time),
+//! `ONLY=gcra,...` (algorithms by name).
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use tollgate::backend::BatchBackend;
+use tollgate::{Algorithm, Limiter, MemoryBackend};
+
+#[path = "support/peers.rs"]
+mod peers;
+
+/// Keys of the many-keys case, shared by the threads, each starting at
+/// its own offset: more than a cache holds, fewer than the default bound.
+const KEYS: usize = 1 << 16;
+
+/// A checker: checks the key it is given.
+type Check = Arc<dyn Fn(&String) + Send + Sync>;
+
+/// Runs `check` on `threads` threads for `cell`, on one key (`hot`) or
+/// on [`KEYS`] keys; checks a second.
+fn cell(threads: usize, cell: Duration, hot: bool, keys: &Arc<Vec<String>>, check: &Check) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let total = Arc::new(AtomicU64::new(0));
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (stop, total, barrier) = (stop.clone(), total.clone(), barrier.clone());
+            let (keys, check) = (keys.clone(), check.clone());
+            std::thread::spawn(move || {
+                let mut i = t * (KEYS / threads.max(1));
+                let mut done = 0u64;
+                let global = "global".to_owned();
+                barrier.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..256 {
+                        let key = if hot { &global } else { &keys[i % KEYS] };
+                        i = i.wrapping_add(7919);
+                        check(black_box(key));
+                    }
+                    done += 256;
+                }
+                total.fetch_add(done, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    std::thread::sleep(cell);
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().expect("bench thread");
+    }
+    total.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn plain(algorithm: Algorithm) -> Check {
+    let backend = MemoryBackend::builder().max_keys(4 * KEYS).build();
+    let limiter = Limiter::new(backend, peers::admitting(algorithm));
+    Arc::new(move |key| {
+        black_box(limiter.check_now(key, 1));
+    })
+}
+
+fn batched(algorithm: Algorithm) -> Check {
+    let inner = MemoryBackend::builder().max_keys(4 * KEYS).build();
+    let limiter = Limiter::new(BatchBackend::new(inner), peers::admitting(algorithm));
+    Arc::new(move |key| {
+        black_box(limiter.check_now(key, 1));
+    })
+}
+
+fn governor() -> Check {
+    let gov = peers::governor_admitting();
+    Arc::new(move |key| {
+        black_box(gov.check_key(key)).ok();
+    })
+}
+
+/// One row: a case's checks a second at each thread count.
+struct Row {
+    name: String,
+    rates: Vec<f64>,
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; no other arguments are taken.
+    let threads: Vec<usize> = std::env::var("THREADS")
+        .unwrap_or_else(|_| "1,2,4,8,16".into())
+        .split(',')
+        .filter_map(|t| t.trim().parse().ok())
+        .filter(|&t| t > 0)
+        .collect();
+    let cell_ms = std::env::var("CELL_MS")
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(300);
+    let only = std::env::var("ONLY").ok();
+    let wanted = |a: &Algorithm| only.as_deref().is_none_or(|o| o.split(',').any(|n| n == a.name()));
+    let span = Duration::from_millis(cell_ms);
+    let keys: Arc<Vec<String>> = Arc::new(
+        (0..KEYS)
+            .map(|i| format!("ip:10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255))
+            .collect(),
+    );
+    let mut cases: Vec<(String, Box<dyn Fn() -> Check>)> = Vec::new();
+    for algorithm in Algorithm::ALL.into_iter().filter(wanted) {
+        let name = algorithm.name();
+        cases.push((format!("{name}"), Box::new(move || plain(algorithm))));
+        cases.push((format!("{name} batched"), Box::new(move || batched(algorithm))));
+    }
+    cases.push(("governor".into(), Box::new(governor)));
+
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("# Checks per second on many cores\n");
+    println!("{cpus} CPUs; threads {threads:?}; {cell_ms} ms a cell; millions of checks a second.\n");
+    for hot in [true, false] {
+        let mut rows = Vec::new();
+        for (name, make) in &cases {
+            let mut rates = Vec::new();
+            for &t in &threads {
+                // A fresh limiter per cell: no cell inherits another's keys.
+                let check = make();
+                if !hot {
+                    // The keys are stored before they are measured.
+                    for key in keys.iter() {
+                        check(key);
+                    }
+                }
+                rates.push(cell(t, span, hot, &keys, &check));
+                eprintln!("{} {name} {t} threads: {:.2} M/s", if hot { "hot" } else { "many" }, rates.last().unwrap() / 1e6);
+            }
+            rows.push(Row {
+                name: name.clone(),
+                rates,
+            });
+        }
+        report(if hot { "One hot key" } else { "Many keys" }, &threads, &rows);
+    }
+}
+
+fn report(title: &str, threads: &[usize], rows: &[Row]) {
+    let head: String = threads.iter().map(|t| format!(" {t} |")).collect();
+    let rule: String = threads.iter().map(|_| " ---:|").collect();
+    let find = |name: &str| rows.iter().find(|r| r.name == name);
+    println!("## {title}: M checks/s\n\n| case |{head}\n|---|{rule}");
+    for row in rows {
+        let cells: String = row.rates.iter().map(|r| format!(" {:.2} |", r / 1e6)).collect();
+        println!("| {} |{cells}", row.name);
+    }
+    let ratio = |label: String, a: &Row, b: &Row| {
+        let cells: String = a
+            .rates
+            .iter()
+            .zip(&b.rates)
+            .map(|(x, y)| format!(" {:.2}x |", x / y))
+            .collect();
+        println!("| {label} |{cells}");
+    };
+    println!("\n## {title}: ratios at the same threads\n\n| ratio |{head}\n|---|{rule}");
+    if let Some(gcra) = find("gcra") {
+        for row in rows.iter().filter(|r| !r.name.contains(' ') && r.name != "gcra" && r.name != "governor") {
+            ratio(format!("{} / gcra", row.name), row, gcra);
+        }
+        if let Some(gov) = find("governor") {
+            ratio("gcra / governor".into(), gcra, gov);
+        }
+    }
+    for row in rows.iter().filter(|r| r.name.ends_with(" batched")) {
+        if let Some(base) = find(row.name.trim_end_matches(" batched")) {
+            ratio(format!("{} / plain", row.name), row, base);
+        }
+    }
+    println!();
+}
