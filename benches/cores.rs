@@ -106,7 +106,10 @@ fn main() {
         .and_then(|m| m.parse().ok())
         .unwrap_or(300);
     let only = std::env::var("ONLY").ok();
-    let wanted = |a: &Algorithm| only.as_deref().is_none_or(|o| o.split(',').any(|n| n == a.name()));
+    let wanted = |a: &Algorithm| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|n| n == a.name()))
+    };
     let span = Duration::from_millis(cell_ms);
     let keys: Arc<Vec<String>> = Arc::new(
         (0..KEYS)
@@ -117,13 +120,18 @@ fn main() {
     for algorithm in Algorithm::ALL.into_iter().filter(wanted) {
         let name = algorithm.name();
         cases.push((format!("{name}"), Box::new(move || plain(algorithm))));
-        cases.push((format!("{name} batched"), Box::new(move || batched(algorithm))));
+        cases.push((
+            format!("{name} batched"),
+            Box::new(move || batched(algorithm)),
+        ));
     }
     cases.push(("governor".into(), Box::new(governor)));
 
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("# Checks per second on many cores\n");
-    println!("{cpus} CPUs; threads {threads:?}; {cell_ms} ms a cell; millions of checks a second.\n");
+    println!(
+        "{cpus} CPUs; threads {threads:?}; {cell_ms} ms a cell; millions of checks a second.\n"
+    );
     for hot in [true, false] {
         let mut rows = Vec::new();
         for (name, make) in &cases {
@@ -138,14 +146,22 @@ fn main() {
                     }
                 }
                 rates.push(cell(t, span, hot, &keys, &check));
-                eprintln!("{} {name} {t} threads: {:.2} M/s", if hot { "hot" } else { "many" }, rates.last().unwrap() / 1e6);
+                eprintln!(
+                    "{} {name} {t} threads: {:.2} M/s",
+                    if hot { "hot" } else { "many" },
+                    rates.last().unwrap() / 1e6
+                );
             }
             rows.push(Row {
                 name: name.clone(),
                 rates,
             });
         }
-        report(if hot { "One hot key" } else { "Many keys" }, &threads, &rows);
+        report(
+            if hot { "One hot key" } else { "Many keys" },
+            &threads,
+            &rows,
+        );
     }
 }
 
@@ -155,7 +171,11 @@ fn report(title: &str, threads: &[usize], rows: &[Row]) {
     let find = |name: &str| rows.iter().find(|r| r.name == name);
     println!("## {title}: M checks/s\n\n| case |{head}\n|---|{rule}");
     for row in rows {
-        let cells: String = row.rates.iter().map(|r| format!(" {:.2} |", r / 1e6)).collect();
+        let cells: String = row
+            .rates
+            .iter()
+            .map(|r| format!(" {:.2} |", r / 1e6))
+            .collect();
         println!("| {} |{cells}", row.name);
     }
     let ratio = |label: String, a: &Row, b: &Row| {
@@ -169,7 +189,10 @@ fn report(title: &str, threads: &[usize], rows: &[Row]) {
     };
     println!("\n## {title}: ratios at the same threads\n\n| ratio |{head}\n|---|{rule}");
     if let Some(gcra) = find("gcra") {
-        for row in rows.iter().filter(|r| !r.name.contains(' ') && r.name != "gcra" && r.name != "governor") {
+        for row in rows
+            .iter()
+            .filter(|r| !r.name.contains(' ') && r.name != "gcra" && r.name != "governor")
+        {
             ratio(format!("{} / gcra", row.name), row, gcra);
         }
         if let Some(gov) = find("governor") {

@@ -58,7 +58,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "tollgate-global" => app.layer(RateLimitLayer::new(memory()?, GlobalKey)),
         "tollgate-global-batched" => {
             let backend = tollgate::backend::BatchBackend::new(MemoryBackend::new());
-            app.layer(RateLimitLayer::new(Limiter::new(backend, never_reached()?), GlobalKey))
+            app.layer(RateLimitLayer::new(
+                Limiter::new(backend, never_reached()?),
+                GlobalKey,
+            ))
         }
         #[cfg(feature = "redis")]
         "tollgate-redis" | "tollgate-redis-lease" => {

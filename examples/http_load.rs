@@ -34,7 +34,10 @@ fn args() -> Result<Args, String> {
             // Seconds, with or without wrk's trailing `s`.
             "-d" => {
                 let v = value()?;
-                let secs: f64 = v.trim_end_matches('s').parse().map_err(|e| format!("-d: {e}"))?;
+                let secs: f64 = v
+                    .trim_end_matches('s')
+                    .parse()
+                    .map_err(|e| format!("-d: {e}"))?;
                 args.duration = Duration::from_secs_f64(secs);
             }
             url if !url.starts_with('-') => {
@@ -85,7 +88,8 @@ async fn connection(url: http::Uri, until: Instant) -> Seen {
             break;
         }
         let micros = start.elapsed().as_micros();
-        seen.latencies.push(u32::try_from(micros).unwrap_or(u32::MAX));
+        seen.latencies
+            .push(u32::try_from(micros).unwrap_or(u32::MAX));
         seen.bad += u64::from(!(status.is_success() || status.is_redirection()));
     }
     seen
@@ -117,7 +121,10 @@ fn main() {
         all
     });
     let elapsed = start.elapsed().as_secs_f64();
-    let mut latencies: Vec<u32> = all.iter().flat_map(|s| s.latencies.iter().copied()).collect();
+    let mut latencies: Vec<u32> = all
+        .iter()
+        .flat_map(|s| s.latencies.iter().copied())
+        .collect();
     latencies.sort_unstable();
     let requests = latencies.len();
     let p99 = latencies
@@ -127,8 +134,15 @@ fn main() {
     let bad: u64 = all.iter().map(|s| s.bad).sum();
     let errors: u64 = all.iter().map(|s| s.errors).sum();
     // wrk's words, which scripts/bench-http.sh reads.
-    println!("Running {:.0}s test @ {}", args.duration.as_secs_f64(), args.url);
-    println!("  {} threads and {} connections", args.threads, args.connections);
+    println!(
+        "Running {:.0}s test @ {}",
+        args.duration.as_secs_f64(),
+        args.url
+    );
+    println!(
+        "  {} threads and {} connections",
+        args.threads, args.connections
+    );
     println!("  Latency Distribution");
     println!("     99%   {:.2}ms", f64::from(p99) / 1000.0);
     println!("  {requests} requests in {elapsed:.2}s");

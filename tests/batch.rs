@@ -113,7 +113,11 @@ async fn parked_units_are_given_back_when_flushed_and_when_lapsed() {
     for _ in 0..2 {
         assert!(limiter.check("k", 1).await.unwrap().allowed());
     }
-    assert_eq!(remaining(&limiter).await, 95, "parked units are spent inside");
+    assert_eq!(
+        remaining(&limiter).await,
+        95,
+        "parked units are spent inside"
+    );
     assert_eq!(limiter.backend().flush(limiter.quotas()).await, 3);
     assert_eq!(remaining(&limiter).await, 98, "flushed: given back");
 

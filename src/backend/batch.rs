@@ -64,7 +64,9 @@ const CAPACITY_SHARE: u64 = 8;
 ///
 /// A stripe's batch grows fourfold each time it is spent within its
 /// lifetime, from the request's cost, so a key checked now and then takes
-/// no more than it asks for.
+/// no more than it asks for. A request admitted from a batch reports the
+/// inner backend's decision on the batch (its `remaining` leaves out the
+/// units parked in stripes).
 ///
 /// ```
 /// use std::time::Duration;
@@ -241,13 +243,14 @@ impl<B: Backend> BatchBackend<B> {
             let drained: Vec<Leftover> = {
                 let mut held = lock(&stripe.held);
                 let ids = quotas.state_ids();
-                held.extract_if(|o, _| *o.ids == *ids).map(|(o, h)| Leftover {
-                    key: o.key,
-                    units: h.units,
-                    reserved: h.reserved,
-                })
-                .filter(|leftover| leftover.units > 0)
-                .collect()
+                held.extract_if(|o, _| *o.ids == *ids)
+                    .map(|(o, h)| Leftover {
+                        key: o.key,
+                        units: h.units,
+                        reserved: h.reserved,
+                    })
+                    .filter(|leftover| leftover.units > 0)
+                    .collect()
             };
             for leftover in drained {
                 if self.give_back_leftover(quotas, &leftover).await {
@@ -371,7 +374,13 @@ impl<B: Backend> BatchBackend<B> {
         now: u64,
     ) -> Result<Decision, BackendError> {
         let cost = request.cost;
-        let mut reserved = self.inner.reserve(CheckRequest { cost: want, ..request }).await?;
+        let mut reserved = self
+            .inner
+            .reserve(CheckRequest {
+                cost: want,
+                ..request
+            })
+            .await?;
         let mut size = want;
         if !reserved.decision().allowed() && want > cost {
             reserved = self.inner.reserve(request).await?;
