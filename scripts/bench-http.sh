@@ -96,22 +96,30 @@ cpu_ticks() {
   sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12, $13 }'
 }
 
-wait_port() {
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
+# Starts the server in $mode on a free port: sets server_pid and port. A
+# port taken meanwhile makes the server exit: then another port.
+start_server() {
+  for _ in $(seq 10); do
+    port=$((30000 + RANDOM % 20000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+    MODE=$mode PORT=$port taskset -c "$SERVER_CPUS" "$bin/bench_server" &
+    server_pid=$!
+    for _ in $(seq 200); do
+      kill -0 "$server_pid" 2>/dev/null || break
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+      sleep 0.05
+    done
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
   done
-  echo "server on port $1 did not start" >&2
+  echo "$mode: the server did not start" >&2
   return 1
 }
 
 hz=$(getconf CLK_TCK)
 for round in $(seq "$ROUNDS"); do
   for mode in $MODES; do
-    port=$((30000 + RANDOM % 20000))
-    MODE=$mode PORT=$port taskset -c "$SERVER_CPUS" "$bin/bench_server" &
-    server_pid=$!
-    wait_port "$port"
+    start_server
     load 2s "http://127.0.0.1:$port/" >/dev/null
     read -r user_before sys_before <<<"$(cpu_ticks "$server_pid")"
     load "$DURATION" "http://127.0.0.1:$port/" > "$out/$mode-$round.txt"
