@@ -119,7 +119,7 @@ fn main() {
     let mut cases: Vec<(String, Box<dyn Fn() -> Check>)> = Vec::new();
     for algorithm in Algorithm::ALL.into_iter().filter(wanted) {
         let name = algorithm.name();
-        cases.push((format!("{name}"), Box::new(move || plain(algorithm))));
+        cases.push((name.to_string(), Box::new(move || plain(algorithm))));
         cases.push((
             format!("{name} batched"),
             Box::new(move || batched(algorithm)),
