@@ -17,6 +17,7 @@ use metrics::{
 use crate::backend::BackendErrorKind;
 use crate::clock::Stopwatch;
 use crate::decision::Decision;
+use crate::layer::Reason;
 
 /// Decisions by outcome, labelled `policy` and `outcome`.
 pub(crate) const DECISIONS: &str = "tollgate_decisions_total";
@@ -110,6 +111,44 @@ impl metrics::IntoF64 for Elapsed {
     fn into_f64(self) -> f64 {
         self.0.elapsed().as_secs_f64()
     }
+}
+
+/// Decisions of the layer and the rules by reason, labelled `reason`.
+pub(crate) const DECISION_REASONS: &str = "tollgate_decision_reasons_total";
+/// Admitted decisions above the near-limit share of a quota, labelled
+/// `policy`.
+pub(crate) const NEAR_LIMIT: &str = "tollgate_near_limit_total";
+
+/// A policy's decisions by [`Reason`]: one handle per reason, registered
+/// when the policy is built.
+#[derive(Debug, Clone)]
+pub(crate) struct ReasonMetrics([Counter; Reason::ALL.len()]);
+
+impl ReasonMetrics {
+    pub(crate) fn new() -> Self {
+        describe_counter!(
+            DECISION_REASONS,
+            Unit::Count,
+            "Requests decided by the layer or the rules, by reason (admitted, quota, lease, denial_cache, shed, deny_list, ...: one series per reason)."
+        );
+        ReasonMetrics(Reason::ALL.map(|r| counter!(DECISION_REASONS, "reason" => r.as_str())))
+    }
+
+    /// One more request decided for `reason`.
+    #[inline]
+    pub(crate) fn count(&self, reason: Reason) {
+        self.0[reason as usize].increment(1);
+    }
+}
+
+/// The near-limit counter of the quota set `policy`.
+pub(crate) fn near_limit(policy: &str) -> Counter {
+    describe_counter!(
+        NEAR_LIMIT,
+        Unit::Count,
+        "Admitted decisions that used more than the near-limit share (0.8 by default) of a quota, by policy (quota set or rule)."
+    );
+    counter!(NEAR_LIMIT, "policy" => policy.to_owned())
 }
 
 /// The in-memory backends' size: one gauge for all of them, moved by each

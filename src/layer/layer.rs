@@ -9,18 +9,18 @@ use http::Response;
 use http::request::Parts;
 use tower_layer::Layer;
 
-use super::concurrency::ConcurrencyQuota;
 use super::count_status::CountStatus;
 use super::headers::HeaderStyle;
-use super::load::{LoadSignal, MeasuredLoad};
 use super::partition_key::PartitionKey;
 use super::policy::{LimitPolicy, OnMissingKey, Policy};
 use super::respond::{OnBackendError, OnDelay, Rejection};
 use super::service::RateLimit;
-use super::shed::Shedding;
 use crate::backend::{Backend, MemoryBackend};
 use crate::key::KeyExtractor;
 use crate::limiter::Limiter;
+use crate::protect::concurrency::ConcurrencyQuota;
+use crate::protect::load::{LoadSignal, MeasuredLoad};
+use crate::protect::shed::Shedding;
 
 /// Rate-limits a tower service: picks each request's key, asks the limiter,
 /// and answers refused requests with 429, `Retry-After` and rate-limit
@@ -229,9 +229,27 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
     /// ([`count_status`](Self::count_status)) hands the reservation's
     /// decision, made before the request and settled after it; a request passed without a decision
     /// (the backend failed under [`OnBackendError::Allow`], no key under
-    /// [`OnMissingKey::Allow`]) carries none.
+    /// [`OnMissingKey::Allow`]) carries none. Every passed request carries
+    /// its [`Reason`](super::Reason) beside it (`Extension<Reason>`).
     pub fn decision_in_extensions(mut self, yes: bool) -> Self {
         self.policy.decision_in_extensions = yes;
+        self
+    }
+
+    /// Counts admitted requests that used more than `share` of their
+    /// quota (the one closest to refusing) in the `tollgate_near_limit_total`
+    /// metric, labelled with the quota set's name; 0.8 by default. A share
+    /// outside 0 to 1 (or NaN) is taken as the nearest bound (1 for NaN:
+    /// nothing counts).
+    pub fn near_limit(mut self, share: f64) -> Self {
+        let share = if share.is_nan() {
+            1.0
+        } else {
+            share.clamp(0.0, 1.0)
+        };
+        if let Some(limit) = self.policy.limit.as_mut().and_then(Arc::get_mut) {
+            limit.set_near_limit(share);
+        }
         self
     }
 

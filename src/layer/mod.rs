@@ -22,61 +22,56 @@
 //! [`Shedding`] (503 under overload, lowest [`Priority`] first).
 
 // Files, each one job, in the order they depend on each other: `headers`,
-// `partition_key`, `problem` and `grpc` (what clients are told), `load`,
-// `shed` and `concurrency` (protecting the server), `held` (what a passed
-// request carries to its response: a reservation to settle, slots), `count_status`,
-// `verdict`, `respond` (decision to verdict), `protect` (shedding and
-// slots around a decision), `policy` (request to decision), `body`,
-// `future`, `service`, `layer` (the layer and its builder). The response
+// `partition_key`, `reason`, `problem` and `grpc` (what clients are told),
+// `count_status`, `verdict`, `respond` (decision to verdict), `pipeline`
+// (slots, limits and finish, shared with the rules), `policy` (request to
+// decision), `body`, `future`, `service`, `layer` (the layer and its
+// builder). Protecting the server (shedding, concurrency slots, the load)
+// is `crate::protect`. The response
 // future is the inner service's, a ready response, or a decision under way;
 // the body is the inner service's or the layer's own, without constraining
 // the inner body type.
 
 mod body;
-mod concurrency;
 mod count_status;
 mod future;
 mod grpc;
-mod headers;
-mod held;
+pub(crate) mod headers;
 #[allow(clippy::module_inception)]
 mod layer;
-mod load;
 mod partition_key;
+pub(crate) mod pipeline;
 mod policy;
-mod problem;
-mod protect;
-mod respond;
+pub(crate) mod problem;
+mod reason;
+pub(crate) mod respond;
 mod service;
-mod shed;
-mod verdict;
+pub(crate) mod verdict;
 
 pub use body::ResponseBody;
-pub use concurrency::ConcurrencyQuota;
 pub use count_status::{CountStatus, CountStatusError};
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
-pub use load::{LoadSignal, MeasuredLoad};
 pub use partition_key::PartitionKey;
 pub use policy::{LimitPolicy, OnMissingKey, Policy};
 pub use problem::{QUOTA_EXCEEDED, problem_response};
+pub use reason::Reason;
 pub use respond::{OnBackendError, OnDelay, Refused, Rejection};
 pub use service::RateLimit;
-pub use shed::{Priority, Shedding, SheddingError, TEMPORARY_REDUCED_CAPACITY};
 pub use verdict::Verdict;
+// Server protection lives in `crate::protect`; its public types keep
+// their paths here, where users name them.
+pub use crate::protect::{
+    ConcurrencyQuota, LoadSignal, MeasuredLoad, Priority, Shedding, SheddingError,
+    TEMPORARY_REDUCED_CAPACITY,
+};
 
 #[cfg(feature = "rules")]
 pub(crate) use headers::Headers;
 #[cfg(feature = "rules")]
-pub(crate) use held::Settlement;
-#[cfg(feature = "rules")]
-pub(crate) use policy::{
-    DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Sealed, admit_key, check_within, reserve_within,
-};
+pub(crate) use policy::Sealed;
 #[cfg(feature = "rules")]
 pub(crate) use problem::problem;
-#[cfg(feature = "rules")]
-pub(crate) use protect::{Admission, Protection};
 #[cfg(feature = "rules")]
 pub(crate) use respond::ResponsePolicy;

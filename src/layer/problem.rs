@@ -6,6 +6,8 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Response, StatusCode};
 
+use super::reason::Reason;
+
 /// The problem type for an exceeded quota (IANA HTTP problem types).
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
@@ -24,15 +26,27 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 /// assert_eq!(response.headers()["content-type"], "application/problem+json");
 /// ```
 pub fn problem_response(status: StatusCode, problem_type: &str, detail: &str) -> Response<Bytes> {
-    problem(status, problem_type, detail, &[])
+    problem_body(status, problem_type, detail, &[], None)
 }
 
-/// [`problem_response`] with the names of the policies that refused.
+/// [`problem_response`] with the names of the policies that refused and
+/// the decision's [`Reason`] (a `reason` member).
 pub(crate) fn problem(
     status: StatusCode,
     problem_type: &str,
     detail: &str,
     violated: &[&str],
+    reason: Reason,
+) -> Response<Bytes> {
+    problem_body(status, problem_type, detail, violated, Some(reason))
+}
+
+fn problem_body(
+    status: StatusCode,
+    problem_type: &str,
+    detail: &str,
+    violated: &[&str],
+    reason: Option<Reason>,
 ) -> Response<Bytes> {
     let mut body = String::with_capacity(160);
     body.push_str("{\"type\":");
@@ -42,6 +56,10 @@ pub(crate) fn problem(
     let _ = write!(body, ",\"status\":{}", status.as_u16());
     body.push_str(",\"detail\":");
     json_string(&mut body, detail);
+    if let Some(reason) = reason {
+        // A fixed snake-case name: nothing to escape.
+        let _ = write!(body, ",\"reason\":\"{}\"", reason.as_str());
+    }
     if !violated.is_empty() {
         body.push_str(",\"violated-policies\":[");
         for (i, name) in violated.iter().enumerate() {
@@ -89,9 +107,11 @@ mod tests {
             QUOTA_EXCEEDED,
             "a \"b\"\n",
             &["x\\y"],
+            Reason::Quota,
         );
         let body = std::str::from_utf8(r.body()).unwrap();
         assert!(body.contains(r#""detail":"a \"b\"\u000a""#), "{body}");
         assert!(body.contains(r#""violated-policies":["x\\y"]"#), "{body}");
+        assert!(body.contains(r#""reason":"quota""#), "{body}");
     }
 }

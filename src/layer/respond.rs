@@ -7,16 +7,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 
-use super::concurrency::ConcurrencyQuota;
 use super::headers::{
     HeaderStyle, Headers, PolicyHeader, rate_limit_headers, refusal_wait, retry_after_secs,
 };
 use super::partition_key::PartitionKey;
 use super::problem::{QUOTA_EXCEEDED, problem};
+use super::reason::Reason;
 use super::verdict::Verdict;
+use crate::backend::BackendErrorKind;
 use crate::decision::Decision;
 use crate::key::Key;
 use crate::limiter::Error;
+use crate::protect::concurrency::ConcurrencyQuota;
 use crate::quota_set::QuotaSet;
 
 /// What to do with a request when the backend fails or does not answer in
@@ -128,37 +130,61 @@ impl ResponsePolicy {
 
     /// Turns the limiter's answer into what happens to the request. The one
     /// place that decides, whatever the policy and path. `policy_header` is
-    /// `quotas`' `RateLimit-Policy`, made once by the caller.
+    /// `quotas`' `RateLimit-Policy`, made once by the caller; `local`: the
+    /// decision was made here without the shared store (from a lease or a
+    /// remembered refusal).
     pub(crate) fn judge(
         &self,
         quotas: &QuotaSet,
         policy_header: &PolicyHeader,
         key: &Key,
         outcome: Result<Decision, Error>,
+        local: bool,
     ) -> Verdict {
         let decision = match outcome {
             Ok(decision) => decision,
             Err(error) => return self.failed(key, &error),
         };
         if decision.allowed() {
+            let mut reason = if local {
+                Reason::Lease
+            } else {
+                Reason::Admitted
+            };
             if decision.exceeded() {
+                reason = Reason::Shadow;
                 tracing::info!(
                     key = self.logged_key(key).as_str(),
                     set = quotas.name(),
+                    reason = reason.as_str(),
                     "shadow quota would have refused the request"
                 );
             }
             let delay = decision.delay();
+            if !delay.is_zero() {
+                reason = Reason::Delayed;
+            }
             if delay.is_zero() || self.on_delay == OnDelay::Wait {
                 let headers = self.headers(policy_header, key, &decision, None);
-                return Verdict::pass_after(headers, delay);
+                return Verdict::pass_after(headers, delay, reason);
             }
             let wait = retry_after_secs(delay);
             let headers = self.headers(policy_header, key, &decision, Some(wait));
             let detail = format!("Queued; retry in {wait} seconds.");
-            let response = problem(StatusCode::TOO_MANY_REQUESTS, QUOTA_EXCEEDED, &detail, &[]);
-            return Verdict::respond(with_headers(response, headers));
+            let response = problem(
+                StatusCode::TOO_MANY_REQUESTS,
+                QUOTA_EXCEEDED,
+                &detail,
+                &[],
+                reason,
+            );
+            return Verdict::respond(with_headers(response, headers), reason);
         }
+        let reason = if local {
+            Reason::DenialCache
+        } else {
+            Reason::Quota
+        };
         let headers = self.headers(policy_header, key, &decision, refusal_wait(&decision));
         let rejection = Rejection {
             key,
@@ -167,7 +193,12 @@ impl ResponsePolicy {
                 quotas,
             },
         };
-        tracing::debug!(key = self.logged_key(key).as_str(), violated = ?rejection.violated(), "rate limited");
+        tracing::debug!(
+            key = self.logged_key(key).as_str(),
+            violated = ?rejection.violated(),
+            reason = reason.as_str(),
+            "rate limited"
+        );
         let response = match &self.rejection {
             Some(respond) => respond(&rejection),
             None => {
@@ -178,10 +209,11 @@ impl ResponsePolicy {
                     QUOTA_EXCEEDED,
                     &detail,
                     &rejection.violated(),
+                    reason,
                 )
             }
         };
-        Verdict::respond(with_headers(response, headers))
+        Verdict::respond(with_headers(response, headers), reason)
     }
 
     /// The rate-limit headers for `decision` on `key`'s quotas, and
@@ -219,13 +251,24 @@ impl ResponsePolicy {
                 );
             }
             let detail = format!("{error}.");
-            return Verdict::respond(problem(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "about:blank",
-                &detail,
-                &[],
-            ));
+            let reason = Reason::TooCostly;
+            return Verdict::respond(
+                problem(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "about:blank",
+                    &detail,
+                    &[],
+                    reason,
+                ),
+                reason,
+            );
         }
+        let timed_out = matches!(error, Error::Backend(e) if e.kind() == BackendErrorKind::Timeout);
+        let reason = match self.on_backend_error {
+            _ if timed_out => Reason::Timeout,
+            OnBackendError::Allow => Reason::FailOpen,
+            OnBackendError::Reject => Reason::Unavailable,
+        };
         static UNDECIDED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
         if let Some(more) = UNDECIDED.admit() {
             // The error as a quoted string: it may carry a Redis reply.
@@ -233,17 +276,22 @@ impl ResponsePolicy {
                 key = self.logged_key(key).as_str(),
                 error = error.to_string().as_str(),
                 policy = ?self.on_backend_error,
+                reason = reason.as_str(),
                 "rate limiter could not decide{more}"
             )
         }
         match self.on_backend_error {
-            OnBackendError::Allow => Verdict::pass(Headers::new()),
-            OnBackendError::Reject => Verdict::respond(problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "about:blank",
-                "The rate limiter is unavailable.",
-                &[],
-            )),
+            OnBackendError::Allow => Verdict::pass(Headers::new(), reason),
+            OnBackendError::Reject => Verdict::respond(
+                problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "about:blank",
+                    "The rate limiter is unavailable.",
+                    &[],
+                    reason,
+                ),
+                reason,
+            ),
         }
     }
 }

@@ -94,6 +94,7 @@ where
                 headers,
                 delay,
                 held,
+                ..
             } if delay.is_zero() => ResponseFuture::inner(
                 self.inner.call(Request::from_parts(parts, body)),
                 headers,
@@ -123,8 +124,11 @@ impl<S: Clone, P> RateLimit<S, P> {
 /// in the request's extensions, for the inner service.
 #[inline]
 fn hand_over(parts: &mut Parts, verdict: &mut Verdict) {
-    if let Some(decision) = verdict.take_decision() {
-        parts.extensions.insert(decision);
+    if let Some((decision, reason)) = verdict.take_hand_over() {
+        if let Some(decision) = decision {
+            parts.extensions.insert(decision);
+        }
+        parts.extensions.insert(reason);
     }
 }
 
@@ -135,7 +139,8 @@ fn hand_over(parts: &mut Parts, verdict: &mut Verdict) {
 fn for_grpc(parts: &Parts, verdict: Verdict) -> Verdict {
     match verdict.0 {
         VerdictKind::Respond(response) if is_grpc(&parts.headers) => {
-            Verdict::respond(to_grpc(*response))
+            // The response's parts, its reason among its extensions, are kept.
+            Verdict(VerdictKind::Respond(Box::new(to_grpc(*response))))
         }
         other => Verdict(other),
     }

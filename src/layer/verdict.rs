@@ -7,8 +7,9 @@ use bytes::Bytes;
 use http::Response;
 
 use super::headers::Headers;
-use super::held::{Held, Settlement};
+use super::reason::Reason;
 use crate::decision::Decision;
+use crate::protect::held::{Held, Settlement};
 
 /// What becomes of a request: pass it on (maybe after a delay, adding
 /// headers), or answer it. Made by a [`Policy`](super::Policy); opaque, as
@@ -23,8 +24,10 @@ pub(crate) enum VerdictKind {
         delay: Duration,
         /// The settlement and what is held until the response is over.
         held: Option<Box<Held>>,
+        reason: Reason,
     },
-    /// Boxed: a response inline would make every verdict larger.
+    /// Boxed: a response inline would make every verdict larger. Its
+    /// [`Reason`] is in its extensions.
     Respond(Box<Response<Bytes>>),
 }
 
@@ -40,16 +43,27 @@ impl fmt::Debug for Verdict {
 }
 
 impl Verdict {
-    pub(crate) fn pass(headers: Headers) -> Self {
-        Verdict::pass_after(headers, Duration::ZERO)
+    pub(crate) fn pass(headers: Headers, reason: Reason) -> Self {
+        Verdict::pass_after(headers, Duration::ZERO, reason)
     }
 
-    pub(crate) fn pass_after(headers: Headers, delay: Duration) -> Self {
+    pub(crate) fn pass_after(headers: Headers, delay: Duration, reason: Reason) -> Self {
         Verdict(VerdictKind::Pass {
             headers,
             delay,
             held: None,
+            reason,
         })
+    }
+
+    /// Why the request is passed or answered.
+    pub fn reason(&self) -> Reason {
+        match &self.0 {
+            VerdictKind::Pass { reason, .. } => *reason,
+            // A response of the layer's own always has one; a custom
+            // rejection whose reason was lost was still a refusal.
+            VerdictKind::Respond(r) => r.extensions().get().copied().unwrap_or(Reason::Quota),
+        }
     }
 
     /// This verdict, settling `settle` after the response if it passes
@@ -69,27 +83,40 @@ impl Verdict {
         self
     }
 
-    /// The decision to hand to the inner service, taken out of the verdict.
-    pub(crate) fn take_decision(&mut self) -> Option<Decision> {
+    /// This verdict, handing its reason (and decision, if it has one) to
+    /// the inner service if it passes.
+    pub(crate) fn handing_over(mut self) -> Self {
+        if let VerdictKind::Pass { held, .. } = &mut self.0 {
+            held.get_or_insert_default().hand_over = true;
+        }
+        self
+    }
+
+    /// What to hand to the inner service, taken out of the verdict: the
+    /// decision if there is one, and the reason.
+    pub(crate) fn take_hand_over(&mut self) -> Option<(Option<Decision>, Reason)> {
         match &mut self.0 {
             VerdictKind::Pass {
-                held: Some(held), ..
-            } => held.decision.take(),
+                held: Some(held),
+                reason,
+                ..
+            } if held.hand_over => Some((held.decision.take(), *reason)),
             _ => None,
         }
     }
 
-    pub(crate) fn respond(response: Response<Bytes>) -> Self {
+    /// Answers the request with `response`, which carries `reason` in its
+    /// extensions (for the layers around this one, and the metrics).
+    pub(crate) fn respond(mut response: Response<Bytes>, reason: Reason) -> Self {
+        response.extensions_mut().insert(reason);
         Verdict(VerdictKind::Respond(Box::new(response)))
     }
 
     /// Whether the request is answered by the layer rather than passed on.
-    #[cfg(feature = "rules")]
     pub(crate) fn is_response(&self) -> bool {
         matches!(self.0, VerdictKind::Respond(_))
     }
 
-    #[cfg(feature = "rules")]
     /// Combines the verdicts of several limits on one request: the first
     /// response wins; otherwise the request passes after the longest delay
     /// with every limit's headers.
@@ -103,11 +130,13 @@ impl Verdict {
                     mut headers,
                     delay,
                     held,
+                    reason,
                 },
                 VerdictKind::Pass {
                     headers: more,
                     delay: later,
                     held: more_held,
+                    reason: other,
                 },
             ) => {
                 headers.extend(more);
@@ -119,6 +148,7 @@ impl Verdict {
                     headers,
                     delay: delay.max(later),
                     held,
+                    reason: reason.and(other),
                 })
             }
         }

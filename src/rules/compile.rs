@@ -16,11 +16,13 @@ use super::key_part::KeyPart;
 use super::model::{BackendConfig, ClientIpConfig, MatchConfig, MethodName, RuleConfig, RulesFile};
 use super::names::MatchMode;
 use crate::key::{ClientIp, ExtensionKey, GlobalKey, HeaderKey, KeyExtractor, PeerIp, UserId};
+use crate::layer::pipeline::{DEFAULT_NEAR_LIMIT, Limit};
 use crate::layer::{
-    ConcurrencyQuota, CountStatus, Limit, MeasuredLoad, OnMissingKey, Priority, Protection,
-    ResponsePolicy, Shedding,
+    ConcurrencyQuota, CountStatus, MeasuredLoad, OnMissingKey, Priority, ResponsePolicy, Shedding,
 };
 use crate::limiter::Limiter;
+use crate::metrics::ReasonMetrics;
+use crate::protect::Protection;
 use crate::quota::Quota;
 use crate::quota_set::QuotaSet;
 
@@ -44,6 +46,8 @@ pub(super) struct Compiled {
     /// Whether some rule matches the host: then a request naming a host
     /// with no normal form is refused.
     pub host_rules: bool,
+    /// The file's decisions by reason.
+    pub reasons: ReasonMetrics,
 }
 
 /// One rule, ready to decide.
@@ -56,8 +60,8 @@ pub(super) struct Rule {
     pub count_status: Option<CountStatus>,
     /// The rate quotas' limiter; `None` for a rule with only a concurrency
     /// limit.
-    pub limit: Option<Limit<AnyBackend>>,
-    pub overrides: HashMap<String, Limit<AnyBackend>>,
+    pub limit: Option<Arc<Limit<AnyBackend>>>,
+    pub overrides: HashMap<String, Arc<Limit<AnyBackend>>>,
     /// The rule's concurrency quota (with the file's load signal, for
     /// elastic mode).
     pub concurrency: Option<Protection>,
@@ -95,6 +99,16 @@ impl Compiled {
         let client_ip = client_ip(&file.client_ip).map_err(error)?;
         let peer_ip = PeerIp::new().ipv6_prefix(file.client_ip.ipv6_prefix);
         let protect = protection(&file, old).map_err(error)?;
+        let near_limit = match &file.near_limit {
+            None => DEFAULT_NEAR_LIMIT,
+            Some(share) if (0.0..=1.0).contains(&share.value) => share.value,
+            Some(share) => {
+                return Err(error(share.error(format_args!(
+                    "near_limit is {}; write a share of a quota from 0 to 1 (0.8: above 80%)",
+                    share.value
+                ))));
+            }
+        };
         let mut rules = Vec::with_capacity(file.rules.len());
         for (i, rc) in file.rules.iter().enumerate() {
             if file.rules[..i].iter().any(|o| o.name == rc.name) {
@@ -108,7 +122,7 @@ impl Compiled {
                 client_ip: client_ip.as_ref(),
             };
             check_limited(rc).map_err(error)?;
-            let mut rule = rule(rc, &backend, &parts).map_err(error)?;
+            let mut rule = rule(rc, &backend, &parts, near_limit).map_err(error)?;
             rule.concurrency =
                 concurrency(rc, old, &protect, &backend_config, path).map_err(error)?;
             check_elastic(rc, &protect).map_err(error)?;
@@ -133,6 +147,7 @@ impl Compiled {
             protect,
             rules,
             file,
+            reasons: ReasonMetrics::new(),
         })
     }
 }
@@ -209,14 +224,23 @@ impl KeyParts<'_> {
 }
 
 /// One rule: its limiter, its overrides' limiters, and its key.
-fn rule(rc: &RuleConfig, backend: &AnyBackend, parts: &KeyParts<'_>) -> Result<Rule, String> {
+fn rule(
+    rc: &RuleConfig,
+    backend: &AnyBackend,
+    parts: &KeyParts<'_>,
+    near_limit: f64,
+) -> Result<Rule, String> {
     let name = &rc.name.value.0;
     let set = |suffix: &str, quotas: Vec<Quota>| {
         let set = QuotaSet::new(format!("{name}{suffix}"), quotas)
             .map_err(|e| format!("rule {name}: {e}"))?;
         match backend.refuses(&set) {
             Some(e) => Err(format!("rule {name}: {e}")),
-            None => Ok(Limit::new(Limiter::new(backend.clone(), set))),
+            None => {
+                let mut limit = Limit::new(Limiter::new(backend.clone(), set));
+                limit.set_near_limit(near_limit);
+                Ok(Arc::new(limit))
+            }
         }
     };
     let quotas: Vec<Quota> = rc.quotas.0.iter().map(|q| q.quota.clone()).collect();

@@ -69,8 +69,7 @@ pub use path::{PathError, normalize_path};
 pub use watch::MAX_RULES_FILE_BYTES;
 
 use crate::backend::Backend;
-use crate::layer::{Admission, Headers, Policy, Protection, Verdict};
-use crate::layer::{Sealed, check_within, reserve_within};
+use crate::layer::{Policy, Sealed, Verdict};
 use compile::Compiled;
 use model::{BackendConfig, RulesFile};
 
@@ -323,117 +322,31 @@ fn parse(text: &str, path: Option<&Path>) -> Result<RulesFile, RulesError> {
     serde_saphyr::from_str::<RulesFile>(text).map_err(|e| RulesError::new(path, e.to_string()))
 }
 
-/// The concurrency slots a request took, one per rule with a
-/// concurrency quota.
-type Admissions<'a> = smallvec::SmallVec<[(&'a Protection, Admission); 1]>;
-
-impl Compiled {
-    /// The final verdict: a passing one holds every slot taken and is
-    /// counted in flight by the measured load; a refusal gives the slots
-    /// back, so a rule's concurrency and rate quotas are all-or-nothing.
-    fn finish(&self, admissions: Admissions<'_>, verdict: Verdict) -> Verdict {
-        let verdict = admissions
-            .into_iter()
-            .fold(verdict, |v, (protect, admission)| {
-                protect.finish(admission, v)
-            });
-        self.protect.finish(Admission::default(), verdict)
-    }
-}
-
 impl Sealed for Rules {}
 
 impl Policy for Rules {
     fn decide_now(&self, parts: &Parts) -> Option<Verdict> {
         let compiled = self.inner.current.load();
-        // Redis answers now only sometimes (from a lease), and a plan of
-        // several steps given up halfway would spend its first steps twice:
-        // rules always ask Redis's backend by `check`.
-        if !matches!(&compiled.backend, AnyBackend::Memory(m) if m.decides_now()) {
+        // Asked first, so that a request bound for `decide` is planned once.
+        // A leasing Redis decides now when a lease covers the request.
+        if !compiled.backend.decides_now() {
             return None;
         }
-        let checks = match compiled.plan(parts) {
-            Ok(checks) => checks,
-            Err(verdict) => return Some(verdict),
-        };
-        if checks.iter().any(|c| c.count_status.is_some()) {
-            return None;
+        let pipeline = compiled.pipeline();
+        match compiled.plan(parts) {
+            Ok(checks) => pipeline.decide_now(&checks),
+            Err(settled) => Some(pipeline.settled(settled)),
         }
-        // Slots taken here are given back if anything below must wait.
-        let mut admissions = Admissions::new();
-        for check in &checks {
-            let Some(protect) = check.concurrency else {
-                continue;
-            };
-            match protect.acquire_now(&check.key, &compiled.respond)? {
-                Ok(admission) => admissions.push((protect, admission)),
-                Err(refused) => return Some(refused),
-            }
-        }
-        let mut verdict = Verdict::pass(Headers::new());
-        for check in checks {
-            let Some(limit) = check.limit else { continue };
-            let room = limit.room(&compiled.protect);
-            let outcome =
-                limit
-                    .limiter
-                    .check_now_with_room(check.key.as_str(), check.cost, room)?;
-            verdict = compiled.add(verdict, &check, limit, outcome, None);
-            if verdict.is_response() {
-                break;
-            }
-        }
-        Some(compiled.finish(admissions, verdict))
     }
 
     fn decide<'a>(&'a self, parts: &'a Parts) -> impl Future<Output = Verdict> + Send + 'a {
         let compiled = self.inner.current.load_full();
         async move {
-            let checks = match compiled.plan(parts) {
-                Ok(checks) => checks,
-                Err(verdict) => return verdict,
-            };
-            let mut admissions = Admissions::new();
-            for check in &checks {
-                let Some(protect) = check.concurrency else {
-                    continue;
-                };
-                match protect
-                    .acquire(&check.key, &compiled.respond, compiled.timeout)
-                    .await
-                {
-                    Ok(admission) => admissions.push((protect, admission)),
-                    // Dropping the admissions gives their slots back.
-                    Err(refused) => return refused,
-                }
+            let pipeline = compiled.pipeline();
+            match compiled.plan(parts) {
+                Ok(checks) => pipeline.decide(checks).await,
+                Err(settled) => pipeline.settled(settled),
             }
-            let mut verdict = Verdict::pass(Headers::new());
-            // Reservations made so far, given back if a later rule refuses:
-            // a request answered here was never served.
-            let mut reserved = smallvec::SmallVec::<[_; 1]>::new();
-            let timeout = compiled.timeout;
-            for check in checks {
-                let Some(limit) = check.limit else { continue };
-                let room = limit.room(&compiled.protect);
-                let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
-                let (outcome, settle) = match check.count_status {
-                    Some(counts) => {
-                        let made = reserve_within(limiter, key, cost, timeout, room).await;
-                        let (outcome, settle, made) = compiled.settle(&check, limit, counts, made);
-                        reserved.extend(made.map(|made| (limit, key.clone(), cost, made)));
-                        (outcome, settle)
-                    }
-                    None => (check_within(limiter, key, cost, timeout, room).await, None),
-                };
-                verdict = compiled.add(verdict, &check, limit, outcome, settle);
-                if verdict.is_response() {
-                    for (limit, key, cost, made) in &reserved {
-                        limit.give_back(key, *cost, made, timeout).await;
-                    }
-                    break;
-                }
-            }
-            compiled.finish(admissions, verdict)
         }
     }
 }

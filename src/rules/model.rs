@@ -50,6 +50,10 @@ pub(crate) struct RulesFile {
     /// priority first.
     #[serde(default)]
     pub shedding: Option<At<SheddingConfig>>,
+    /// The share of a quota above which an admitted decision counts in the
+    /// near-limit metric (0 to 1).
+    #[serde(default)]
+    pub near_limit: Option<At<f64>>,
     pub rules: Vec<RuleConfig>,
 }
 

@@ -2,7 +2,6 @@
 //! match it, and their keys.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use http::StatusCode;
 use http::request::Parts;
@@ -13,30 +12,22 @@ use super::compile::{Compiled, Rule, RuleKey};
 use super::host::header_matches;
 use super::names::MatchMode;
 use super::path::normalize_path;
-use crate::backend::Reserved;
-use crate::decision::Decision;
 use crate::key::{Key, KeyError, peer_addr};
-use crate::layer::{
-    CountStatus, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Settlement, admit_key, problem,
-};
-use crate::layer::{Headers, Priority, Protection, Verdict};
-use crate::limiter::Error;
-
-/// One limit a request is checked against: a rule's limiter, the key, the
-/// cost.
-pub(super) struct RuleCheck<'a> {
-    /// The rate quotas; `None` for a rule with only a concurrency limit.
-    pub limit: Option<&'a Limit<AnyBackend>>,
-    pub key: Key,
-    pub cost: u64,
-    /// Response-aware: reserve now, keep for these statuses after the
-    /// response, give back for the others.
-    pub count_status: Option<&'a CountStatus>,
-    /// The rule's concurrency quota: a slot taken before any rate check.
-    pub concurrency: Option<&'a Protection>,
-}
+use crate::layer::pipeline::{Check, Checks, DEFAULT_MAX_KEY_LEN, KeyOutcome, Pipeline, admit_key};
+use crate::layer::{Headers, Priority, Reason, Verdict, problem};
 
 impl Compiled {
+    /// The steps after the plan, with the file's settings.
+    pub(super) fn pipeline(&self) -> Pipeline<'_> {
+        Pipeline {
+            respond: &self.respond,
+            protect: &self.protect,
+            timeout: self.timeout,
+            decisions: false,
+            reasons: &self.reasons,
+        }
+    }
+
     fn client_addr(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
         match &self.client_ip {
             Some(c) => c.client(parts),
@@ -48,17 +39,15 @@ impl Compiled {
     /// needed (allowlisted, denylisted, no key). The verdict's headers are
     /// inline, a copy cheaper than an allocation per request.
     #[allow(clippy::result_large_err)]
-    pub(super) fn plan<'a>(
-        &'a self,
-        parts: &Parts,
-    ) -> Result<SmallVec<[RuleCheck<'a>; 2]>, Verdict> {
+    pub(super) fn plan<'a>(&'a self, parts: &Parts) -> Result<Checks<'a, AnyBackend>, Verdict> {
         self.check_head(parts)
-            .map_err(|detail| refused(StatusCode::BAD_REQUEST, &detail))?;
+            .map_err(|detail| refused(StatusCode::BAD_REQUEST, &detail, Reason::BadRequest))?;
         let path = normalize_path(parts.uri.path()).map_err(|e| {
             tracing::debug!(error = %e, "path refused");
             refused(
                 StatusCode::BAD_REQUEST,
                 &format!("The request path cannot be read: {e}."),
+                Reason::BadRequest,
             )
         })?;
         // Shed before any list, key or quota is looked at: an overloaded
@@ -82,15 +71,18 @@ impl Compiled {
                 refused(
                     e.status(),
                     &format!("The client address cannot be read, so the IP lists cannot be checked: {e}."),
+                    Reason::BadRequest,
                 )
             })?;
             if lists.1.ips.iter().any(|n| n.0.contains(&ip)) {
                 let key = Key::from(format!("ip:{ip}"));
-                tracing::debug!(key = self.respond.logged_key(&key).as_str(), "denylisted");
+                let reason = Reason::DenyList;
+                let key = self.respond.logged_key(&key);
+                tracing::debug!(key = key.as_str(), reason = reason.as_str(), "denylisted");
                 return Err(forbidden());
             }
             if lists.0.ips.iter().any(|n| n.0.contains(&ip)) {
-                return Err(Verdict::pass(Headers::new()));
+                return Err(Verdict::pass(Headers::new(), Reason::AllowList));
             }
         }
         let mut checks = SmallVec::new();
@@ -106,12 +98,19 @@ impl Compiled {
                 "rule applies"
             );
             if self.file.deny.keys.contains(key.as_str()) {
-                tracing::debug!(key = self.respond.logged_key(&key).as_str(), "denylisted");
+                let reason = Reason::DenyList;
+                let key = self.respond.logged_key(&key);
+                tracing::debug!(key = key.as_str(), reason = reason.as_str(), "denylisted");
                 return Err(forbidden());
             }
-            if !self.file.allow.keys.contains(key.as_str()) {
+            let first = self.matching == MatchMode::First;
+            if self.file.allow.keys.contains(key.as_str()) {
+                if first {
+                    return Err(Verdict::pass(Headers::new(), Reason::AllowList));
+                }
+            } else {
                 let limit = rule.overrides.get(key.as_str()).or(rule.limit.as_ref());
-                checks.push(RuleCheck {
+                checks.push(Check {
                     limit,
                     key,
                     cost: rule.cost,
@@ -119,64 +118,24 @@ impl Compiled {
                     concurrency: rule.concurrency.as_ref(),
                 });
             }
-            if self.matching == MatchMode::First {
+            if first {
                 break;
             }
         }
         Ok(checks)
     }
-
-    /// A response-aware check's reservation, `made`: its decision, how it
-    /// is settled once the response is known, and (when it spent) a copy
-    /// to give back should a later rule refuse the request.
-    pub(super) fn settle(
-        &self,
-        check: &RuleCheck<'_>,
-        limit: &Limit<AnyBackend>,
-        counts: &CountStatus,
-        made: Result<Reserved, Error>,
-    ) -> (
-        Result<Decision, Error>,
-        Option<Settlement>,
-        Option<Reserved>,
-    ) {
-        let made = match made {
-            Ok(made) => made,
-            Err(e) => return (Err(e), None, None),
-        };
-        let outcome = Ok(made.decision().clone());
-        let copy = made.decision().allowed().then(|| made.clone());
-        let (key, cost) = (check.key.clone(), check.cost);
-        let settle = Arc::new(limit.clone());
-        let settle = settle.settlement(&self.respond, counts, key, cost, made, self.timeout);
-        (outcome, Some(settle), copy)
-    }
-
-    /// The verdict so far, with one more limit's decision judged and added,
-    /// with the settlement of its reservation if it made one.
-    pub(super) fn add(
-        &self,
-        verdict: Verdict,
-        check: &RuleCheck<'_>,
-        limit: &Limit<AnyBackend>,
-        outcome: Result<Decision, Error>,
-        settle: Option<Settlement>,
-    ) -> Verdict {
-        let judged = limit.judge(&self.respond, &check.key, outcome);
-        let judged = match settle {
-            Some(settle) => judged.settling(settle),
-            None => judged,
-        };
-        verdict.and(judged)
-    }
 }
 
 fn forbidden() -> Verdict {
-    refused(StatusCode::FORBIDDEN, "This client is not allowed.")
+    refused(
+        StatusCode::FORBIDDEN,
+        "This client is not allowed.",
+        Reason::DenyList,
+    )
 }
 
-fn refused(status: StatusCode, detail: &str) -> Verdict {
-    Verdict::respond(problem(status, "about:blank", detail, &[]))
+fn refused(status: StatusCode, detail: &str, reason: Reason) -> Verdict {
+    Verdict::respond(problem(status, "about:blank", detail, &[], reason), reason)
 }
 
 impl Rule {

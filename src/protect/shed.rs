@@ -56,7 +56,7 @@ impl std::error::Error for SheddingError {}
 
 pub(crate) type PriorityFn = dyn Fn(&Parts) -> Priority + Send + Sync;
 
-/// Load shedding: while the layer's [load signal](super::LoadSignal) is
+/// Load shedding: while the layer's [load signal](crate::layer::LoadSignal) is
 /// high, refuse requests with 503, the problem type
 /// [`TEMPORARY_REDUCED_CAPACITY`] and `Retry-After`, before their key or
 /// quotas are looked at.

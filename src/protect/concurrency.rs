@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use http::HeaderValue;
 
-use super::headers::{
+use crate::backend::{MemorySlots, SlotStore};
+use crate::layer::headers::{
     HeaderStyle, Headers, RATELIMIT, RATELIMIT_POLICY, number, sf_string, single_value_names,
 };
-use crate::backend::{MemorySlots, SlotStore};
 use crate::quota::QuotaError;
 
 /// Below this load, an elastic quota admits up to its ceiling.
@@ -26,7 +26,7 @@ const MADE_STATES: u64 = 256;
 /// (no window: the unit is requests at once) and `RateLimit: "concurrent";r=<free>`.
 ///
 /// Added to a layer with
-/// [`RateLimitLayerBuilder::concurrency`](super::RateLimitLayerBuilder::concurrency),
+/// [`RateLimitLayerBuilder::concurrency`](crate::layer::RateLimitLayerBuilder::concurrency),
 /// beside its rate quotas: a request must pass both, and one refused by a
 /// rate quota gives its slot back at once.
 ///
@@ -92,7 +92,7 @@ impl ConcurrencyQuota {
         Ok(self)
     }
 
-    /// Elastic mode: while the layer's [load signal](super::LoadSignal) is
+    /// Elastic mode: while the layer's [load signal](crate::layer::LoadSignal) is
     /// under 0.8, admit up to `ceiling` requests at once (2 × the limit,
     /// say); at or over it (or with no signal), only the limit. The headers
     /// always show the limit.

@@ -6,10 +6,10 @@ use std::pin::Pin;
 use http::StatusCode;
 use smallvec::SmallVec;
 
-use super::headers::Headers;
 use super::load::InFlight;
 use crate::backend::Slot;
 use crate::decision::Decision;
+use crate::layer::headers::Headers;
 
 /// Carried from the decision to the response, boxed beside the headers (most
 /// requests carry nothing): a response-aware limit's reservation to settle
@@ -25,15 +25,18 @@ pub(crate) struct Held {
     /// The decision, for the inner service (taken out when the request is
     /// passed on).
     pub decision: Option<Decision>,
+    /// Whether the decision (if any) and the reason go in the request's
+    /// extensions for the inner service.
+    pub hand_over: bool,
 }
 
 impl Held {
     /// What two limits on one request carry, as one.
-    #[cfg(feature = "rules")]
     pub(crate) fn and(mut self: Box<Self>, more: Held) -> Box<Held> {
         self.slots.extend(more.slots);
         self.in_flight = self.in_flight.or(more.in_flight);
         self.decision = self.decision.or(more.decision);
+        self.hand_over |= more.hand_over;
         self.settle = self.settle.into_iter().chain(more.settle).reduce(both);
         self
     }
@@ -50,7 +53,6 @@ pub(crate) type Settling = Pin<Box<dyn Future<Output = Option<Headers>> + Send>>
 
 /// Two settlements as one. Headers are all-or-nothing: a settling's new
 /// headers replace every limit's, so both are kept only when both have them.
-#[cfg(feature = "rules")]
 fn both(a: Settlement, b: Settlement) -> Settlement {
     Box::new(move |status| match (a(status), b(status)) {
         (None, None) => None,

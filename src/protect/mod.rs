@@ -1,10 +1,20 @@
 //! Protecting the server as well as the quota: load shedding before a
 //! request's key is looked at, a concurrency slot before its rate quotas,
-//! and the load measurement while it is served.
+//! and the load measurement while it is served. The layer and the rules
+//! both use it; its public types are named from [`crate::layer`].
 
 // The refusals below are verdicts, large because their headers are kept
 // inline (saving an allocation per request); they are moved once.
 #![allow(clippy::result_large_err)]
+
+pub(crate) mod concurrency;
+pub(crate) mod held;
+pub(crate) mod load;
+pub(crate) mod shed;
+
+pub use concurrency::ConcurrencyQuota;
+pub use load::{LoadSignal, MeasuredLoad};
+pub use shed::{Priority, Shedding, SheddingError, TEMPORARY_REDUCED_CAPACITY};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,15 +23,16 @@ use http::header::RETRY_AFTER;
 use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
-use super::concurrency::{ConcurrencyQuota, ELASTIC_ROOM};
-use super::headers::{Headers, add_headers, push_retry_after, retry_after_secs};
-use super::load::{LoadSignal, MeasuredLoad};
-use super::problem::{QUOTA_EXCEEDED, problem};
-use super::respond::{CONCURRENCY_RETRY_AFTER, Refused, Rejection, ResponsePolicy, with_headers};
-use super::shed::{Priority, Shedding, TEMPORARY_REDUCED_CAPACITY};
-use super::verdict::{Verdict, VerdictKind};
+use self::concurrency::ELASTIC_ROOM;
 use crate::backend::{Acquired, BackendError, BackendErrorKind, Slot};
 use crate::key::Key;
+use crate::layer::Reason;
+use crate::layer::headers::{Headers, add_headers, push_retry_after, retry_after_secs};
+use crate::layer::problem::{QUOTA_EXCEEDED, problem};
+use crate::layer::respond::{
+    CONCURRENCY_RETRY_AFTER, Refused, Rejection, ResponsePolicy, with_headers,
+};
+use crate::layer::verdict::{Verdict, VerdictKind};
 use crate::limiter::Error;
 
 /// What a policy does besides its rate quotas; nothing by default.
@@ -68,7 +79,13 @@ impl Protection {
         if !shedding.sheds(priority, load) {
             return None;
         }
-        tracing::debug!(priority = priority.name(), load, "request shed");
+        let reason = Reason::Shed;
+        tracing::debug!(
+            priority = priority.name(),
+            load,
+            reason = reason.as_str(),
+            "request shed"
+        );
         let wait = retry_after_secs(shedding.retry_after_time());
         let detail = format!("The server is overloaded; retry in {wait} seconds.");
         let mut response = problem(
@@ -76,11 +93,12 @@ impl Protection {
             TEMPORARY_REDUCED_CAPACITY,
             &detail,
             &[],
+            reason,
         );
         response
             .headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from(wait));
-        Some(Verdict::respond(response))
+        Some(Verdict::respond(response, reason))
     }
 
     /// Takes a concurrency slot without waiting; `None` when the store must
@@ -121,31 +139,57 @@ impl Protection {
         admit(quota, key, respond, acquired)
     }
 
-    /// The final verdict: a passing one holds the slot and is counted in
-    /// flight until its response is over; a refusal gives the slot back,
-    /// so quotas are all-or-nothing.
+    /// The final verdict: a passing one is counted in flight by the
+    /// measured load until its response is over.
     #[inline]
-    pub(crate) fn finish(&self, admission: Admission, verdict: Verdict) -> Verdict {
-        // A layer of rate quotas alone: nothing to add, nothing to move.
-        if admission.slot.is_none() && admission.headers.is_empty() && self.measured.is_none() {
+    pub(crate) fn finish(&self, verdict: Verdict) -> Verdict {
+        let Some(measured) = &self.measured else {
+            return verdict;
+        };
+        let VerdictKind::Pass {
+            headers,
+            delay,
+            held,
+            reason,
+        } = verdict.0
+        else {
+            return verdict;
+        };
+        let mut held = held.unwrap_or_default();
+        held.in_flight = held.in_flight.or_else(|| Some(measured.start()));
+        Verdict(VerdictKind::Pass {
+            headers,
+            delay,
+            held: Some(held),
+            reason,
+        })
+    }
+}
+
+impl Admission {
+    /// `verdict` holding this slot: a passing one keeps it until its
+    /// response is over and says so in its headers; a refusal gives it
+    /// back, so a request's quotas are all-or-nothing.
+    #[inline]
+    pub(crate) fn hold(self, verdict: Verdict) -> Verdict {
+        if self.slot.is_none() && self.headers.is_empty() {
             return verdict;
         }
         let VerdictKind::Pass {
             mut headers,
             delay,
             held,
+            reason,
         } = verdict.0
         else {
             return verdict;
         };
-        add_headers(&mut headers, admission.headers);
-        let in_flight = self.measured.as_ref().map(MeasuredLoad::start);
-        let held = match (held, admission.slot, in_flight) {
-            (held, None, None) => held,
-            (held, slot, in_flight) => {
+        add_headers(&mut headers, self.headers);
+        let held = match (held, self.slot) {
+            (held, None) => held,
+            (held, Some(slot)) => {
                 let mut held = held.unwrap_or_default();
-                held.slots.extend(slot);
-                held.in_flight = held.in_flight.or(in_flight);
+                held.slots.push(slot);
                 Some(held)
             }
         };
@@ -153,6 +197,7 @@ impl Protection {
             headers,
             delay,
             held,
+            reason,
         })
     }
 }
@@ -171,10 +216,12 @@ fn admit(
             headers: headers(in_use),
         }),
         Ok(Acquired::Full { in_use }) => {
+            let reason = Reason::Concurrency;
             tracing::debug!(
                 key = respond.logged_key(key).as_str(),
                 quota = quota.quota_name(),
                 in_use,
+                reason = reason.as_str(),
                 "too many requests at once"
             );
             let response = match &respond.rejection {
@@ -191,12 +238,13 @@ fn admit(
                         QUOTA_EXCEEDED,
                         &detail,
                         &[quota.quota_name()],
+                        reason,
                     )
                 }
             };
             let mut headers = headers(in_use);
             push_retry_after(&mut headers, style, CONCURRENCY_RETRY_AFTER);
-            Err(Verdict::respond(with_headers(response, headers)))
+            Err(Verdict::respond(with_headers(response, headers), reason))
         }
         Err(error) => {
             let verdict = respond.failed(key, &Error::Backend(error));

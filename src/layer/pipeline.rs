@@ -1,0 +1,477 @@
+//! The request pipeline, written once for the layer's [`LimitPolicy`] and
+//! the rules: shed -> key -> slots -> limits -> finish.
+//!
+//! A policy does the first two its own way (the layer sheds by the
+//! request's priority and extracts one key; the rules shed by the matching
+//! rule's priority and plan one [`Check`] per rule) and hands the checks
+//! here. Slots, limits and finish are the same for both, in two forms that
+//! share every step but the waiting: [`Pipeline::decide_now`], which never
+//! waits and gives up having changed nothing, and [`Pipeline::decide`].
+//!
+//! [`LimitPolicy`]: super::LimitPolicy
+
+// Verdicts are large because their headers are kept inline (saving an
+// allocation per request); they are moved once.
+#![allow(clippy::result_large_err)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::Counter;
+use smallvec::SmallVec;
+
+use super::count_status::CountStatus;
+use super::headers::{Headers, PolicyHeader, policy_header};
+use super::policy::OnMissingKey;
+use super::problem::problem;
+use super::reason::Reason;
+use super::respond::ResponsePolicy;
+use super::verdict::Verdict;
+use crate::backend::{Backend, BackendError, BackendErrorKind, Reserved};
+use crate::decision::Decision;
+use crate::key::{Key, KeyError};
+use crate::limiter::{Error, Limiter};
+use crate::metrics::ReasonMetrics;
+use crate::protect::held::Settlement;
+use crate::protect::{Admission, Protection};
+
+/// The share of a quota above which an admitted decision counts as near
+/// its limit, by default.
+pub(crate) const DEFAULT_NEAR_LIMIT: f64 = 0.8;
+
+/// The longest key accepted by default, in bytes.
+pub(crate) const DEFAULT_MAX_KEY_LEN: usize = 256;
+
+/// One limit a request is checked against: a limiter (none for a
+/// concurrency quota alone), the key, the cost.
+pub(crate) struct Check<'a, B> {
+    pub limit: Option<&'a Arc<Limit<B>>>,
+    pub key: Key,
+    pub cost: u64,
+    /// Response-aware: reserve now, keep for these statuses after the
+    /// response, give back for the others.
+    pub count_status: Option<&'a CountStatus>,
+    /// A concurrency quota: a slot taken before any rate check.
+    pub concurrency: Option<&'a Protection>,
+}
+
+/// The checks of one request; one, most often.
+pub(crate) type Checks<'a, B> = SmallVec<[Check<'a, B>; 1]>;
+
+/// The concurrency slots a request took, one per check with a quota.
+type Admissions = SmallVec<[Admission; 1]>;
+
+/// What the steps after the key share: how decisions are told, the
+/// server's protection (shedding's load, elastic room, the measured load),
+/// how long to wait for a store, and the reason counters.
+pub(crate) struct Pipeline<'a> {
+    pub respond: &'a ResponsePolicy,
+    pub protect: &'a Protection,
+    pub timeout: Duration,
+    /// Whether a passed request carries its decision in its extensions.
+    pub decisions: bool,
+    pub reasons: &'a ReasonMetrics,
+}
+
+impl Pipeline<'_> {
+    /// The verdict, if it can be reached without waiting; `None` has changed
+    /// nothing (slots taken are given back), since [`decide`](Self::decide)
+    /// follows.
+    pub(crate) fn decide_now<B: Backend>(&self, checks: &[Check<'_, B>]) -> Option<Verdict> {
+        // A response-aware limit reserves and settles, both awaited.
+        if checks.iter().any(|c| c.count_status.is_some()) {
+            return None;
+        }
+        let mut limits = checks.iter().filter_map(|c| c.limit);
+        if !limits.all(|l| l.limiter.backend().decides_now()) {
+            return None;
+        }
+        // A shared store answers now only from what it holds here (a
+        // lease): one limit's `None` after another limit spent would
+        // spend that one twice, so several limits on it are awaited whole.
+        let mut limits = checks.iter().filter_map(|c| c.limit);
+        if limits.clone().nth(1).is_some() && limits.any(|l| l.limiter.backend().shared()) {
+            return None;
+        }
+        let mut admissions = Admissions::new();
+        for protect in checks
+            .iter()
+            .filter_map(|c| c.concurrency.map(|p| (p, &c.key)))
+        {
+            match protect.0.acquire_now(protect.1, self.respond)? {
+                Ok(admission) => admissions.push(admission),
+                Err(refused) => return Some(self.finish(admissions, refused)),
+            }
+        }
+        let mut verdict = None;
+        for check in checks {
+            let Some(limit) = check.limit else { continue };
+            let room = limit.room(self.protect);
+            let outcome =
+                (limit.limiter).check_now_with_room(check.key.as_str(), check.cost, room)?;
+            // A shared store that answered now did so from a lease or a
+            // remembered refusal.
+            let local = limit.limiter.backend().shared();
+            let judged = self.judge(limit, &check.key, outcome, local);
+            let refused = add(&mut verdict, judged);
+            if refused {
+                break;
+            }
+        }
+        Some(self.finish(admissions, verdict.unwrap_or_else(admitted)))
+    }
+
+    /// The verdict, waiting for slots and stores within the timeout.
+    pub(crate) fn decide<'a, B: Backend>(
+        &'a self,
+        checks: Checks<'a, B>,
+    ) -> impl Future<Output = Verdict> + Send + 'a {
+        async move {
+            let mut admissions = Admissions::new();
+            for check in &checks {
+                let Some(protect) = check.concurrency else {
+                    continue;
+                };
+                match protect
+                    .acquire(&check.key, self.respond, self.timeout)
+                    .await
+                {
+                    Ok(admission) => admissions.push(admission),
+                    // Dropping the admissions gives their slots back.
+                    Err(refused) => return self.finish(admissions, refused),
+                }
+            }
+            let mut verdict = None;
+            // Reservations made so far, given back if a later limit
+            // refuses: a request answered here was never served.
+            let mut reserved = SmallVec::<[_; 1]>::new();
+            let timeout = self.timeout;
+            for check in &checks {
+                let Some(limit) = check.limit else { continue };
+                let room = limit.room(self.protect);
+                let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
+                let judged = match check.count_status {
+                    None => {
+                        let outcome = check_within(limiter, key, cost, timeout, room).await;
+                        self.judge(limit, key, outcome, false)
+                    }
+                    Some(counts) => {
+                        let made = reserve_within(limiter, key, cost, timeout, room).await;
+                        let made = match made {
+                            Ok(made) => made,
+                            Err(e) => {
+                                return self
+                                    .finish(admissions, self.judge(limit, key, Err(e), false));
+                            }
+                        };
+                        let judged = self.judge(limit, key, Ok(made.decision().clone()), false);
+                        if made.decision().allowed() {
+                            reserved.push((limit, key, cost, made.clone()));
+                        }
+                        let settle = Arc::clone(limit).settlement(
+                            self.respond,
+                            counts,
+                            key.clone(),
+                            cost,
+                            made,
+                            timeout,
+                        );
+                        judged.settling(settle)
+                    }
+                };
+                if add(&mut verdict, judged) {
+                    for (limit, key, cost, made) in &reserved {
+                        limit.give_back(key, *cost, made, timeout).await;
+                    }
+                    break;
+                }
+            }
+            self.finish(admissions, verdict.unwrap_or_else(admitted))
+        }
+    }
+
+    /// A verdict reached before any slot or limit (shed, no key, a list):
+    /// finished as any other.
+    pub(crate) fn settled(&self, verdict: Verdict) -> Verdict {
+        self.finish(Admissions::new(), verdict)
+    }
+
+    /// The final verdict: a passing one holds every slot taken and is
+    /// counted in flight by the measured load; a refusal gives the slots
+    /// back, so a request's concurrency and rate quotas are all-or-nothing.
+    /// Its reason is counted here, once per request.
+    #[inline]
+    fn finish(&self, admissions: Admissions, verdict: Verdict) -> Verdict {
+        let mut verdict = admissions.into_iter().fold(verdict, |v, a| a.hold(v));
+        self.reasons.count(verdict.reason());
+        if self.decisions {
+            verdict = verdict.handing_over();
+        }
+        self.protect.finish(verdict)
+    }
+
+    /// `limit`'s verdict, carrying the decision for the inner service when
+    /// asked to.
+    fn judge<B>(
+        &self,
+        limit: &Limit<B>,
+        key: &Key,
+        outcome: Result<Decision, Error>,
+        local: bool,
+    ) -> Verdict {
+        let decision = match &outcome {
+            Ok(decision) if self.decisions => Some(decision.clone()),
+            _ => None,
+        };
+        let verdict = limit.judge(self.respond, key, outcome, local);
+        match decision {
+            Some(decision) => verdict.with_decision(decision),
+            None => verdict,
+        }
+    }
+}
+
+/// Adds one limit's verdict to the request's so far; whether the request
+/// is now answered (then no further limit is asked).
+#[inline]
+fn add(verdict: &mut Option<Verdict>, judged: Verdict) -> bool {
+    let next = match verdict.take() {
+        None => judged,
+        Some(so_far) => so_far.and(judged),
+    };
+    let answered = next.is_response();
+    *verdict = Some(next);
+    answered
+}
+
+/// The verdict of a request no limit refused, with no limit to say more.
+fn admitted() -> Verdict {
+    Verdict::pass(Headers::new(), Reason::Admitted)
+}
+
+/// What a request's key means for it. The verdict is large because its
+/// headers are kept inline, which saves an allocation per request.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum KeyOutcome {
+    /// Limit it under this key.
+    Limit(Key),
+    /// Let it through unlimited, or answer it, without asking the limiter.
+    Settled(Verdict),
+}
+
+/// Checks an extracted key against the length limit and the missing-key
+/// policy.
+pub(crate) fn admit_key(
+    key: Result<Key, KeyError>,
+    max_len: usize,
+    policy: OnMissingKey,
+) -> KeyOutcome {
+    let error = match key {
+        Ok(key) if key.as_str().len() <= max_len => return KeyOutcome::Limit(key),
+        Ok(key) => KeyError::TooLong {
+            len: key.as_str().len(),
+            max: max_len,
+        },
+        Err(e) => e,
+    };
+    let reason = Reason::NoKey;
+    match policy {
+        OnMissingKey::Allow => {
+            tracing::debug!(%error, reason = reason.as_str(), "no rate-limit key; request passes unlimited");
+            KeyOutcome::Settled(Verdict::pass(Headers::new(), reason))
+        }
+        OnMissingKey::Reject => {
+            if error.status().is_server_error() {
+                tracing::error!(%error, reason = reason.as_str(), "no rate-limit key");
+            } else {
+                tracing::debug!(%error, reason = reason.as_str(), "no rate-limit key");
+            }
+            let detail = format!("No rate-limit key: {error}.");
+            let response = problem(error.status(), "about:blank", &detail, &[], reason);
+            KeyOutcome::Settled(Verdict::respond(response, reason))
+        }
+    }
+}
+
+/// Asks the limiter, within `timeout` when the backend must be awaited;
+/// `room`: whether elastic quotas may use their extra.
+async fn check_within<B: Backend>(
+    limiter: &Limiter<B>,
+    key: &Key,
+    cost: u64,
+    timeout: Duration,
+    room: bool,
+) -> Result<Decision, Error> {
+    if let Some(outcome) = limiter.check_now_with_room(key.as_str(), cost, room) {
+        return outcome;
+    }
+    let check = limiter.check_with_room(key.as_str(), cost, room);
+    let started = crate::clock::Stopwatch::start();
+    tokio::time::timeout(timeout, check)
+        .await
+        .unwrap_or_else(|_| {
+            let outcome = Err(timed_out(timeout));
+            // The check was dropped before it could count itself.
+            limiter.metrics().decided(&outcome, started);
+            outcome
+        })
+}
+
+/// A response-aware limit's reservation before the request, within
+/// `timeout`: spent now, settled once the response is known (see
+/// [`Limit::settlement`]).
+async fn reserve_within<B: Backend>(
+    limiter: &Limiter<B>,
+    key: &Key,
+    cost: u64,
+    timeout: Duration,
+    room: bool,
+) -> Result<Reserved, Error> {
+    let reserve = limiter.reserve_with_room(key.as_str(), cost, room);
+    let started = crate::clock::Stopwatch::start();
+    tokio::time::timeout(timeout, reserve)
+        .await
+        .unwrap_or_else(|_| {
+            // The reservation was dropped before it could count itself. If
+            // the store had spent it already, it stays spent: the strict
+            // side.
+            limiter.metrics().decided(&Err::<Decision, ()>(()), started);
+            Err(timed_out(timeout))
+        })
+}
+
+fn timed_out(timeout: Duration) -> Error {
+    Error::Backend(BackendError::new(
+        BackendErrorKind::Timeout,
+        format!("no answer within {timeout:?}"),
+    ))
+}
+
+/// A limiter as a policy uses it: with its `RateLimit-Policy` header, the
+/// same on every response, made once.
+pub(crate) struct Limit<B> {
+    pub limiter: Limiter<B>,
+    policy_header: PolicyHeader,
+    /// Whether a quota is elastic, so that the load is read only for sets
+    /// it can change.
+    elastic: bool,
+    /// Admitted decisions above this share of their binding quota count
+    /// as near the limit.
+    near_share: f64,
+    near_limit: Counter,
+}
+
+impl<B> Limit<B> {
+    pub(crate) fn new(limiter: Limiter<B>) -> Self {
+        Limit {
+            policy_header: policy_header(limiter.quotas()),
+            elastic: (limiter.quotas().quotas().iter()).any(|q| q.params.elastic_margin > 0),
+            near_share: DEFAULT_NEAR_LIMIT,
+            near_limit: crate::metrics::near_limit(limiter.quotas().name()),
+            limiter,
+        }
+    }
+
+    /// Counts admitted decisions above `share` of their binding quota as
+    /// near the limit.
+    pub(crate) fn set_near_limit(&mut self, share: f64) {
+        self.near_share = share;
+    }
+
+    /// Whether the server has room for this limit's elastic quotas' extra,
+    /// as `protect`'s load signal says; no elastic quota, no question.
+    pub(crate) fn room(&self, protect: &Protection) -> bool {
+        self.elastic && protect.room()
+    }
+
+    /// Settles `reserved`, spent for `key` and `cost`, once the response is
+    /// known: kept if its status is one of `counts`, else given back within
+    /// `timeout`, and the response then says what is left. Dropped
+    /// unsettled (the response never came), it is kept.
+    pub(crate) fn settlement(
+        self: Arc<Self>,
+        respond: &ResponsePolicy,
+        counts: &CountStatus,
+        key: Key,
+        cost: u64,
+        reserved: Reserved,
+        timeout: Duration,
+    ) -> Settlement
+    where
+        B: Backend,
+    {
+        let limit = self;
+        let (respond, counts) = (respond.clone(), counts.clone());
+        Box::new(move |status| {
+            if counts.contains(status) || !reserved.decision().allowed() {
+                return None;
+            }
+            Some(Box::pin(async move {
+                let left = limit.give_back(&key, cost, &reserved, timeout).await?;
+                Some(respond.headers(&limit.policy_header, &key, &left, None))
+            }))
+        })
+    }
+
+    /// Gives back `reserved` within `timeout`: what is left then. A
+    /// failure is logged, and the units stay spent: the strict side.
+    pub(crate) async fn give_back(
+        &self,
+        key: &Key,
+        cost: u64,
+        reserved: &Reserved,
+        timeout: Duration,
+    ) -> Option<Decision>
+    where
+        B: Backend,
+    {
+        let back = self
+            .limiter
+            .give_back_reserved(key.as_str(), cost, reserved);
+        let error = match tokio::time::timeout(timeout, back).await {
+            Ok(Ok(left)) => return Some(left),
+            Ok(Err(error)) => error,
+            Err(_) => timed_out(timeout),
+        };
+        // Not the key: it may be a credential (an API key header).
+        tracing::warn!(
+            error = error.to_string().as_str(),
+            "could not give back a reservation; it stays spent"
+        );
+        None
+    }
+
+    /// What becomes of a request given the limiter's answer; `local`: made
+    /// here without the shared store.
+    fn judge(
+        &self,
+        respond: &ResponsePolicy,
+        key: &Key,
+        outcome: Result<Decision, Error>,
+        local: bool,
+    ) -> Verdict {
+        if let Ok(decision) = &outcome {
+            self.count_near_limit(decision);
+        }
+        let quotas = self.limiter.quotas();
+        respond.judge(quotas, &self.policy_header, key, outcome, local)
+    }
+
+    /// Counts an admitted decision that used more than the near-limit share
+    /// of its binding quota.
+    #[inline]
+    fn count_near_limit(&self, decision: &Decision) {
+        if !decision.allowed() {
+            return;
+        }
+        let Some(binding) = decision.binding() else {
+            return;
+        };
+        let limit = binding.limit();
+        let used = limit.saturating_sub(binding.remaining());
+        if used as f64 > self.near_share * limit as f64 {
+            self.near_limit.increment(1);
+        }
+    }
+}
