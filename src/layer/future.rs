@@ -22,7 +22,7 @@ type Deciding<ReqBody> = Pin<Box<dyn Future<Output = (Verdict, Request<ReqBody>)
 pub(crate) async fn after_delay<B>(verdict: Verdict, request: Request<B>) -> (Verdict, Request<B>) {
     if let VerdictKind::Pass { delay, .. } = &verdict.0 {
         if !delay.is_zero() {
-            tokio::time::sleep(*delay).await;
+            tokio::time::sleep(delay.get()).await;
         }
     }
     (verdict, request)

@@ -280,3 +280,114 @@ async fn redis_calls_cache_hits_failures_and_the_breaker_are_scraped() {
         assert_eq!(got.get(series), Some(&value), "{series} in\n{text}");
     }
 }
+
+/// A problem body's `reason` member, through the real gateway.
+async fn refusal_reason(gw: &Gateway, path: &str, key: &str) -> (StatusCode, String) {
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let req = Request::get(format!("http://{}{path}", gw.addr)).header("x-api-key", key);
+    let resp = client
+        .request(req.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_decision_is_counted_by_its_reason_and_near_limit_by_policy() {
+    let up = upstream().await;
+    let rules = RulesFile::new(
+        "reasons",
+        r#"
+near_limit: 0.5
+deny: { keys: ["key:revoked"] }
+rules:
+  - name: api
+    match: { prefix: /api/ }
+    key: header:x-api-key
+    quotas: [{ name: api, algorithm: fixed_window, limit: 4, period: 1h }]
+  - name: trial
+    match: { prefix: /trial }
+    key: peer_ip
+    quotas: [{ name: trial, algorithm: fixed_window, limit: 1, period: 1h, mode: shadow }]
+"#,
+    );
+    let (gw, metrics) = metrics_gateway(&rules, up.addr, &[]);
+
+    // Four admitted (used 1, 2, 3, 4 of 4: the last two above half), one
+    // refused by the quota, one denied, two through the shadow quota (the
+    // second past it).
+    for _ in 0..4 {
+        assert_eq!(
+            status(&gw, "/api/x", Some("erin")).await,
+            StatusCode::CREATED
+        );
+    }
+    let (refused, body) = refusal_reason(&gw, "/api/x", "erin").await;
+    assert_eq!(refused, StatusCode::TOO_MANY_REQUESTS);
+    assert!(body.contains(r#""reason":"quota""#), "{body}");
+    assert!(body.contains(r#""violated-policies":["api"]"#), "{body}");
+    let (denied, body) = refusal_reason(&gw, "/api/x", "revoked").await;
+    assert_eq!(denied, StatusCode::FORBIDDEN);
+    assert!(body.contains(r#""reason":"deny_list""#), "{body}");
+    for _ in 0..2 {
+        assert_eq!(status(&gw, "/trial", None).await, StatusCode::CREATED);
+    }
+
+    let text = scrape(metrics).await;
+    let got = samples(&text);
+    let want = [
+        (r#"tollgate_decision_reasons_total{reason="admitted"}"#, 5.0),
+        (r#"tollgate_decision_reasons_total{reason="quota"}"#, 1.0),
+        (r#"tollgate_decision_reasons_total{reason="deny_list"}"#, 1.0),
+        (r#"tollgate_decision_reasons_total{reason="shadow"}"#, 1.0),
+        (r#"tollgate_decision_reasons_total{reason="lease"}"#, 0.0),
+        (r#"tollgate_near_limit_total{policy="api"}"#, 2.0),
+        (r#"tollgate_near_limit_total{policy="trial"}"#, 2.0),
+    ];
+    for (series, value) in want {
+        assert_eq!(got.get(series), Some(&value), "{series} in\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_on_a_leasing_redis_decide_from_the_lease_without_waiting() {
+    let redis = redis_support::RedisServer::start();
+    let up = upstream().await;
+    let rules = RulesFile::new(
+        "reasons-lease",
+        r#"
+rules:
+  - name: api
+    match: { prefix: /api/ }
+    key: header:x-api-key
+    quotas: [{ name: api, algorithm: gcra, limit: 10000, period: 1h }]
+"#,
+    );
+    let url = redis.url();
+    let args = ["--redis", url.as_str(), "--redis-lease", "auto"];
+    let (gw, metrics) = metrics_gateway(&rules, up.addr, &args);
+
+    let sent = 40;
+    for _ in 0..sent {
+        assert_eq!(
+            status(&gw, "/api/x", Some("frank")).await,
+            StatusCode::CREATED
+        );
+    }
+    let text = scrape(metrics).await;
+    let got = samples(&text);
+    let reason = |r: &str| {
+        let series = format!(r#"tollgate_decision_reasons_total{{reason="{r}"}}"#);
+        got.get(&series).copied().unwrap_or(0.0)
+    };
+    // The reason `lease` is given only on the path that does not wait: the
+    // rules asked the lease in the service's `call`, and Redis was called
+    // only to fill it.
+    let (lease, admitted) = (reason("lease"), reason("admitted"));
+    assert_eq!(lease + admitted, f64::from(sent), "{text}");
+    assert!(lease >= f64::from(sent) / 2.0, "{text}");
+    let calls = got["tollgate_redis_calls_total"];
+    assert!(calls <= admitted + 1.0, "{calls} calls for {admitted} awaited decisions:\n{text}");
+}

@@ -17,7 +17,7 @@ use tollgate::backend::{BackendErrorKind, CheckRequest};
 use tollgate::key::{
     ClientIp, HeaderKey, KeyExtractor, KeyExtractorExt, KeyFuture, PeerIp, RouteKey,
 };
-use tollgate::layer::{Policy, QUOTA_EXCEEDED};
+use tollgate::layer::{Policy, QUOTA_EXCEEDED, Reason};
 use tollgate::{
     Backend, BackendError, Decision, HeaderStyle, Limiter, ManualClock, MemoryBackend, Mode,
     OnBackendError, OnDelay, OnMissingKey, Quota, QuotaSet, RateLimitLayer, Timestamp,
@@ -905,4 +905,53 @@ async fn or_falls_back_on_a_malformed_key_as_on_a_missing_one() {
     );
     let good = request("192.0.2.1", &[("x-api-key", b"alice")]);
     assert_eq!(send(&app, good).await.status, StatusCode::OK);
+}
+
+/// What a handler read of the reason the layer handed it.
+async fn reason(reason: Option<axum::Extension<Reason>>) -> String {
+    match reason {
+        Some(axum::Extension(r)) => r.as_str().to_owned(),
+        None => "no reason".to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn every_decision_carries_its_reason_to_handlers_bodies_and_outer_layers() {
+    let c = clock();
+    let api_key = || HeaderKey::new(http::HeaderName::from_static("x-api-key"));
+    fn handed(c: &ManualClock, quota: Quota, key: impl KeyExtractor) -> Router {
+        Router::new().route("/", get(reason)).layer(
+            RateLimitLayer::builder(limiter(c, quota), key)
+                .decision_in_extensions(true)
+                .on_missing_key(OnMissingKey::Allow)
+                .build(),
+        )
+    }
+    let gcra = || Quota::gcra(1, 60 * SEC).build().unwrap();
+    let app = handed(&c, gcra(), api_key());
+    let alice = || request("192.0.2.1", &[("x-api-key", b"alice")]);
+    assert_eq!(send(&app, alice()).await.body, "admitted");
+    // A request with no key, let through by the policy: a reason, no
+    // decision.
+    assert_eq!(send(&app, from("192.0.2.1")).await.body, "no_key");
+
+    // Refused: the body says why, and so do the response's extensions
+    // for the layers around this one.
+    let refused = app.clone().oneshot(alice()).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.extensions().get::<Reason>(), Some(&Reason::Quota));
+    let body = reply(refused).await.body;
+    assert!(body.contains(r#""reason":"quota""#), "{body}");
+
+    // A shadow quota past its limit admits, and says so.
+    let shadow = Quota::gcra(1, 60 * SEC).mode(Mode::Shadow).build().unwrap();
+    let app = handed(&c, shadow, api_key());
+    assert_eq!(send(&app, alice()).await.body, "admitted");
+    assert_eq!(send(&app, alice()).await.body, "shadow");
+
+    // The awaited path gives the same reasons.
+    let app = handed(&c, gcra(), Async(api_key()));
+    assert_eq!(send(&app, alice()).await.body, "admitted");
+    let refused = app.clone().oneshot(alice()).await.unwrap();
+    assert_eq!(refused.extensions().get::<Reason>(), Some(&Reason::Quota));
 }
