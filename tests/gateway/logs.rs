@@ -89,6 +89,7 @@ async fn a_backend_failure_logs_a_hash_of_the_key_never_the_key_and_no_colour() 
     assert!(!log.contains("SECRET123"), "{log}");
     let failed = line(&log, "rate limiter could not decide");
     assert!(failed.contains(" key=\":"), "{failed}");
+    assert!(failed.contains(" reason=\"fail_open\""), "{failed}");
     assert!(
         !log.contains('\x1b'),
         "colour codes in a piped log:\n{log:?}"
@@ -106,6 +107,7 @@ async fn a_shadow_refusal_logs_the_partition_key_in_place_of_the_key() {
         shadow.contains(&format!(" key=\"{}\"", pk(&reply))),
         "{shadow}"
     );
+    assert!(shadow.contains(" reason=\"shadow\""), "{shadow}");
     assert!(!log.contains('\x1b'), "{log:?}");
 }
 

@@ -340,7 +340,10 @@ rules:
     let want = [
         (r#"tollgate_decision_reasons_total{reason="admitted"}"#, 5.0),
         (r#"tollgate_decision_reasons_total{reason="quota"}"#, 1.0),
-        (r#"tollgate_decision_reasons_total{reason="deny_list"}"#, 1.0),
+        (
+            r#"tollgate_decision_reasons_total{reason="deny_list"}"#,
+            1.0,
+        ),
         (r#"tollgate_decision_reasons_total{reason="shadow"}"#, 1.0),
         (r#"tollgate_decision_reasons_total{reason="lease"}"#, 0.0),
         (r#"tollgate_near_limit_total{policy="api"}"#, 2.0),
@@ -410,7 +413,10 @@ rules:
     // only to fill it.
     let (lease, admitted) = (reason("lease"), reason("admitted"));
     assert_eq!(lease + admitted, f64::from(sent), "{text}");
-    assert_eq!(got["tollgate_decisions_total{outcome=\"allowed\",policy=\"api\"}"], f64::from(sent));
+    assert_eq!(
+        got["tollgate_decisions_total{outcome=\"allowed\",policy=\"api\"}"],
+        f64::from(sent)
+    );
     assert!(lease > 0.0, "{text}");
     // Every decision from a lease spared a Redis call.
     let calls = got["tollgate_redis_calls_total"];
