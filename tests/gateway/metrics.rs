@@ -354,6 +354,7 @@ rules:
     }
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_on_a_leasing_redis_decide_from_the_lease_without_waiting() {
     let redis = redis_support::RedisServer::start();
