@@ -14,7 +14,6 @@
 // allocation per request); they are moved once.
 #![allow(clippy::result_large_err)]
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,72 +122,66 @@ impl Pipeline<'_> {
     }
 
     /// The verdict, waiting for slots and stores within the timeout.
-    pub(crate) fn decide<'a, B: Backend>(
-        &'a self,
-        checks: Checks<'a, B>,
-    ) -> impl Future<Output = Verdict> + Send + 'a {
-        async move {
-            let mut admissions = Admissions::new();
-            for check in &checks {
-                let Some(protect) = check.concurrency else {
-                    continue;
-                };
-                match protect
-                    .acquire(&check.key, self.respond, self.timeout)
-                    .await
-                {
-                    Ok(admission) => admissions.push(admission),
-                    // Dropping the admissions gives their slots back.
-                    Err(refused) => return self.finish(admissions, refused),
-                }
+    pub(crate) async fn decide<B: Backend>(&self, checks: Checks<'_, B>) -> Verdict {
+        let mut admissions = Admissions::new();
+        for check in &checks {
+            let Some(protect) = check.concurrency else {
+                continue;
+            };
+            match protect
+                .acquire(&check.key, self.respond, self.timeout)
+                .await
+            {
+                Ok(admission) => admissions.push(admission),
+                // Dropping the admissions gives their slots back.
+                Err(refused) => return self.finish(admissions, refused),
             }
-            let mut verdict = None;
-            // Reservations made so far, given back if a later limit
-            // refuses: a request answered here was never served.
-            let mut reserved = SmallVec::<[_; 1]>::new();
-            let timeout = self.timeout;
-            for check in &checks {
-                let Some(limit) = check.limit else { continue };
-                let room = limit.room(self.protect);
-                let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
-                let judged = match check.count_status {
-                    None => {
-                        let outcome = check_within(limiter, key, cost, timeout, room).await;
-                        self.judge(limit, key, outcome, false)
-                    }
-                    Some(counts) => {
-                        let made = reserve_within(limiter, key, cost, timeout, room).await;
-                        let made = match made {
-                            Ok(made) => made,
-                            Err(e) => {
-                                return self
-                                    .finish(admissions, self.judge(limit, key, Err(e), false));
-                            }
-                        };
-                        let judged = self.judge(limit, key, Ok(made.decision().clone()), false);
-                        if made.decision().allowed() {
-                            reserved.push((limit, key, cost, made.clone()));
-                        }
-                        let settle = Arc::clone(limit).settlement(
-                            self.respond,
-                            counts,
-                            key.clone(),
-                            cost,
-                            made,
-                            timeout,
-                        );
-                        judged.settling(settle)
-                    }
-                };
-                if add(&mut verdict, judged) {
-                    for (limit, key, cost, made) in &reserved {
-                        limit.give_back(key, *cost, made, timeout).await;
-                    }
-                    break;
-                }
-            }
-            self.finish(admissions, verdict.unwrap_or_else(admitted))
         }
+        let mut verdict = None;
+        // Reservations made so far, given back if a later limit
+        // refuses: a request answered here was never served.
+        let mut reserved = SmallVec::<[_; 1]>::new();
+        let timeout = self.timeout;
+        for check in &checks {
+            let Some(limit) = check.limit else { continue };
+            let room = limit.room(self.protect);
+            let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
+            let judged = match check.count_status {
+                None => {
+                    let outcome = check_within(limiter, key, cost, timeout, room).await;
+                    self.judge(limit, key, outcome, false)
+                }
+                Some(counts) => {
+                    let made = reserve_within(limiter, key, cost, timeout, room).await;
+                    let made = match made {
+                        Ok(made) => made,
+                        Err(e) => {
+                            return self.finish(admissions, self.judge(limit, key, Err(e), false));
+                        }
+                    };
+                    let judged = self.judge(limit, key, Ok(made.decision().clone()), false);
+                    if made.decision().allowed() {
+                        reserved.push((limit, key, cost, made.clone()));
+                    }
+                    let settle = Arc::clone(limit).settlement(
+                        self.respond,
+                        counts,
+                        key.clone(),
+                        cost,
+                        made,
+                        timeout,
+                    );
+                    judged.settling(settle)
+                }
+            };
+            if add(&mut verdict, judged) {
+                for (limit, key, cost, made) in &reserved {
+                    limit.give_back(key, *cost, made, timeout).await;
+                }
+                break;
+            }
+        }
+        self.finish(admissions, verdict.unwrap_or_else(admitted))
     }
 
     /// A verdict reached before any slot or limit (shed, no key, a list):
