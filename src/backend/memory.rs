@@ -1,6 +1,5 @@
 //! State in this process's memory.
 
-use std::any::TypeId;
 use std::fmt;
 use std::future::{Future, ready};
 use std::sync::Arc;
@@ -62,7 +61,7 @@ pub struct MemoryBackend<C = SystemClock> {
 }
 
 struct Inner<C> {
-    table: Table<Slot, Word>,
+    table: Table<Wide, Word>,
     clock: C,
     metrics: MemoryMetrics,
 }
@@ -77,20 +76,20 @@ impl<C> Drop for Inner<C> {
 /// One quota's state for one key, with the moment it stops mattering: a
 /// wide entry, for every state but one number (and for one that became one
 /// number when its quota's algorithm changed).
-struct Slot {
+struct Wide {
     expires_at: u64,
     state: State,
 }
 
-impl Expiring for Slot {
+impl Expiring for Wide {
     fn expires_at(&self) -> u64 {
         self.expires_at
     }
 }
 
-impl Slot {
+impl Wide {
     #[inline(always)]
-    fn update(&mut self, update: Update, p: &Params) {
+    fn apply(&mut self, update: Update, p: &Params) {
         if update != Update::Keep {
             update.apply_to(&mut self.state, p);
             self.expires_at = self.state.expires_at(p);
@@ -124,7 +123,7 @@ impl Word {
 
     /// Applies `update` under the write lock, if the result is still one
     /// number; else hands back the state it makes, to be stored wide.
-    fn update(&mut self, update: Update, p: &Params) -> Option<State> {
+    fn apply(&mut self, update: Update, p: &Params) -> Option<State> {
         match update {
             Update::Keep => None,
             Update::Set(State::Word(n)) => {
@@ -139,57 +138,39 @@ impl Word {
         }
     }
 
-    /// Decides a one-quota request on an arrival time without the write
-    /// lock: the time is read, the quota decided on it, and the new time
-    /// swapped in only if nobody moved it meanwhile (else decided again on
-    /// the newer time), as governor does.
-    #[inline]
-    fn decide_arrival(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
-        let mut tat = self.0.load(Relaxed);
-        loop {
-            let (decision, update) = request.quotas.evaluate_arrival(
-                tat,
-                request.cost,
-                now,
-                request.commit,
-                request.room,
-            );
-            // An arrival-time quota only ever keeps or sets the time.
-            let Update::Set(State::Word(next)) = update else {
-                return decision;
-            };
-            match self.0.compare_exchange_weak(tat, next, Relaxed, Relaxed) {
-                Ok(_) => return decision,
-                Err(moved) => tat = moved,
-            }
-        }
-    }
-
-    /// [`decide_arrival`](Self::decide_arrival) for a fixed window kept as
-    /// one number. A loop of its own: a second kind of quota in the arrival
-    /// time's loop stops LLVM from inlining that path, and the two loops
-    /// shared through a closure cost GCRA 40 instructions (BENCHMARKS.md).
-    #[inline]
-    fn decide_window(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
+    /// The one compare-and-swap loop: `decide` reads the number stored and
+    /// returns its result and the number to store in its place (`None`:
+    /// leave it), which is swapped in only if nobody moved the number
+    /// meanwhile, else decided again on the newer one, as governor does.
+    /// Generic, and inlined into each caller, so each algorithm's decision
+    /// inlines into its own copy of the loop.
+    #[inline(always)]
+    fn update<R>(&self, mut decide: impl FnMut(u64) -> (R, Option<u64>)) -> R {
         let mut n = self.0.load(Relaxed);
         loop {
-            let (decision, update) =
-                request
-                    .quotas
-                    .evaluate_window(n, request.cost, now, request.commit);
-            // A window kept as one number only ever keeps or sets it.
-            let Update::Set(State::Word(next)) = update else {
-                return decision;
+            let (result, next) = decide(n);
+            let Some(next) = next else {
+                return result;
             };
             match self.0.compare_exchange_weak(n, next, Relaxed, Relaxed) {
-                Ok(_) => return decision,
+                Ok(_) => return result,
                 Err(moved) => n = moved,
             }
         }
     }
 }
 
-type Entries<'a> = Locked<'a, Slot, Word>;
+/// The number a decision on a state of one number stores: such a state
+/// only ever keeps or sets it.
+#[inline(always)]
+fn word_of((decision, update): (Decision, Update)) -> (Decision, Option<u64>) {
+    match update {
+        Update::Set(State::Word(next)) => (decision, Some(next)),
+        _ => (decision, None),
+    }
+}
+
+type Entries<'a> = Locked<'a, Wide, Word>;
 
 /// Stores the first state of a key's quota, if the update makes one: one
 /// number narrow, anything else wide. `replaces`: the quota has a
@@ -217,7 +198,7 @@ fn store_new(
         Some(State::Word(n)) => shard.insert_narrow(id, key, Word(AtomicU64::new(n)), now),
         Some(state) => {
             let expires_at = state.expires_at(p);
-            shard.insert(id, key, Slot { expires_at, state }, now)
+            shard.insert(id, key, Wide { expires_at, state }, now)
         }
         None => return,
     };
@@ -226,12 +207,8 @@ fn store_new(
 
 /// The states of a set's quotas, at the positions found for them, and the
 /// updates that make new entries, kept until the decision is over (an
-/// insert may sweep or evict, and so move entries).
-///
-/// The new entries are stored when it is dropped, once the decision is
-/// made: so the decision is returned where the set's evaluation writes it,
-/// not copied after (a copy that waited for its stores; BENCHMARKS.md,
-/// "Notes on the hot path").
+/// insert may sweep or evict, and so move entries): then
+/// [`store_new`](Stored::store_new) stores them.
 struct Stored<'a, 'b> {
     shard: &'a mut Entries<'b>,
     positions: &'a [Option<Position>],
@@ -243,10 +220,11 @@ struct Stored<'a, 'b> {
     now: u64,
 }
 
-impl Drop for Stored<'_, '_> {
-    fn drop(&mut self) {
+impl Stored<'_, '_> {
+    /// Stores the new entries, once the decision is made.
+    fn store_new(self) {
         // Most checks store nothing new (a refusal, or keys already
-        // stored): then not even the drain's setup.
+        // stored).
         if self.new.is_empty() {
             return;
         }
@@ -254,9 +232,7 @@ impl Drop for Stored<'_, '_> {
             self.request.quotas.state_ids(),
             self.request.quotas.quotas(),
         );
-        // Drained where it is: moved into an iterator, its inline array
-        // would be copied whole.
-        for (i, update, replaces) in self.new.drain(..) {
+        for (i, update, replaces) in self.new {
             if let (Some(&id), Some(quota)) = (ids.get(i), quotas.get(i)) {
                 let key = self.request.key;
                 let (p, now) = (&quota.params, self.now);
@@ -292,7 +268,7 @@ impl States for Stored<'_, '_> {
 /// Calls `f` with the state of an entry found: a wide entry's, lent, or a
 /// narrow entry's number made into one.
 #[inline]
-fn lend<R>(found: Option<Found<&Slot, &Word>>, f: impl FnOnce(Option<&State>) -> R) -> R {
+fn lend<R>(found: Option<Found<&Wide, &Word>>, f: impl FnOnce(Option<&State>) -> R) -> R {
     let word;
     // One call of `f`, not one per arm: it inlines a whole decision.
     let state = match found {
@@ -311,16 +287,16 @@ fn lend<R>(found: Option<Found<&Slot, &Word>>, f: impl FnOnce(Option<&State>) ->
 /// replaces the narrow entry found (one whose algorithm changed).
 #[inline]
 fn update_found(
-    found: Option<Found<&mut Slot, &mut Word>>,
+    found: Option<Found<&mut Wide, &mut Word>>,
     update: Update,
     p: &Params,
 ) -> Option<(Update, bool)> {
     match found {
         Some(Found::Wide(slot)) => {
-            slot.update(update, p);
+            slot.apply(update, p);
             None
         }
-        Some(Found::Narrow(a)) => a.update(update, p).map(|state| (Update::Set(state), true)),
+        Some(Found::Narrow(a)) => a.apply(update, p).map(|state| (Update::Set(state), true)),
         None => Some((update, false)),
     }
 }
@@ -435,11 +411,7 @@ impl<C: Clock> MemoryBackend<C> {
     /// reading of the counter.
     #[inline]
     fn now(&self, request: &CheckRequest<'_>) -> Timestamp {
-        if TypeId::of::<C>() == TypeId::of::<SystemClock>() {
-            request.started.started_at()
-        } else {
-            self.inner.clock.now()
-        }
+        self.inner.clock.now_given(request.started.started_at())
     }
 
     /// [`decide`](Self::decide) at `now`.
@@ -451,7 +423,10 @@ impl<C: Clock> MemoryBackend<C> {
             if quota.kept_as_arrival() {
                 let shard = inner.table.read(key);
                 if let Some(word) = shard.narrow::<false>(*id, key) {
-                    return word.decide_arrival(&request, now.as_micros());
+                    let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
+                    let (commit, room) = (request.commit, request.room);
+                    return word
+                        .update(|tat| word_of(q.evaluate_arrival(tat, cost, now, commit, room)));
                 }
                 return self.decide_locked(request, now, Some(shard.write()), None);
             }
@@ -507,7 +482,9 @@ impl<C: Clock> MemoryBackend<C> {
     fn decide_fixed_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
         let shard = self.inner.table.read(request.key);
         if let Some(window) = shard.narrow::<true>(id, request.key) {
-            return window.decide_window(&request, now.as_micros());
+            let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
+            let commit = request.commit;
+            return window.update(|n| word_of(q.evaluate_window(n, cost, now, commit)));
         }
         self.decide_locked(request, now, Some(shard.write()), None)
     }
@@ -569,11 +546,12 @@ impl<C: Clock> MemoryBackend<C> {
             request: &request,
             now: now_micros,
         };
-        // The last thing done, so the decision is written where it is
-        // returned: the new entries are stored as `stored` is dropped.
-        request
-            .quotas
-            .evaluate(&mut stored, request.cost, now, request.commit, request.room)
+        let decision =
+            request
+                .quotas
+                .evaluate(&mut stored, request.cost, now, request.commit, request.room);
+        stored.store_new();
+        decision
     }
 }
 
@@ -614,7 +592,9 @@ impl<C: Clock> MemoryBackend<C> {
             now,
         };
         let at = reserved.at().as_micros();
-        quotas.give_back_in(&mut stored, reserved.decision(), request.cost, at, now)
+        let left = quotas.give_back_in(&mut stored, reserved.decision(), request.cost, at, now);
+        stored.store_new();
+        left
     }
 }
 
