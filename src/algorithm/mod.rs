@@ -354,7 +354,7 @@ mod tests {
     /// or its quota was full again, and never past a fresh key's quota.
     #[test]
     fn a_give_back_returns_what_still_counts_and_never_more() {
-        use crate::quota::Algorithm;
+        use super::Algorithm;
         use std::time::Duration;
         let t0 = 1_000 * 60 * S;
         for a in Algorithm::ALL {
