@@ -45,6 +45,16 @@ pub(crate) fn micros(d: Duration) -> u64 {
 pub trait Clock: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> Timestamp;
+
+    /// The current time, given `system`: the system clock's reading at the
+    /// start of this request, which the limiter takes anyway. The system
+    /// clock returns it rather than read itself again; any other clock
+    /// (the default) reads its own time.
+    #[inline]
+    fn now_given(&self, system: Timestamp) -> Timestamp {
+        let _ = system;
+        self.now()
+    }
 }
 
 /// The operating system's wall clock.
@@ -67,6 +77,11 @@ impl Clock for SystemClock {
         // anchor taken once and again every few seconds, so it stays within
         // the wall clock's own NTP slewing of it.
         Anchor::now()
+    }
+
+    #[inline]
+    fn now_given(&self, system: Timestamp) -> Timestamp {
+        system
     }
 }
 
@@ -211,6 +226,10 @@ impl Clock for ManualClock {
 impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> Timestamp {
         (**self).now()
+    }
+
+    fn now_given(&self, system: Timestamp) -> Timestamp {
+        (**self).now_given(system)
     }
 }
 

@@ -10,8 +10,8 @@
 //! forgets a live window (it keeps an expired one up to `count`
 //! microseconds longer); and a backend can update it by compare-and-swap.
 
+use super::Params;
 use super::{Branch, Outcome, Spent, State, Update};
-use crate::quota::Params;
 
 /// The stored counter, when it is not kept as one number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

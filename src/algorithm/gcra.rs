@@ -5,8 +5,8 @@
 //! The interval is rounded up to a whole microsecond, so the rate can only
 //! be a hair slower than asked, never faster.
 
+use super::Params;
 use super::{Branch, Outcome, Spent, State, Update};
-use crate::quota::Params;
 
 /// The arithmetic GCRA and the leaky bucket share: where the TAT lands if
 /// this request is admitted, and whether that is within the tolerance.

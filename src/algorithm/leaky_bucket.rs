@@ -8,8 +8,8 @@
 //! refuses instead, for callers that cannot wait.
 
 use super::Outcome;
+use super::Params;
 use super::gcra::schedule;
-use crate::quota::Params;
 
 #[inline]
 pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone: bool) -> Outcome {

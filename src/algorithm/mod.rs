@@ -3,21 +3,22 @@
 //! [`check`], and store what the returned [`Outcome`] says.
 //!
 //! All arithmetic is on integer microseconds below 2^53 (see
-//! [`EXACT_MAX`](crate::quota::EXACT_MAX)) so the Redis scripts can mirror it
+//! [`EXACT_MAX`]) so the Redis scripts can mirror it
 //! exactly.
 
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
+mod kind;
 pub(crate) mod leaky_bucket;
+mod params;
 pub(crate) mod sliding_log;
 pub(crate) mod sliding_window;
 pub(crate) mod token_bucket;
 
 use std::collections::VecDeque;
 
-use smallvec::SmallVec;
-
-use crate::quota::{Algorithm, Params};
+pub use kind::{Algorithm, Mode};
+pub(crate) use params::{EXACT_MAX, Params};
 
 /// What one key stores for one quota.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,90 +184,6 @@ impl Outcome {
     #[cfg(test)]
     pub(crate) fn delay(&self) -> u64 {
         if self.allowed { self.wait } else { 0 }
-    }
-}
-
-/// One quota's check in a set of several, kept until the set has decided.
-/// Small (48 bytes), since a set makes one per quota and moves it into its
-/// list: an outcome's 128 bytes, written as the check returns and read
-/// back at once, made each move wait for its stores (BENCHMARKS.md,
-/// "Notes on the hot path"). So the common algorithms keep only what their branches
-/// are made of, and the rest keep their outcome in the set's [`Outcomes`].
-pub(crate) enum Checked {
-    /// The algorithm's outcome, both branches computed: the set's
-    /// `outcomes[at]`.
-    Outcome { allowed: bool, at: usize },
-    /// An arrival-time quota's check, not elastic: what it reports is
-    /// derived from its reset when read, as for such a quota alone, so
-    /// neither branch's division is made here.
-    Arrival(Arrival),
-    /// An admission by a sliding window, not elastic: the counters after
-    /// it and how far into their window it came. Whichever way the set
-    /// decides, what the quota reports is derived from counters when read,
-    /// so neither branch's search for its replenish is made here.
-    SlidingWindow(sliding_window::Admitted),
-    /// A fixed window, not elastic: the window counted in, from which the
-    /// branch the set takes is made.
-    FixedWindow(fixed_window::Counted),
-}
-
-/// Where a set keeps the outcomes of its [`Checked::Outcome`]s: inline for
-/// two, which most sets never fill.
-pub(crate) type Outcomes = SmallVec<[Outcome; 2]>;
-
-impl Checked {
-    /// A check that keeps its whole `outcome`, in `outcomes`.
-    #[inline]
-    pub(crate) fn outcome(outcome: Outcome, outcomes: &mut Outcomes) -> Checked {
-        let allowed = outcome.allowed;
-        outcomes.push(outcome);
-        Checked::Outcome {
-            allowed,
-            at: outcomes.len() - 1,
-        }
-    }
-
-    /// Whether the quota admits the request.
-    pub(crate) fn allowed(&self) -> bool {
-        match self {
-            Checked::Outcome { allowed, .. } => *allowed,
-            Checked::Arrival(arrival) => arrival.allowed,
-            Checked::SlidingWindow(_) => true,
-            Checked::FixedWindow(counted) => counted.allowed,
-        }
-    }
-}
-
-/// What a set keeps of an arrival-time quota's outcome ([`check_arrival`]):
-/// the resets of its two branches, not the numbers derived from them.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Arrival {
-    pub allowed: bool,
-    /// As [`Outcome::wait`].
-    pub wait: u64,
-    /// The reset if the request is admitted, and the arrival time then
-    /// stored.
-    pub admit_reset: u64,
-    pub next: u64,
-    /// The reset if it is not (the state is then kept as it is).
-    pub refuse_reset: u64,
-}
-
-impl Arrival {
-    /// What a set keeps of `outcome`, an arrival-time quota's.
-    #[inline]
-    pub(crate) fn of(outcome: &Outcome) -> Arrival {
-        let next = match outcome.admit.update {
-            Update::Set(State::Word(next)) => next,
-            _ => 0,
-        };
-        Arrival {
-            allowed: outcome.allowed,
-            wait: outcome.wait,
-            admit_reset: outcome.admit.reset,
-            next,
-            refuse_reset: outcome.refuse.reset,
-        }
     }
 }
 
@@ -437,7 +354,7 @@ mod tests {
     /// or its quota was full again, and never past a fresh key's quota.
     #[test]
     fn a_give_back_returns_what_still_counts_and_never_more() {
-        use crate::quota::Algorithm;
+        use super::Algorithm;
         use std::time::Duration;
         let t0 = 1_000 * 60 * S;
         for a in Algorithm::ALL {

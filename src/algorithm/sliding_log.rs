@@ -9,8 +9,8 @@
 
 use std::collections::VecDeque;
 
+use super::Params;
 use super::{Branch, Outcome, Spent, State, Update};
-use crate::quota::Params;
 
 /// The position of `log`'s oldest entry still counted at `now` (the
 /// length, when none is): the entries from there on are live.

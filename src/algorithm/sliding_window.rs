@@ -7,8 +7,8 @@
 //! The weighting is the one computation done in floating point, in exactly
 //! the operations the Redis script performs, so both give the same answer.
 
-use super::{Branch, Checked, Outcome, Outcomes, Spent, State, Update};
-use crate::quota::Params;
+use super::Params;
+use super::{Branch, Outcome, Spent, State, Update};
 
 /// The stored counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,20 +165,23 @@ pub(crate) fn admit_alone(
 
 /// For a quota in a set of several: an admission, whose numbers are left
 /// to be derived when read whichever way the set decides (see
-/// [`Admitted::before`]), or else [`check`]'s outcome (kept in
-/// `outcomes`), from one estimate.
+/// [`Admitted::before`]), handed to `admitted`, or else [`check`]'s
+/// outcome, handed to `checked`, from one estimate. Two closures, not a
+/// returned enum: the outcome is written where the set keeps it, never
+/// moved.
 #[inline]
-pub(crate) fn admit_or_check(
+pub(crate) fn admit_or_check<T>(
     state: Option<&Counters>,
     p: &Params,
     cost: u64,
     now: u64,
-    outcomes: &mut Outcomes,
-) -> Checked {
+    admitted: impl FnOnce(Admitted) -> T,
+    checked: impl FnOnce(Outcome) -> T,
+) -> T {
     let e = estimate(state, p.period.get(), now);
     match admission(&e, p.capacity, cost) {
-        Some(admitted) => Checked::SlidingWindow(admitted),
-        None => Checked::outcome(decide(&e, p, cost, now, false), outcomes),
+        Some(a) => admitted(a),
+        None => checked(decide(&e, p, cost, now, false)),
     }
 }
 

@@ -18,8 +18,8 @@
 //! time `now + full - l`. It is kept so ([`State::Word`]), and a backend
 //! decides it as it decides an arrival time.
 
+use super::Params;
 use super::{Branch, Outcome, Spent, State, Update, gcra};
-use crate::quota::Params;
 
 /// The stored bucket, when a token is not a whole number of microseconds
 /// (more than one unit is refilled each microsecond).

@@ -1,21 +1,22 @@
 //! State in this process's memory.
 
-use std::any::TypeId;
 use std::fmt;
 use std::future::{Future, ready};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use smallvec::SmallVec;
 
-use super::table::{Expiring, Found, Locked, Position, Table};
+use entry::{Entries, Stored, Wide, Word, lend, store_new, update_found, word_of};
+
+use super::table::{Found, Position, Table};
 use super::{Backend, BackendError, CheckRequest, GiveBackRequest, Reserved};
-use crate::algorithm::{State, Update};
+use crate::algorithm::State;
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
 use crate::quota::{Params, Path};
-use crate::quota_set::States;
+
+mod entry;
 
 /// Rate-limit state in this process's memory.
 ///
@@ -62,7 +63,7 @@ pub struct MemoryBackend<C = SystemClock> {
 }
 
 struct Inner<C> {
-    table: Table<Slot, Word>,
+    table: Table<Wide, Word>,
     clock: C,
     metrics: MemoryMetrics,
 }
@@ -71,257 +72,6 @@ impl<C> Drop for Inner<C> {
     /// Takes this backend's states out of the process-wide gauge.
     fn drop(&mut self) {
         self.metrics.states_changed(-(self.table.len() as isize));
-    }
-}
-
-/// One quota's state for one key, with the moment it stops mattering: a
-/// wide entry, for every state but one number (and for one that became one
-/// number when its quota's algorithm changed).
-struct Slot {
-    expires_at: u64,
-    state: State,
-}
-
-impl Expiring for Slot {
-    fn expires_at(&self) -> u64 {
-        self.expires_at
-    }
-}
-
-impl Slot {
-    #[inline(always)]
-    fn update(&mut self, update: Update, p: &Params) {
-        if update != Update::Keep {
-            update.apply_to(&mut self.state, p);
-            self.expires_at = self.state.expires_at(p);
-        }
-    }
-}
-
-/// A state that is one number (`State::Word`): a GCRA or leaky-bucket
-/// arrival time, the moment a token bucket is full again, or a fixed
-/// window's end plus its count (see `algorithm`). A narrow entry, 40 bytes
-/// with the key instead of 72. The number is never before the state's
-/// expiry, so it serves as the expiry (exactly, but for a window's count
-/// of microseconds), and it is updated by compare-and-swap under the
-/// shard's read lock.
-struct Word(AtomicU64);
-
-impl Expiring for Word {
-    fn expires_at(&self) -> u64 {
-        self.0.load(Relaxed)
-    }
-}
-
-impl Word {
-    /// The state it holds, for the algorithms. Inline: returned through
-    /// memory, it is read back wider than it was written, and that load
-    /// waits (a set's loop; BENCHMARKS.md, "Notes on the hot path").
-    #[inline]
-    fn state(&self) -> State {
-        State::Word(self.0.load(Relaxed))
-    }
-
-    /// Applies `update` under the write lock, if the result is still one
-    /// number; else hands back the state it makes, to be stored wide.
-    fn update(&mut self, update: Update, p: &Params) -> Option<State> {
-        match update {
-            Update::Keep => None,
-            Update::Set(State::Word(n)) => {
-                *self.0.get_mut() = n;
-                None
-            }
-            update => {
-                let mut state = Some(self.state());
-                update.apply(&mut state, p);
-                state
-            }
-        }
-    }
-
-    /// Decides a one-quota request on an arrival time without the write
-    /// lock: the time is read, the quota decided on it, and the new time
-    /// swapped in only if nobody moved it meanwhile (else decided again on
-    /// the newer time), as governor does.
-    #[inline]
-    fn decide_arrival(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
-        let mut tat = self.0.load(Relaxed);
-        loop {
-            let (decision, update) = request.quotas.evaluate_arrival(
-                tat,
-                request.cost,
-                now,
-                request.commit,
-                request.room,
-            );
-            // An arrival-time quota only ever keeps or sets the time.
-            let Update::Set(State::Word(next)) = update else {
-                return decision;
-            };
-            match self.0.compare_exchange_weak(tat, next, Relaxed, Relaxed) {
-                Ok(_) => return decision,
-                Err(moved) => tat = moved,
-            }
-        }
-    }
-
-    /// [`decide_arrival`](Self::decide_arrival) for a fixed window kept as
-    /// one number. A loop of its own: a second kind of quota in the arrival
-    /// time's loop stops LLVM from inlining that path, and the two loops
-    /// shared through a closure cost GCRA 40 instructions (BENCHMARKS.md).
-    #[inline]
-    fn decide_window(&self, request: &CheckRequest<'_>, now: u64) -> Decision {
-        let mut n = self.0.load(Relaxed);
-        loop {
-            let (decision, update) =
-                request
-                    .quotas
-                    .evaluate_window(n, request.cost, now, request.commit);
-            // A window kept as one number only ever keeps or sets it.
-            let Update::Set(State::Word(next)) = update else {
-                return decision;
-            };
-            match self.0.compare_exchange_weak(n, next, Relaxed, Relaxed) {
-                Ok(_) => return decision,
-                Err(moved) => n = moved,
-            }
-        }
-    }
-}
-
-type Entries<'a> = Locked<'a, Slot, Word>;
-
-/// Stores the first state of a key's quota, if the update makes one: one
-/// number narrow, anything else wide. `replaces`: the quota has a
-/// narrow entry that the state no longer fits (its algorithm changed),
-/// removed first.
-#[allow(clippy::too_many_arguments)]
-fn store_new(
-    shard: &mut Entries<'_>,
-    metrics: &MemoryMetrics,
-    id: u64,
-    key: &str,
-    update: Update,
-    p: &Params,
-    now: u64,
-    replaces: bool,
-) {
-    if replaces {
-        metrics.states_changed(shard.remove(id, key));
-    }
-    let mut state = None;
-    if !update.apply(&mut state, p) {
-        return;
-    }
-    let gained = match state {
-        Some(State::Word(n)) => shard.insert_narrow(id, key, Word(AtomicU64::new(n)), now),
-        Some(state) => {
-            let expires_at = state.expires_at(p);
-            shard.insert(id, key, Slot { expires_at, state }, now)
-        }
-        None => return,
-    };
-    metrics.states_changed(gained);
-}
-
-/// The states of a set's quotas, at the positions found for them, and the
-/// updates that make new entries, kept until the decision is over (an
-/// insert may sweep or evict, and so move entries).
-///
-/// The new entries are stored when it is dropped, once the decision is
-/// made: so the decision is returned where the set's evaluation writes it,
-/// not copied after (a copy that waited for its stores; BENCHMARKS.md,
-/// "Notes on the hot path").
-struct Stored<'a, 'b> {
-    shard: &'a mut Entries<'b>,
-    positions: &'a [Option<Position>],
-    /// (quota, the update to store anew, whether it replaces a narrow
-    /// entry)
-    new: SmallVec<[(usize, Update, bool); 4]>,
-    metrics: &'a MemoryMetrics,
-    request: &'a CheckRequest<'a>,
-    now: u64,
-}
-
-impl Drop for Stored<'_, '_> {
-    fn drop(&mut self) {
-        // Most checks store nothing new (a refusal, or keys already
-        // stored): then not even the drain's setup.
-        if self.new.is_empty() {
-            return;
-        }
-        let (ids, quotas) = (
-            self.request.quotas.state_ids(),
-            self.request.quotas.quotas(),
-        );
-        // Drained where it is: moved into an iterator, its inline array
-        // would be copied whole.
-        for (i, update, replaces) in self.new.drain(..) {
-            if let (Some(&id), Some(quota)) = (ids.get(i), quotas.get(i)) {
-                let key = self.request.key;
-                let (p, now) = (&quota.params, self.now);
-                store_new(self.shard, self.metrics, id, key, update, p, now, replaces);
-            }
-        }
-    }
-}
-
-impl States for Stored<'_, '_> {
-    #[inline]
-    fn with<R>(&self, i: usize, f: impl FnOnce(Option<&State>) -> R) -> R {
-        let at = self.positions.get(i).copied().flatten();
-        lend(at.and_then(|at| self.shard.at(at)), f)
-    }
-
-    #[inline]
-    fn store(&mut self, i: usize, update: Update, p: &Params) {
-        // A refusal or a peek: nothing to find (every quota of a refused
-        // set but the admitting ones).
-        if matches!(update, Update::Keep) {
-            return;
-        }
-        let at = self.positions.get(i).copied().flatten();
-        if let Some((update, replaces)) =
-            update_found(at.and_then(|at| self.shard.at_mut(at)), update, p)
-        {
-            self.new.push((i, update, replaces));
-        }
-    }
-}
-
-/// Calls `f` with the state of an entry found: a wide entry's, lent, or a
-/// narrow entry's number made into one.
-#[inline]
-fn lend<R>(found: Option<Found<&Slot, &Word>>, f: impl FnOnce(Option<&State>) -> R) -> R {
-    let word;
-    // One call of `f`, not one per arm: it inlines a whole decision.
-    let state = match found {
-        Some(Found::Wide(slot)) => Some(&slot.state),
-        Some(Found::Narrow(n)) => {
-            word = n.state();
-            Some(&word)
-        }
-        None => None,
-    };
-    f(state)
-}
-
-/// Applies `update` to the entry found for a quota, in place. Returns what
-/// must be stored as a new entry instead, if anything, and whether it
-/// replaces the narrow entry found (one whose algorithm changed).
-#[inline]
-fn update_found(
-    found: Option<Found<&mut Slot, &mut Word>>,
-    update: Update,
-    p: &Params,
-) -> Option<(Update, bool)> {
-    match found {
-        Some(Found::Wide(slot)) => {
-            slot.update(update, p);
-            None
-        }
-        Some(Found::Narrow(a)) => a.update(update, p).map(|state| (Update::Set(state), true)),
-        None => Some((update, false)),
     }
 }
 
@@ -435,11 +185,7 @@ impl<C: Clock> MemoryBackend<C> {
     /// reading of the counter.
     #[inline]
     fn now(&self, request: &CheckRequest<'_>) -> Timestamp {
-        if TypeId::of::<C>() == TypeId::of::<SystemClock>() {
-            request.started.started_at()
-        } else {
-            self.inner.clock.now()
-        }
+        self.inner.clock.now_given(request.started.started_at())
     }
 
     /// [`decide`](Self::decide) at `now`.
@@ -451,7 +197,10 @@ impl<C: Clock> MemoryBackend<C> {
             if quota.kept_as_arrival() {
                 let shard = inner.table.read(key);
                 if let Some(word) = shard.narrow::<false>(*id, key) {
-                    return word.decide_arrival(&request, now.as_micros());
+                    let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
+                    let (commit, room) = (request.commit, request.room);
+                    return word
+                        .update(|tat| word_of(q.evaluate_arrival(tat, cost, now, commit, room)));
                 }
                 return self.decide_locked(request, now, Some(shard.write()), None);
             }
@@ -507,7 +256,9 @@ impl<C: Clock> MemoryBackend<C> {
     fn decide_fixed_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
         let shard = self.inner.table.read(request.key);
         if let Some(window) = shard.narrow::<true>(id, request.key) {
-            return window.decide_window(&request, now.as_micros());
+            let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
+            let commit = request.commit;
+            return window.update(|n| word_of(q.evaluate_window(n, cost, now, commit)));
         }
         self.decide_locked(request, now, Some(shard.write()), None)
     }
@@ -569,11 +320,12 @@ impl<C: Clock> MemoryBackend<C> {
             request: &request,
             now: now_micros,
         };
-        // The last thing done, so the decision is written where it is
-        // returned: the new entries are stored as `stored` is dropped.
-        request
-            .quotas
-            .evaluate(&mut stored, request.cost, now, request.commit, request.room)
+        let decision =
+            request
+                .quotas
+                .evaluate(&mut stored, request.cost, now, request.commit, request.room);
+        stored.store_new();
+        decision
     }
 }
 
@@ -614,7 +366,9 @@ impl<C: Clock> MemoryBackend<C> {
             now,
         };
         let at = reserved.at().as_micros();
-        quotas.give_back_in(&mut stored, reserved.decision(), request.cost, at, now)
+        let left = quotas.give_back_in(&mut stored, reserved.decision(), request.cost, at, now);
+        stored.store_new();
+        left
     }
 }
 
@@ -655,93 +409,4 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Limiter, ManualClock, Quota, QuotaSet};
-    use std::time::Duration;
-
-    fn kind<C>(backend: &MemoryBackend<C>, id: u64, key: &str) -> Option<&'static str> {
-        let shard = backend.inner.table.lock(key);
-        match shard.at(shard.position(id, key)?)? {
-            Found::Wide(_) => Some("wide"),
-            Found::Narrow(_) => Some("narrow"),
-        }
-    }
-
-    #[test]
-    fn states_of_one_number_are_stored_narrow_and_other_states_wide() {
-        let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
-        let window = Quota::sliding_window(5, Duration::from_secs(1))
-            .name("window")
-            .build()
-            .unwrap();
-        let set = QuotaSet::new("both", [gcra.clone(), window]).unwrap();
-        let backend = MemoryBackend::new();
-        let both = Limiter::new(backend.clone(), set.clone());
-        let alone = Limiter::new(backend.clone(), gcra);
-        for _ in 0..5 {
-            assert!(both.check_now("k", 1).unwrap().unwrap().allowed());
-            assert!(alone.check_now("k", 1).unwrap().unwrap().allowed());
-        }
-        assert!(!both.check_now("k", 1).unwrap().unwrap().allowed());
-        assert!(!alone.check_now("k", 1).unwrap().unwrap().allowed());
-        let ids = set.state_ids();
-        assert_eq!(kind(&backend, ids[0], "k"), Some("narrow"));
-        assert_eq!(kind(&backend, ids[1], "k"), Some("wide"));
-        let alone_id = alone.quotas().state_ids()[0];
-        assert_eq!(kind(&backend, alone_id, "k"), Some("narrow"));
-        assert_eq!(backend.len(), 3);
-        // A token bucket is one number when a token is whole microseconds,
-        // and a fixed window under one unit a microsecond.
-        let ten = Duration::from_secs(10);
-        let cases = [
-            (Quota::token_bucket(5, ten), "narrow"),
-            (Quota::token_bucket(3, ten), "wide"),
-            (Quota::fixed_window(5, ten), "narrow"),
-            (Quota::fixed_window(2, Duration::from_micros(2)), "wide"),
-        ];
-        // A clock that stands still, for the window of two microseconds.
-        let clock = ManualClock::new(Timestamp::from_micros(1_760_000_000_000_000));
-        let backend = MemoryBackend::builder().clock(clock).build();
-        for (q, kept) in cases {
-            let q = q.build().unwrap();
-            let limiter = Limiter::new(backend.clone(), q.clone());
-            for _ in 0..q.limit() {
-                assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());
-            }
-            assert!(!limiter.check_now("k", 1).unwrap().unwrap().allowed());
-            let id = limiter.quotas().state_ids()[0];
-            assert_eq!(kind(&backend, id, "k"), Some(kept), "{q:?}");
-        }
-    }
-
-    #[test]
-    fn one_number_found_where_another_state_belongs_moves_wide() {
-        // Ids include the algorithm, so only a hash collision puts an
-        // arrival time under a sliding window's id: forged here, for a set
-        // of one quota and for a set of two.
-        let window = Quota::sliding_window(5, Duration::from_secs(1))
-            .name("window")
-            .build()
-            .unwrap();
-        let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
-        let one = QuotaSet::new("one", [window.clone()]).unwrap();
-        let two = QuotaSet::new("two", [gcra, window]).unwrap();
-        for set in [one, two] {
-            let backend = MemoryBackend::new();
-            let id = *set.state_ids().last().unwrap();
-            let inner = &*backend.inner;
-            inner
-                .table
-                .lock("k")
-                .insert_narrow(id, "k", Word(AtomicU64::new(u64::MAX >> 12)), 0);
-            let limiter = Limiter::new(backend.clone(), set.clone());
-            for _ in 0..5 {
-                assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());
-            }
-            assert!(!limiter.check_now("k", 1).unwrap().unwrap().allowed());
-            assert_eq!(kind(&backend, id, "k"), Some("wide"), "{}", set.name());
-            assert_eq!(backend.len(), set.quotas().len());
-        }
-    }
-}
+mod tests;

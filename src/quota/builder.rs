@@ -5,10 +5,10 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::algorithm::{Algorithm, Mode};
 use super::error::QuotaError;
-use super::params::{EXACT_MAX, Params};
 use super::quota::{Path, Quota};
+use crate::algorithm::{Algorithm, Mode};
+use crate::algorithm::{EXACT_MAX, Params};
 use crate::clock::micros;
 
 impl Quota {

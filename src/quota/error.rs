@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::algorithm::Algorithm;
+use crate::algorithm::Algorithm;
 
 /// Why a quota could not be built.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::algorithm::{Algorithm, Mode};
-use super::params::Params;
+use crate::algorithm::Params;
+use crate::algorithm::{Algorithm, Mode};
 
 /// A validated quota: `limit` per `period` (with a `burst` for the bucket
 /// algorithms), its algorithm, name and mode.

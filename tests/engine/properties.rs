@@ -225,3 +225,72 @@ proptest! {
         })?;
     }
 }
+
+/// Races `threads` threads of `per_thread` checks of `cost` on one key of
+/// one limiter, the clock standing still, and returns how many were
+/// admitted and what a peek at cost 0 says is left after.
+fn raced(quota: Quota, threads: usize, per_thread: usize, cost: u64) -> (u64, u64) {
+    let (l, _clock) = limiter(quota);
+    let start = std::sync::Barrier::new(threads);
+    let admitted: u64 = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (l, start) = (&l, &start);
+                s.spawn(move || {
+                    start.wait();
+                    (0..per_thread)
+                        .map(|_| u64::from(l.check_now("k", cost).unwrap().unwrap().allowed()))
+                        .sum::<u64>()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    let left = l.check_now("k", 0).unwrap().unwrap().remaining();
+    (admitted, left)
+}
+
+/// The quotas whose one-key state is updated without the shard's write
+/// lock, or will be: each storage shape of each such algorithm.
+fn lock_free_quotas() -> impl Strategy<Value = (Quota, u64)> {
+    let second = Duration::from_secs(1);
+    prop_oneof![
+        (1u64..40).prop_map(move |n| (Quota::gcra(n, second).build().unwrap(), 1)),
+        (1u64..40).prop_map(move |n| (Quota::leaky_bucket(n, second).build().unwrap(), 1)),
+        // A token a whole number of microseconds: one number.
+        (1u64..40).prop_map(move |n| (Quota::token_bucket(n, second).build().unwrap(), 1)),
+        // A fractional refill (3 per 10 s): a level and a time.
+        (1u64..40).prop_map(|n| {
+            let q = Quota::token_bucket(3, Duration::from_secs(10)).burst(n);
+            (q.build().unwrap(), 1)
+        }),
+        (1u64..40).prop_map(move |n| (Quota::fixed_window(n, second).build().unwrap(), 1)),
+        // More than one unit a microsecond: a window's start and count.
+        (1u64..40).prop_map(move |n| {
+            (
+                Quota::fixed_window(n * 1_000_000, second).build().unwrap(),
+                1_000_000,
+            )
+        }),
+        (1u64..40).prop_map(move |n| (Quota::sliding_window(n, second).build().unwrap(), 1)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Threads racing on one key lose no update: with the clock standing
+    /// still they admit exactly what one thread alone admits, and the state
+    /// after counts every admitted unit.
+    #[test]
+    fn racing_threads_on_one_key_lose_no_update(
+        (quota, cost) in lock_free_quotas(), threads in 2usize..=4
+    ) {
+        let per_thread = 60;
+        let alone = raced(quota.clone(), 1, threads * per_thread, cost);
+        let together = raced(quota.clone(), threads, per_thread, cost);
+        prop_assert_eq!(together, alone, "{:?}", quota);
+        // Every unit of the burst is either admitted or left: none lost.
+        prop_assert_eq!(alone.0 * cost + alone.1, quota.burst(), "{:?}", quota);
+    }
+}

@@ -1,0 +1,245 @@
+//! The memory backend's entries: a state of one number updated by
+//! compare-and-swap, any other state under the shard's write lock, and
+//! the states of a set found, updated in place and stored anew.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use smallvec::SmallVec;
+
+use super::super::CheckRequest;
+use super::super::table::{Expiring, Found, Locked, Position};
+use crate::algorithm::{Params, State, Update};
+use crate::decision::Decision;
+use crate::metrics::MemoryMetrics;
+use crate::quota_set::States;
+
+/// One quota's state for one key, with the moment it stops mattering: a
+/// wide entry, for every state but one number (and for one that became one
+/// number when its quota's algorithm changed).
+pub(super) struct Wide {
+    pub(super) expires_at: u64,
+    pub(super) state: State,
+}
+
+impl Expiring for Wide {
+    fn expires_at(&self) -> u64 {
+        self.expires_at
+    }
+}
+
+impl Wide {
+    #[inline(always)]
+    fn apply(&mut self, update: Update, p: &Params) {
+        if update != Update::Keep {
+            update.apply_to(&mut self.state, p);
+            self.expires_at = self.state.expires_at(p);
+        }
+    }
+}
+
+/// A state that is one number (`State::Word`): a GCRA or leaky-bucket
+/// arrival time, the moment a token bucket is full again, or a fixed
+/// window's end plus its count (see `algorithm`). A narrow entry, 40 bytes
+/// with the key instead of 72. The number is never before the state's
+/// expiry, so it serves as the expiry (exactly, but for a window's count
+/// of microseconds), and it is updated by compare-and-swap under the
+/// shard's read lock.
+pub(super) struct Word(pub(super) AtomicU64);
+
+impl Expiring for Word {
+    fn expires_at(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+impl Word {
+    /// The state it holds, for the algorithms. Inline: returned through
+    /// memory, it is read back wider than it was written, and that load
+    /// waits (a set's loop; BENCHMARKS.md, "Notes on the hot path").
+    #[inline]
+    fn state(&self) -> State {
+        State::Word(self.0.load(Relaxed))
+    }
+
+    /// Applies `update` under the write lock, if the result is still one
+    /// number; else hands back the state it makes, to be stored wide.
+    fn apply(&mut self, update: Update, p: &Params) -> Option<State> {
+        match update {
+            Update::Keep => None,
+            Update::Set(State::Word(n)) => {
+                *self.0.get_mut() = n;
+                None
+            }
+            update => {
+                let mut state = Some(self.state());
+                update.apply(&mut state, p);
+                state
+            }
+        }
+    }
+
+    /// The one compare-and-swap loop: `decide` reads the number stored and
+    /// returns its result and the number to store in its place (`None`:
+    /// leave it), which is swapped in only if nobody moved the number
+    /// meanwhile, else decided again on the newer one, as governor does.
+    /// Generic, and inlined into each caller, so each algorithm's decision
+    /// inlines into its own copy of the loop.
+    #[inline(always)]
+    pub(super) fn update<R>(&self, mut decide: impl FnMut(u64) -> (R, Option<u64>)) -> R {
+        let mut n = self.0.load(Relaxed);
+        loop {
+            let (result, next) = decide(n);
+            let Some(next) = next else {
+                return result;
+            };
+            match self.0.compare_exchange_weak(n, next, Relaxed, Relaxed) {
+                Ok(_) => return result,
+                Err(moved) => n = moved,
+            }
+        }
+    }
+}
+
+/// The number a decision on a state of one number stores: such a state
+/// only ever keeps or sets it.
+#[inline(always)]
+pub(super) fn word_of((decision, update): (Decision, Update)) -> (Decision, Option<u64>) {
+    match update {
+        Update::Set(State::Word(next)) => (decision, Some(next)),
+        _ => (decision, None),
+    }
+}
+
+pub(super) type Entries<'a> = Locked<'a, Wide, Word>;
+
+/// Stores the first state of a key's quota, if the update makes one: one
+/// number narrow, anything else wide. `replaces`: the quota has a
+/// narrow entry that the state no longer fits (its algorithm changed),
+/// removed first.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn store_new(
+    shard: &mut Entries<'_>,
+    metrics: &MemoryMetrics,
+    id: u64,
+    key: &str,
+    update: Update,
+    p: &Params,
+    now: u64,
+    replaces: bool,
+) {
+    if replaces {
+        metrics.states_changed(shard.remove(id, key));
+    }
+    let mut state = None;
+    if !update.apply(&mut state, p) {
+        return;
+    }
+    let gained = match state {
+        Some(State::Word(n)) => shard.insert_narrow(id, key, Word(AtomicU64::new(n)), now),
+        Some(state) => {
+            let expires_at = state.expires_at(p);
+            shard.insert(id, key, Wide { expires_at, state }, now)
+        }
+        None => return,
+    };
+    metrics.states_changed(gained);
+}
+
+/// The states of a set's quotas, at the positions found for them, and the
+/// updates that make new entries, kept until the decision is over (an
+/// insert may sweep or evict, and so move entries): then
+/// [`store_new`](Stored::store_new) stores them.
+pub(super) struct Stored<'a, 'b> {
+    pub(super) shard: &'a mut Entries<'b>,
+    pub(super) positions: &'a [Option<Position>],
+    /// (quota, the update to store anew, whether it replaces a narrow
+    /// entry)
+    pub(super) new: SmallVec<[(usize, Update, bool); 4]>,
+    pub(super) metrics: &'a MemoryMetrics,
+    pub(super) request: &'a CheckRequest<'a>,
+    pub(super) now: u64,
+}
+
+impl Stored<'_, '_> {
+    /// Stores the new entries, once the decision is made.
+    pub(super) fn store_new(self) {
+        // Most checks store nothing new (a refusal, or keys already
+        // stored).
+        if self.new.is_empty() {
+            return;
+        }
+        let (ids, quotas) = (
+            self.request.quotas.state_ids(),
+            self.request.quotas.quotas(),
+        );
+        for (i, update, replaces) in self.new {
+            if let (Some(&id), Some(quota)) = (ids.get(i), quotas.get(i)) {
+                let key = self.request.key;
+                let (p, now) = (&quota.params, self.now);
+                store_new(self.shard, self.metrics, id, key, update, p, now, replaces);
+            }
+        }
+    }
+}
+
+impl States for Stored<'_, '_> {
+    #[inline]
+    fn with<R>(&self, i: usize, f: impl FnOnce(Option<&State>) -> R) -> R {
+        let at = self.positions.get(i).copied().flatten();
+        lend(at.and_then(|at| self.shard.at(at)), f)
+    }
+
+    #[inline]
+    fn store(&mut self, i: usize, update: Update, p: &Params) {
+        // A refusal or a peek: nothing to find (every quota of a refused
+        // set but the admitting ones).
+        if matches!(update, Update::Keep) {
+            return;
+        }
+        let at = self.positions.get(i).copied().flatten();
+        if let Some((update, replaces)) =
+            update_found(at.and_then(|at| self.shard.at_mut(at)), update, p)
+        {
+            self.new.push((i, update, replaces));
+        }
+    }
+}
+
+/// Calls `f` with the state of an entry found: a wide entry's, lent, or a
+/// narrow entry's number made into one.
+#[inline]
+pub(super) fn lend<R>(
+    found: Option<Found<&Wide, &Word>>,
+    f: impl FnOnce(Option<&State>) -> R,
+) -> R {
+    let word;
+    // One call of `f`, not one per arm: it inlines a whole decision.
+    let state = match found {
+        Some(Found::Wide(slot)) => Some(&slot.state),
+        Some(Found::Narrow(n)) => {
+            word = n.state();
+            Some(&word)
+        }
+        None => None,
+    };
+    f(state)
+}
+
+/// Applies `update` to the entry found for a quota, in place. Returns what
+/// must be stored as a new entry instead, if anything, and whether it
+/// replaces the narrow entry found (one whose algorithm changed).
+#[inline]
+pub(super) fn update_found(
+    found: Option<Found<&mut Wide, &mut Word>>,
+    update: Update,
+    p: &Params,
+) -> Option<(Update, bool)> {
+    match found {
+        Some(Found::Wide(slot)) => {
+            slot.apply(update, p);
+            None
+        }
+        Some(Found::Narrow(a)) => a.apply(update, p).map(|state| (Update::Set(state), true)),
+        None => Some((update, false)),
+    }
+}

@@ -1,0 +1,93 @@
+//! Which entry each state is kept in.
+
+use std::sync::atomic::AtomicU64;
+
+use super::entry::Word;
+use super::*;
+use crate::{Limiter, ManualClock, Quota, QuotaSet};
+use std::time::Duration;
+
+fn kind<C>(backend: &MemoryBackend<C>, id: u64, key: &str) -> Option<&'static str> {
+    let shard = backend.inner.table.lock(key);
+    match shard.at(shard.position(id, key)?)? {
+        Found::Wide(_) => Some("wide"),
+        Found::Narrow(_) => Some("narrow"),
+    }
+}
+
+#[test]
+fn states_of_one_number_are_stored_narrow_and_other_states_wide() {
+    let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
+    let window = Quota::sliding_window(5, Duration::from_secs(1))
+        .name("window")
+        .build()
+        .unwrap();
+    let set = QuotaSet::new("both", [gcra.clone(), window]).unwrap();
+    let backend = MemoryBackend::new();
+    let both = Limiter::new(backend.clone(), set.clone());
+    let alone = Limiter::new(backend.clone(), gcra);
+    for _ in 0..5 {
+        assert!(both.check_now("k", 1).unwrap().unwrap().allowed());
+        assert!(alone.check_now("k", 1).unwrap().unwrap().allowed());
+    }
+    assert!(!both.check_now("k", 1).unwrap().unwrap().allowed());
+    assert!(!alone.check_now("k", 1).unwrap().unwrap().allowed());
+    let ids = set.state_ids();
+    assert_eq!(kind(&backend, ids[0], "k"), Some("narrow"));
+    assert_eq!(kind(&backend, ids[1], "k"), Some("wide"));
+    let alone_id = alone.quotas().state_ids()[0];
+    assert_eq!(kind(&backend, alone_id, "k"), Some("narrow"));
+    assert_eq!(backend.len(), 3);
+    // A token bucket is one number when a token is whole microseconds,
+    // and a fixed window under one unit a microsecond.
+    let ten = Duration::from_secs(10);
+    let cases = [
+        (Quota::token_bucket(5, ten), "narrow"),
+        (Quota::token_bucket(3, ten), "wide"),
+        (Quota::fixed_window(5, ten), "narrow"),
+        (Quota::fixed_window(2, Duration::from_micros(2)), "wide"),
+    ];
+    // A clock that stands still, for the window of two microseconds.
+    let clock = ManualClock::new(Timestamp::from_micros(1_760_000_000_000_000));
+    let backend = MemoryBackend::builder().clock(clock).build();
+    for (q, kept) in cases {
+        let q = q.build().unwrap();
+        let limiter = Limiter::new(backend.clone(), q.clone());
+        for _ in 0..q.limit() {
+            assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());
+        }
+        assert!(!limiter.check_now("k", 1).unwrap().unwrap().allowed());
+        let id = limiter.quotas().state_ids()[0];
+        assert_eq!(kind(&backend, id, "k"), Some(kept), "{q:?}");
+    }
+}
+
+#[test]
+fn one_number_found_where_another_state_belongs_moves_wide() {
+    // Ids include the algorithm, so only a hash collision puts an
+    // arrival time under a sliding window's id: forged here, for a set
+    // of one quota and for a set of two.
+    let window = Quota::sliding_window(5, Duration::from_secs(1))
+        .name("window")
+        .build()
+        .unwrap();
+    let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
+    let one = QuotaSet::new("one", [window.clone()]).unwrap();
+    let two = QuotaSet::new("two", [gcra, window]).unwrap();
+    for set in [one, two] {
+        let backend = MemoryBackend::new();
+        let id = *set.state_ids().last().unwrap();
+        let inner = &*backend.inner;
+        inner
+            .table
+            .lock("k")
+            .insert_narrow(id, "k", Word(AtomicU64::new(u64::MAX >> 12)), 0);
+        let limiter = Limiter::new(backend.clone(), set.clone());
+        for _ in 0..5 {
+            assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());
+        }
+        assert!(!limiter.check_now("k", 1).unwrap().unwrap().allowed());
+        assert_eq!(kind(&backend, id, "k"), Some("wide"), "{}", set.name());
+        assert_eq!(backend.len(), set.quotas().len());
+    }
+}

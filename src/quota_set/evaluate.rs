@@ -1,0 +1,177 @@
+//! A set's evaluation: one request decided against its quotas' states.
+
+use smallvec::SmallVec;
+
+use super::checked::{Checked, Outcomes, RawQuotaDecision, resolve};
+use super::{QuotaSet, SET_INLINE, States};
+use crate::algorithm::{self, Outcome, State, Update, sliding_window};
+use crate::clock::Timestamp;
+use crate::decision::{Decision, QuotaDecision};
+use crate::quota::Quota;
+
+impl QuotaSet {
+    /// Decides one request against the stored states and hands each
+    /// quota's update to [`States::store`]. `commit: false` is a peek;
+    /// `room`: whether elastic quotas may use their extra.
+    pub(crate) fn evaluate(
+        &self,
+        states: &mut (impl States + ?Sized),
+        cost: u64,
+        now: Timestamp,
+        commit: bool,
+        room: bool,
+    ) -> Decision {
+        let now = now.as_micros();
+        if let [quota] = &*self.quotas {
+            let (decision, update) =
+                states.with(0, |s| self.evaluate_one(s, cost, now, commit, room));
+            states.store(0, update, &quota.params);
+            return decision;
+        }
+        // Pushed once and resolved in place, never moved again.
+        let mut checks = SmallVec::<[Checked; SET_INLINE]>::new();
+        let mut outcomes = Outcomes::new();
+        for (i, quota) in self.quotas.iter().enumerate() {
+            let check = states.with(i, |s| {
+                Checked::new(quota, s, cost, now, room, &mut outcomes)
+            });
+            checks.push(check);
+        }
+        let allowed = self.admits(checks.iter().map(Checked::allowed));
+        // Each check turned into its decision, and its update stored, as it
+        // resolves: no list of either between.
+        Decision::new(
+            allowed,
+            checks
+                .iter_mut()
+                .zip(&*self.quotas)
+                .enumerate()
+                .map(|(i, (checked, quota))| {
+                    let (decision, update) =
+                        checked.resolve(quota, allowed, commit, cost, &mut outcomes);
+                    states.store(i, update, &quota.params);
+                    decision
+                }),
+        )
+    }
+
+    /// [`evaluate`](QuotaSet::evaluate) for a set of one quota, the common
+    /// case: no list of outcomes or updates, and the decision built in place.
+    #[inline]
+    pub(crate) fn evaluate_one(
+        &self,
+        state: Option<&State>,
+        cost: u64,
+        now: u64,
+        commit: bool,
+        room: bool,
+    ) -> (Decision, Update) {
+        // Alone in its set: when it admits, its refusal is never read.
+        self.resolve_one(
+            |q| q.check(state, cost, now, room, true),
+            commit,
+            RawQuotaDecision::decision,
+        )
+    }
+
+    /// An admission by a set of one sliding window, not elastic
+    /// (`Path::SlidingWindow`), on its stored `counters`: the decision,
+    /// whose numbers (a search, for replenish) are computed only when read,
+    /// and the counters to store. `None` for a refusal or a clock behind
+    /// the window, which [`evaluate_one`](QuotaSet::evaluate_one) decides.
+    #[inline]
+    pub(crate) fn admit_sliding_window(
+        &self,
+        counters: Option<&sliding_window::Counters>,
+        cost: u64,
+        now: u64,
+    ) -> Option<(Decision, sliding_window::Counters)> {
+        let p = &self.quotas[0].params;
+        let admitted = sliding_window::admit_alone(counters, p, cost, now)?;
+        let decision = QuotaDecision::sliding_window(p, admitted);
+        Some((Decision::one(true, decision), admitted.counters))
+    }
+
+    /// [`evaluate_one`](QuotaSet::evaluate_one) for a quota whose state is
+    /// the arrival time `tat` (see [`Quota::kept_as_arrival`]): unless it is
+    /// elastic,
+    /// its algorithm is called directly, so the whole decision inlines into
+    /// the backend's compare-and-swap loop, where what the outcome holds is
+    /// known and nothing of it is dropped or moved at run time.
+    #[inline(always)]
+    pub(crate) fn evaluate_arrival(
+        &self,
+        tat: u64,
+        cost: u64,
+        now: u64,
+        commit: bool,
+        room: bool,
+    ) -> (Decision, Update) {
+        let quota = &self.quotas[0];
+        if quota.params.elastic_margin != 0 {
+            return self.evaluate_one(Some(&State::Word(tat)), cost, now, commit, room);
+        }
+        // Remaining and replenish are left to be computed when read: the
+        // division they take is then never made for a caller that does
+        // not read them.
+        self.resolve_one(
+            |q| algorithm::check_arrival(q.algorithm(), Some(tat), &q.params, cost, now, true),
+            commit,
+            RawQuotaDecision::arrival_decision,
+        )
+    }
+
+    /// [`evaluate_one`](QuotaSet::evaluate_one) for a fixed window, not
+    /// elastic, kept as one number, `end_and_count`: its algorithm called
+    /// directly, and its numbers counted, not derived from a reset.
+    #[inline(always)]
+    pub(crate) fn evaluate_window(
+        &self,
+        end_and_count: u64,
+        cost: u64,
+        now: u64,
+        commit: bool,
+    ) -> (Decision, Update) {
+        let state = State::Word(end_and_count);
+        self.resolve_one(
+            |q| algorithm::fixed_window::check(Some(&state), &q.params, cost, now),
+            commit,
+            RawQuotaDecision::decision,
+        )
+    }
+
+    /// A set of one quota decided: its outcome resolved into the update to
+    /// store and the decision, in the form `report` gives it.
+    #[inline(always)]
+    fn resolve_one(
+        &self,
+        check: impl FnOnce(&Quota) -> Outcome,
+        commit: bool,
+        report: impl FnOnce(&RawQuotaDecision, &Quota) -> QuotaDecision,
+    ) -> (Decision, Update) {
+        let quota = &self.quotas[0];
+        let mut outcome = check(quota);
+        let allowed = outcome.allowed || quota.params.shadow;
+        let (raw, update) = resolve(&mut outcome, allowed, commit);
+        (Decision::one(allowed, report(&raw, quota)), update)
+    }
+
+    /// Whether a request passes, given whether each quota admits it: every
+    /// enforced quota must.
+    pub(crate) fn admits(&self, allowed: impl IntoIterator<Item = bool>) -> bool {
+        self.quotas
+            .iter()
+            .zip(allowed)
+            .all(|(q, allowed)| allowed || q.params.shadow)
+    }
+
+    /// The decision reported for the quotas' raw decisions (one per quota, in
+    /// order), however they were computed: in this process or by the Redis
+    /// script, which returns the same numbers.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // the Redis backend's
+    pub(crate) fn decision_from(&self, raw: &[RawQuotaDecision]) -> Decision {
+        let allowed = self.admits(raw.iter().map(|v| v.allowed));
+        let decisions = raw.iter().zip(&*self.quotas).map(|(v, q)| v.decision(q));
+        Decision::new(allowed, decisions)
+    }
+}

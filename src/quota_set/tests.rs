@@ -1,0 +1,267 @@
+//! The set's evaluation checked against every quota's outcome computed in
+//! full.
+
+use super::checked::{Checked, resolve};
+use super::*;
+use crate::algorithm::Outcome;
+use crate::decision::QuotaDecision;
+use crate::quota::{Mode, QuotaBuilder};
+use std::time::Duration;
+
+/// What a caller reads of a quota's decision, now and aged as a cached
+/// answer is.
+#[derive(Debug, PartialEq)]
+struct Read {
+    now: (bool, u64, Duration, Duration),
+    retry_after: Option<Duration>,
+    delay: Duration,
+    aged: (u64, Duration),
+}
+
+fn read(q: &QuotaDecision) -> Read {
+    let aged = q.aged(150_000);
+    Read {
+        now: (q.allowed(), q.remaining(), q.reset(), q.replenish()),
+        retry_after: q.retry_after(),
+        delay: q.delay(),
+        aged: (aged.remaining(), aged.reset()),
+    }
+}
+
+/// Asserts that two decisions of one quota read alike; returns whether
+/// it admits.
+fn read_alike(general: &Decision, derived: &Decision) -> bool {
+    let ([g], [d]) = (general.quotas(), derived.quotas()) else {
+        panic!("one quota each")
+    };
+    assert_eq!(read(g), read(d));
+    assert_eq!(general, derived);
+    g.allowed()
+}
+
+#[test]
+fn an_arrival_time_reports_when_read_what_the_algorithm_computes() {
+    // Each request is decided both ways on the same state: the decision
+    // whose remaining and replenish are derived when read must report
+    // what the general path computed, in every mode and on refusals.
+    let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
+    for mode in modes {
+        // A token bucket of 4 per 3 s (6 in soft mode) refills one unit
+        // a microsecond: it is kept as an arrival time too.
+        let builders = [
+            Quota::gcra(4, Duration::from_secs(2)),
+            Quota::leaky_bucket(4, Duration::from_secs(2)),
+            Quota::token_bucket(4, Duration::from_secs(3)),
+        ];
+        for builder in builders {
+            let quota = builder.burst(3).mode(mode).build().unwrap();
+            assert!(quota.kept_as_arrival());
+            let set = QuotaSet::single(quota);
+            let mut tat = None;
+            let mut seen = [false; 2];
+            for (i, cost) in [1, 1, 2, 1, 3, 1, 1, 2, 1, 1].into_iter().enumerate() {
+                let now = 1_000_000 + i as u64 * 170_000;
+                let state = tat.map(State::Word);
+                let (general, update) = set.evaluate_one(state.as_ref(), cost, now, true, false);
+                let (derived, same) =
+                    set.evaluate_arrival(tat.unwrap_or(0), cost, now, true, false);
+                assert_eq!(update, same, "{mode:?}, request {i}");
+                let g = read_alike(&general, &derived);
+                seen[usize::from(g)] = true;
+                if let Update::Set(State::Word(next)) = update {
+                    tat = Some(next);
+                }
+            }
+            assert_eq!(seen, [true, true], "admissions and refusals both checked");
+        }
+    }
+}
+
+#[test]
+fn a_sliding_window_admission_reports_when_read_what_the_algorithm_computes() {
+    // Each request is decided both ways on the same counters: an
+    // admission whose numbers are derived when read must report what
+    // the general path computed, in every mode, across windows, with a
+    // previous window fading, and aged as a cached answer is.
+    let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
+    for mode in modes {
+        let quota = Quota::sliding_window(6, Duration::from_secs(2))
+            .mode(mode)
+            .build()
+            .unwrap();
+        assert_eq!(quota.path, crate::quota::Path::SlidingWindow);
+        let set = QuotaSet::single(quota);
+        let mut counters = None;
+        let (mut derived_admissions, mut refusals) = (0, 0);
+        for i in 0..60u64 {
+            // 0.25 s apart, crossing windows; a clock one step behind
+            // every tenth request.
+            let now = 4_000_000 + i * 250_000 - if i % 10 == 9 { 300_000 } else { 0 };
+            let cost = [1, 2, 1, 3, 0][i as usize % 5];
+            let state = counters.map(State::SlidingWindow);
+            let (general, update) = set.evaluate_one(state.as_ref(), cost, now, true, false);
+            match set.admit_sliding_window(counters.as_ref(), cost, now) {
+                Some((derived, after)) => {
+                    derived_admissions += 1;
+                    read_alike(&general, &derived);
+                    assert_eq!(update, Update::Set(State::SlidingWindow(after)));
+                }
+                // Only a refusal, or a clock behind the window, is left
+                // to the general path.
+                None => refusals += u64::from(general.exceeded()),
+            }
+            if let Update::Set(State::SlidingWindow(next)) = update {
+                counters = Some(next);
+            }
+        }
+        assert!(
+            derived_admissions > 10 && refusals > 5,
+            "{mode:?}: {derived_admissions}, {refusals}"
+        );
+    }
+}
+
+/// A set decided with every quota's outcome computed in full, both
+/// branches: the reference for the numbers a set derives when read.
+fn decided_in_full(
+    set: &QuotaSet,
+    states: &mut [Option<QuotaState>],
+    cost: u64,
+    now: u64,
+) -> Decision {
+    let mut outcomes: Vec<Outcome> = (0..set.quotas().len())
+        .map(|i| states.with(i, |s| set.quotas()[i].check(s, cost, now, false, false)))
+        .collect();
+    let allowed = set.admits(outcomes.iter().map(|o| o.allowed));
+    let mut decisions = Vec::new();
+    for (i, (outcome, q)) in outcomes.iter_mut().zip(set.quotas()).enumerate() {
+        let (raw, update) = resolve(outcome, allowed, true);
+        states.store(i, update, &q.params);
+        decisions.push(raw.decision(q));
+    }
+    Decision::new(allowed, decisions.into_iter())
+}
+
+/// Decides 120 requests on `set` both ways, as `evaluate` does and in
+/// full, asserting that they agree on the states stored and on what
+/// every quota reports, read now and aged; with a clock stepping back
+/// every tenth request. Costs are 0 to 3 times `unit`. Returns how often
+/// the first quota admitted with the set, admitted but was refused by
+/// another quota, and refused.
+fn decided_both_ways(set: &QuotaSet, unit: u64, label: &str) -> [u32; 3] {
+    let mut states: Vec<Option<QuotaState>> = vec![None; set.quotas().len()];
+    let mut seen = [0; 3];
+    for i in 0..120u64 {
+        let now = 4_000_000 + i * 125_000 - if i % 10 == 9 { 300_000 } else { 0 };
+        let cost = [1, 2, 1, 3, 0][i as usize % 5] * unit;
+        let mut expected_states = states.clone();
+        let expected = decided_in_full(set, &mut expected_states, cost, now);
+        let at = Timestamp::from_micros(now);
+        let decision = set.evaluate(states.as_mut_slice(), cost, at, true, false);
+        assert_eq!(states, expected_states, "{label}, request {i}");
+        assert_eq!(decision.allowed(), expected.allowed());
+        for (d, e) in decision.quotas().iter().zip(expected.quotas()) {
+            assert_eq!(read(d), read(e), "{label}, request {i}");
+        }
+        assert_eq!(decision, expected);
+        let first = &decision.quotas()[0];
+        seen[match (first.allowed(), decision.allowed()) {
+            (true, true) => 0,
+            (true, false) => 1,
+            (false, _) => 2,
+        }] += 1;
+    }
+    seen
+}
+
+#[test]
+fn a_sliding_window_in_a_set_reports_when_read_what_the_algorithm_computes() {
+    // A sliding window beside a quota that refuses some of what the
+    // window admits: the window reports from its counters after the
+    // admission, or as they were when another quota refuses, and must
+    // read as the full computation does, in every mode, across windows,
+    // with a clock stepping back, and aged as a cached answer is.
+    let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
+    for mode in modes {
+        let window = Quota::sliding_window(5, Duration::from_secs(2))
+            .name("window")
+            .mode(mode)
+            .build()
+            .unwrap();
+        let interval = Quota::min_interval(Duration::from_millis(250))
+            .name("interval")
+            .build()
+            .unwrap();
+        let set = QuotaSet::new("pair", [window, interval]).unwrap();
+        let seen = decided_both_ways(&set, 1, &format!("{mode:?}"));
+        assert!(seen.iter().all(|&n| n > 5), "{mode:?}: {seen:?}");
+    }
+}
+
+#[test]
+fn a_fixed_window_in_a_set_reports_what_its_full_outcome_does() {
+    // A set keeps a fixed window's count, not its outcome, and makes
+    // only the branch the set takes: it must report and store what the
+    // full outcome does, for a window kept as one number (5 per 2 s)
+    // and one that is not (more than one a microsecond), in every mode.
+    let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
+    for mode in modes {
+        for (limit, unit) in [(5, 1), (5_000_000, 1_000_000)] {
+            let window = Quota::fixed_window(limit, Duration::from_secs(2))
+                .name("window")
+                .mode(mode)
+                .build()
+                .unwrap();
+            // Refuses some of what the window admits: 4 units a second,
+            // 3 at once. (At 4 000 000 a second, its check is kept whole,
+            // beside the window's count.)
+            let spacing = Quota::token_bucket(4 * unit, Duration::from_secs(1))
+                .burst(3 * unit)
+                .name("spacing")
+                .build()
+                .unwrap();
+            let set = QuotaSet::new("pair", [window, spacing]).unwrap();
+            let label = format!("{mode:?}, limit {limit}");
+            let seen = decided_both_ways(&set, unit, &label);
+            assert!(seen.iter().all(|&n| n > 5), "{label}: {seen:?}");
+        }
+    }
+}
+
+#[test]
+fn a_sets_check_is_small() {
+    // A set moves each check into its list; a whole outcome is kept
+    // aside (see `Checked`).
+    assert!(std::mem::size_of::<Checked>() <= 48);
+    assert_eq!(std::mem::size_of::<Outcome>(), 128);
+}
+
+#[test]
+fn sets_refuse_duplicates_and_emptiness() {
+    let q = Quota::gcra(1, Duration::from_secs(1)).build().unwrap();
+    assert_eq!(QuotaSet::new("x", []), Err(QuotaSetError::Empty));
+    assert!(matches!(
+        QuotaSet::new("x", [q.clone(), q]),
+        Err(QuotaSetError::DuplicateName(_))
+    ));
+}
+
+#[test]
+fn state_ids_ignore_the_mode_but_not_the_numbers() {
+    let base = Quota::gcra(5, Duration::from_secs(1));
+    let set = |name: &str, quota: QuotaBuilder| QuotaSet::new(name, [quota.build().unwrap()]);
+    let enforce = set("api", base.clone()).unwrap();
+    let shadow = set("api", base.clone().mode(Mode::Shadow)).unwrap();
+    let bigger = set("api", Quota::gcra(6, Duration::from_secs(1))).unwrap();
+    let other_set = set("other", base.clone()).unwrap();
+    assert_eq!(enforce.state_ids(), shadow.state_ids());
+    assert_ne!(enforce.state_ids(), bigger.state_ids());
+    assert_ne!(enforce.state_ids(), other_set.state_ids());
+    // A set without a name is only its own (and its clones').
+    let unnamed = QuotaSet::single(base.clone().build().unwrap());
+    assert_eq!(unnamed.clone().state_ids(), unnamed.state_ids());
+    assert_ne!(
+        QuotaSet::single(base.build().unwrap()).state_ids(),
+        unnamed.state_ids()
+    );
+}
