@@ -3,13 +3,10 @@
 
 use std::fmt::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
+use super::answer::{respond, uniform};
 use super::config::{Limit, LimitKind, Matched, RlsConfig, Unit};
-use super::proto::{
-    CurrentLimit, DescriptorStatus, HeaderValue, ProtoDuration, RateLimitRequest,
-    RateLimitResponse, code,
-};
+use super::proto::{RateLimitRequest, RateLimitResponse, code};
 use super::{OnBackendError, ServiceInner};
 use crate::backend::{Backend, CheckRequest};
 use crate::clock::Stopwatch;
@@ -21,25 +18,23 @@ use crate::log_limit::LogLimit;
 const MAX_DESCRIPTORS: usize = 64;
 const MAX_ENTRIES: usize = 32;
 
-/// The reference's near-limit ratio: hits past 80% of a limit count as near.
-const NEAR_LIMIT: f64 = 0.8;
-
 /// One descriptor as this call treats it.
-enum Plan {
+pub(super) enum Plan {
     /// No limit applies (none found, or replaced): within.
     Free,
     /// `unlimited`: within, with a maximal remaining.
     Unlimited,
-    /// A limit to decide, with the key of its counters and the hits to add.
+    /// A limit to decide, with the key of its counters and the units the
+    /// call spends (its hits times the limit's cost).
     Limited {
         limit: Arc<Limit>,
         key: String,
-        hits: u64,
+        units: u64,
     },
 }
 
 /// What deciding a limited descriptor gave.
-enum Outcome {
+pub(super) enum Outcome {
     /// The quota's decision.
     Decided(Decision),
     /// Over without counting: `requests_per_unit: 0`, or hits no window
@@ -87,9 +82,10 @@ impl ServiceInner {
         Ok(respond(&request.domain, &plans, &outcomes))
     }
 
-    /// Each descriptor's limit, with `replaces` applied and the hits each
-    /// adds: a descriptor's own `hits_addend` when set (0 checks without
-    /// spending), else the request's, where 0 means 1.
+    /// Each descriptor's limit, with `replaces` applied and the units each
+    /// spends: its hits (a descriptor's own `hits_addend` when set, 0
+    /// checking without spending; else the request's, where 0 means 1)
+    /// times the limit's `cost`.
     fn plan(
         &self,
         config: &RlsConfig,
@@ -134,7 +130,9 @@ impl ServiceInner {
                     Plan::Free
                 }
                 Some(m) => Plan::Limited {
-                    hits: d.hits_addend.map_or(request_hits, |h| h.value),
+                    units: m
+                        .limit
+                        .spend(d.hits_addend.map_or(request_hits, |h| h.value)),
                     limit: m.limit,
                     key: m.key,
                 },
@@ -163,7 +161,7 @@ impl ServiceInner {
     async fn check_all(&self, plans: &[Plan]) -> Result<Vec<Option<Outcome>>, tonic::Status> {
         let spending = plans
             .iter()
-            .filter(|p| matches!(p, Plan::Limited { hits, limit, .. } if *hits > 0 && matches!(limit.kind, LimitKind::Counted(_))))
+            .filter(|p| matches!(p, Plan::Limited { units, limit, .. } if *units > 0 && matches!(limit.kind, LimitKind::Counted(_))))
             .count();
         if spending > 1 {
             let mut peeks = Vec::with_capacity(plans.len());
@@ -182,7 +180,7 @@ impl ServiceInner {
     }
 
     async fn check_one(&self, plan: &Plan, commit: bool) -> Result<Option<Outcome>, tonic::Status> {
-        let Plan::Limited { limit, key, hits } = plan else {
+        let Plan::Limited { limit, key, units } = plan else {
             return Ok(None);
         };
         let quotas = match &limit.kind {
@@ -191,7 +189,7 @@ impl ServiceInner {
             LimitKind::Unlimited => return Ok(None),
         };
         // More than the limit can never pass; the reference answers over.
-        if quotas.too_costly(*hits).is_some() {
+        if quotas.too_costly(*units).is_some() {
             return Ok(Some(Outcome::Over));
         }
         // Hits of 0 ask with a cost of 0, which passes while the window is
@@ -199,8 +197,8 @@ impl ServiceInner {
         let request = CheckRequest {
             key,
             quotas,
-            cost: *hits,
-            commit: commit && *hits > 0,
+            cost: *units,
+            commit: commit && *units > 0,
             room: false,
             started: Stopwatch::start(),
         };
@@ -219,7 +217,7 @@ impl ServiceInner {
 }
 
 /// Whether a descriptor is over its limit.
-fn is_over(outcome: &Outcome) -> bool {
+pub(super) fn is_over(outcome: &Outcome) -> bool {
     match outcome {
         Outcome::Over => true,
         Outcome::Decided(d) => !d.allowed(),
@@ -228,7 +226,7 @@ fn is_over(outcome: &Outcome) -> bool {
 
 /// Whether the call is refused: an enforced limit is over (not one in
 /// shadow mode), or every limit in quota mode is.
-fn refused(plans: &[Plan], outcomes: &[Option<Outcome>]) -> bool {
+pub(super) fn refused(plans: &[Plan], outcomes: &[Option<Outcome>]) -> bool {
     let (mut quota_total, mut quota_over) = (0, 0);
     for (plan, outcome) in plans.iter().zip(outcomes) {
         let (Plan::Limited { limit, .. }, Some(outcome)) = (plan, outcome) else {
@@ -243,179 +241,4 @@ fn refused(plans: &[Plan], outcomes: &[Option<Outcome>]) -> bool {
         }
     }
     quota_total > 0 && quota_total == quota_over
-}
-
-/// Every descriptor answered `code`, for a backend that failed under a
-/// policy that decides without it.
-fn uniform(plans: &[Plan], code: i32) -> RateLimitResponse {
-    RateLimitResponse {
-        overall_code: code,
-        statuses: plans
-            .iter()
-            .map(|_| DescriptorStatus {
-                code,
-                ..DescriptorStatus::default()
-            })
-            .collect(),
-        ..RateLimitResponse::default()
-    }
-}
-
-fn seconds(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
-
-/// The time to the end of the unit's current window, aligned as the
-/// reference aligns it.
-fn window_reset(unit: Unit) -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    let period = unit.period().as_secs();
-    period - now % period
-}
-
-fn respond(domain: &str, plans: &[Plan], outcomes: &[Option<Outcome>]) -> RateLimitResponse {
-    let mut response = RateLimitResponse::default();
-    let mut policy = String::new();
-    let mut state = String::new();
-    let mut retry_after = 0u64;
-    for (plan, outcome) in plans.iter().zip(outcomes) {
-        let status = match (plan, outcome) {
-            (Plan::Unlimited, _) => DescriptorStatus {
-                code: code::OK,
-                limit_remaining: u32::MAX,
-                ..DescriptorStatus::default()
-            },
-            (Plan::Limited { limit, hits, .. }, Some(outcome)) => {
-                let (over, remaining, reset, wait) = match outcome {
-                    Outcome::Over => {
-                        let reset = window_reset(limit.unit);
-                        (true, 0, reset, reset)
-                    }
-                    Outcome::Decided(d) => {
-                        let q = &d.quotas()[0];
-                        let wait = d.retry_after().map_or(0, seconds).max(1);
-                        (is_over(outcome), q.remaining(), seconds(q.reset()), wait)
-                    }
-                };
-                count(domain, limit, *hits, over, remaining);
-                let enforced = over && !limit.shadow_mode;
-                if enforced && !limit.quota_mode {
-                    retry_after = retry_after.max(wait);
-                }
-                header_items(&mut policy, &mut state, limit, remaining, reset);
-                DescriptorStatus {
-                    code: if enforced { code::OVER_LIMIT } else { code::OK },
-                    current_limit: Some(CurrentLimit {
-                        requests_per_unit: limit.requests_per_unit,
-                        unit: limit.unit.to_proto(),
-                        name: limit.name.clone(),
-                    }),
-                    limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
-                    duration_until_reset: Some(ProtoDuration {
-                        seconds: i64::try_from(reset).unwrap_or(i64::MAX),
-                        nanos: 0,
-                    }),
-                }
-            }
-            _ => DescriptorStatus {
-                code: code::OK,
-                ..DescriptorStatus::default()
-            },
-        };
-        response.statuses.push(status);
-    }
-    let over = refused(plans, outcomes);
-    response.overall_code = if over { code::OVER_LIMIT } else { code::OK };
-    if !policy.is_empty() {
-        response.response_headers_to_add.push(HeaderValue {
-            key: "ratelimit-policy".into(),
-            value: policy,
-        });
-        response.response_headers_to_add.push(HeaderValue {
-            key: "ratelimit".into(),
-            value: state,
-        });
-    }
-    if over {
-        let wait = if retry_after == 0 { 1 } else { retry_after };
-        response.response_headers_to_add.push(HeaderValue {
-            key: "retry-after".into(),
-            value: wait.to_string(),
-        });
-    }
-    response
-}
-
-/// Appends a limit's draft-11 items: `"name";q=N;w=S` to the policy and
-/// `"name";r=N;t=S` to the state.
-fn header_items(
-    policy: &mut String,
-    state: &mut String,
-    limit: &Limit,
-    remaining: u64,
-    reset: u64,
-) {
-    let name = if limit.name.is_empty() {
-        &*limit.path
-    } else {
-        &limit.name
-    };
-    for out in [&mut *policy, &mut *state] {
-        if !out.is_empty() {
-            out.push_str(", ");
-        }
-        sf_string(out, name);
-    }
-    let _ = write!(
-        policy,
-        ";q={};w={}",
-        limit.requests_per_unit,
-        limit.unit.period().as_secs()
-    );
-    let _ = write!(state, ";r={remaining};t={reset}");
-}
-
-/// `text` as an RFC 9651 string: quotes and backslashes escaped, anything
-/// else not printable ASCII as `_` (names come from the configuration).
-fn sf_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('_'),
-        }
-    }
-    out.push('"');
-}
-
-/// The reference's counters, by domain and configured descriptor path
-/// (never the request's values: the number of series stays bounded by
-/// the configuration).
-fn count(domain: &str, limit: &Limit, hits: u64, over: bool, remaining: u64) {
-    let labels = [
-        ("domain", domain.to_owned()),
-        ("descriptor", limit.path.to_string()),
-    ];
-    metrics::counter!("tollgate_rls_total_hits", &labels).increment(hits);
-    if over {
-        if limit.shadow_mode {
-            metrics::counter!("tollgate_rls_shadow_mode", &labels).increment(hits);
-        }
-        metrics::counter!("tollgate_rls_over_limit", &labels).increment(hits);
-        return;
-    }
-    metrics::counter!("tollgate_rls_within_limit", &labels).increment(hits);
-    let limit_hits = f64::from(limit.requests_per_unit);
-    #[allow(clippy::cast_precision_loss)]
-    let used = limit_hits - remaining as f64;
-    if used > limit_hits * NEAR_LIMIT {
-        metrics::counter!("tollgate_rls_near_limit", &labels).increment(hits);
-    }
 }

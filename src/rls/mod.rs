@@ -24,6 +24,7 @@
 //! together, so a refused call spends from none of them; a refused hit is
 //! not counted.
 
+mod answer;
 mod config;
 mod decide;
 mod proto;
@@ -171,5 +172,86 @@ impl proto::Decide for RlsService {
         request: proto::RateLimitRequest,
     ) -> Result<proto::RateLimitResponse, tonic::Status> {
         self.inner.decide(request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+
+    use super::{RlsConfig, RlsService};
+    use crate::MemoryBackend;
+    use crate::rules::AnyBackend;
+
+    /// The `requests_per_unit` in force for key `k` of domain `d`.
+    fn limit_of(service: &RlsService, k: &str) -> Option<u32> {
+        let config = service.inner.config.load();
+        let found = config.domains.get("d")?.find("d", [(k, "v")].into_iter())?;
+        Some(found.limit.requests_per_unit)
+    }
+
+    fn item(key: &str, per_day: u32) -> String {
+        format!("  - key: {key}\n    rate_limit: {{ unit: day, requests_per_unit: {per_day} }}\n")
+    }
+
+    #[test]
+    fn a_file_rewritten_in_place_applies_only_once_complete() {
+        let dir = std::env::temp_dir().join(format!("tollgate-rls-inplace-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("d.yaml");
+        let head = "domain: d\ndescriptors:\n";
+        std::fs::write(&path, format!("{head}{}{}", item("login", 2), item("original", 9))).unwrap();
+        // The new version: twelve limits, then login's. Cut after any of
+        // them it is a valid file in which login is not limited.
+        let mut pieces: Vec<String> = (0..12).map(|i| item(&format!("r{i}"), 100)).collect();
+        pieces[0].insert_str(0, head);
+        pieces.push(item("login", 2));
+        let mut prefix = String::new();
+        for piece in &pieces {
+            prefix.push_str(piece);
+            assert!(RlsConfig::parse("prefix", &prefix).is_ok(), "{prefix}");
+        }
+        let service = RlsService::new(
+            RlsConfig::load(&path, None).unwrap(),
+            AnyBackend::Memory(MemoryBackend::new()),
+        );
+        service.watch(&path, None, Duration::from_millis(200));
+        // Truncate, then write a limit at a time a tenth of the interval
+        // apart: the writing spans ticks, and between two ticks the file
+        // always changed.
+        let writing = path.clone();
+        let writer = std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&writing)
+                .unwrap();
+            for piece in pieces {
+                f.write_all(piece.as_bytes()).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let started = Instant::now();
+        loop {
+            let original = limit_of(&service, "original") == Some(9);
+            let complete = limit_of(&service, "r11") == Some(100);
+            assert!(
+                original || complete,
+                "a half-written version was put in force"
+            );
+            assert_eq!(limit_of(&service, "login"), Some(2), "login lost its limit");
+            if writer.is_finished() && complete {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the complete file was never put in force"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        writer.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

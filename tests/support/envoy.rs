@@ -103,10 +103,17 @@ impl Drop for Rls {
 /// and returns its answers. Fails, saying how to install them, when
 /// Python's grpcio or grpcio-tools are missing.
 pub fn grpc_calls(addr: SocketAddr, calls: &[Value]) -> Vec<Value> {
+    grpc_calls_concurrently(addr, calls, 1)
+}
+
+/// As [`grpc_calls`], with `concurrent` calls in flight at once; each
+/// answer says in `ms` how long its call took.
+pub fn grpc_calls_concurrently(addr: SocketAddr, calls: &[Value], concurrent: usize) -> Vec<Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/rls_client.py");
     let mut child = Command::new("python3")
         .arg(&script)
         .arg(addr.to_string())
+        .arg(concurrent.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

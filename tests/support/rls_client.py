@@ -1,18 +1,22 @@
 """A gRPC client of Envoy's rate limit service that is not tollgate's: Python
 grpcio, with stubs generated from tests/support/rls.proto at start.
 
-usage: rls_client.py HOST:PORT < requests.jsonl > answers.jsonl
+usage: rls_client.py HOST:PORT [CONCURRENT] < requests.jsonl > answers.jsonl
 
 Each input line is a call: {"domain": D, "hits_addend": N, "descriptors":
 [{"entries": [[K, V], ...], "hits_addend": N, "limit": [RPU, UNIT]}]}; each
 output line its answer: {"overall": CODE, "statuses": [{"code", "remaining",
 "limit": [RPU, UNIT, NAME] or null, "reset": S or null}], "headers": {...}},
-or {"error": GRPC_CODE} when the call failed.
+or {"error": GRPC_CODE} when the call failed; both with "ms", the time the
+call took. With CONCURRENT, that many calls are in flight at once (answers
+still in input order).
 """
 import json
 import os
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 try:
     import grpc
@@ -64,18 +68,29 @@ def answer(resp):
     return {"overall": Code.Name(resp.overall_code), "statuses": statuses, "headers": headers}
 
 
+def one(stub, call):
+    started = time.monotonic()
+    try:
+        result = answer(stub.ShouldRateLimit(request(call), timeout=10))
+    except grpc.RpcError as e:
+        result = {"error": e.code().name}
+    result["ms"] = round((time.monotonic() - started) * 1000)
+    return result
+
+
 def main():
     channel = grpc.insecure_channel(sys.argv[1])
     stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        call = json.loads(line)
-        try:
-            resp = stub.ShouldRateLimit(request(call), timeout=10)
-            print(json.dumps(answer(resp)), flush=True)
-        except grpc.RpcError as e:
-            print(json.dumps({"error": e.code().name}), flush=True)
+    calls = [json.loads(line) for line in sys.stdin if line.strip()]
+    concurrent = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    if concurrent > 1:
+        grpc.channel_ready_future(channel).result(timeout=10)
+        with ThreadPoolExecutor(concurrent) as pool:
+            results = list(pool.map(lambda c: one(stub, c), calls))
+    else:
+        results = (one(stub, c) for c in calls)
+    for result in results:
+        print(json.dumps(result), flush=True)
 
 
 main()

@@ -2,163 +2,23 @@
 //! `descriptors`, read unchanged, validated as the reference validates them
 //! (with file, line and column), and compiled into one tree per domain.
 
+mod limit;
 mod model;
 mod tree;
+mod unit;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
-use crate::quota::{Algorithm, Quota};
-use crate::quota_set::QuotaSet;
+use crate::quota::Algorithm;
 use model::{DescriptorYaml, FileYaml, RateLimitYaml};
+pub(crate) use limit::{Limit, LimitKind};
 pub(crate) use tree::{Domain, Matched};
-
-/// A time unit of Envoy's protocol (`RateLimitResponse.RateLimit.Unit`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Unit {
-    Second,
-    Minute,
-    Hour,
-    Day,
-    Week,
-    Month,
-    Year,
-}
-
-impl Unit {
-    /// The unit from its name, any case, as the reference reads it.
-    fn parse(name: &str) -> Option<Unit> {
-        Some(match name.to_ascii_lowercase().as_str() {
-            "second" => Unit::Second,
-            "minute" => Unit::Minute,
-            "hour" => Unit::Hour,
-            "day" => Unit::Day,
-            "week" => Unit::Week,
-            "month" => Unit::Month,
-            "year" => Unit::Year,
-            _ => return None,
-        })
-    }
-
-    /// The unit from its number on the wire.
-    pub(crate) fn from_proto(n: i32) -> Option<Unit> {
-        Some(match n {
-            1 => Unit::Second,
-            2 => Unit::Minute,
-            3 => Unit::Hour,
-            4 => Unit::Day,
-            5 => Unit::Month,
-            6 => Unit::Year,
-            7 => Unit::Week,
-            _ => return None,
-        })
-    }
-
-    /// Its number on the wire.
-    pub(crate) fn to_proto(self) -> i32 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 2,
-            Unit::Hour => 3,
-            Unit::Day => 4,
-            Unit::Month => 5,
-            Unit::Year => 6,
-            Unit::Week => 7,
-        }
-    }
-
-    /// Its length: the reference's, a month of 30 days and a year of 365,
-    /// windows aligned on multiples of it since the Unix epoch.
-    pub(crate) fn period(self) -> Duration {
-        let secs = match self {
-            Unit::Second => 1,
-            Unit::Minute => 60,
-            Unit::Hour => 3600,
-            Unit::Day => 86_400,
-            Unit::Week => 7 * 86_400,
-            Unit::Month => 30 * 86_400,
-            Unit::Year => 365 * 86_400,
-        };
-        Duration::from_secs(secs)
-    }
-}
-
-/// What a matched limit does.
-#[derive(Debug)]
-pub(crate) enum LimitKind {
-    /// `unlimited: true`: always within, with a maximal remaining.
-    Unlimited,
-    /// `requests_per_unit: 0`: always over.
-    Blocked,
-    /// Counted by a quota.
-    Counted(Arc<QuotaSet>),
-}
-
-/// A limit from the file (or a request's override).
-#[derive(Debug)]
-pub(crate) struct Limit {
-    /// The configured path (`domain.key_value.key`): the metric label and
-    /// the name of the quota's counters.
-    pub path: Arc<str>,
-    pub name: String,
-    pub replaces: Vec<String>,
-    pub requests_per_unit: u32,
-    pub unit: Unit,
-    pub kind: LimitKind,
-    pub shadow_mode: bool,
-    pub quota_mode: bool,
-}
-
-impl Limit {
-    /// A limit of `requests_per_unit` per `unit` counted by `algorithm`,
-    /// its counters named `path`.
-    pub(crate) fn counted(
-        path: Arc<str>,
-        requests_per_unit: u32,
-        unit: Unit,
-        algorithm: Algorithm,
-    ) -> Result<Limit, String> {
-        let kind = if requests_per_unit == 0 {
-            LimitKind::Blocked
-        } else {
-            let quota = Quota::builder(algorithm, u64::from(requests_per_unit), unit.period())
-                .name(quota_name(&path))
-                .build()
-                .map_err(|e| e.to_string())?;
-            let set = QuotaSet::new(Arc::clone(&path), [quota]).map_err(|e| e.to_string())?;
-            LimitKind::Counted(Arc::new(set))
-        };
-        Ok(Limit {
-            path,
-            name: String::new(),
-            replaces: Vec::new(),
-            requests_per_unit,
-            unit,
-            kind,
-            shadow_mode: false,
-            quota_mode: false,
-        })
-    }
-}
-
-/// A quota's name as the `RateLimit` header fields show it: printable
-/// ASCII, other characters as `_`.
-fn quota_name(path: &str) -> String {
-    path.chars()
-        .map(|c| {
-            if c.is_ascii_graphic() || c == ' ' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
+pub(crate) use unit::Unit;
 
 /// Why the configuration could not be loaded: the file, and what is wrong
 /// where.
@@ -382,22 +242,33 @@ fn compile_limit(
     let path: Arc<str> = path.into();
     let mut limit = match parsed {
         Some(unit) => Limit::counted(path, r.requests_per_unit, unit, algorithm)?,
-        None => Limit {
-            path,
-            name: String::new(),
-            replaces: Vec::new(),
-            requests_per_unit: 0,
-            unit: Unit::Second,
-            kind: LimitKind::Unlimited,
-            shadow_mode: false,
-            quota_mode: false,
-        },
+        None => Limit::unlimited(path),
     };
+    limit.cost = check_cost(r.cost, &limit)?;
     limit.name = name;
     limit.replaces = replaces;
     limit.shadow_mode = d.shadow_mode;
     limit.quota_mode = d.quota_mode;
     Ok(limit)
+}
+
+/// A limit's `cost:`, refused when it could never be decided as written:
+/// zero (a hit that spends nothing is `hits_addend: 0`'s meaning), beside
+/// `unlimited` (nothing to spend from), or more than the limit's window
+/// can ever hold (every hit would be over).
+fn check_cost(cost: Option<u64>, limit: &Limit) -> Result<u64, String> {
+    let Some(cost) = cost else { return Ok(1) };
+    if cost == 0 {
+        return Err("cost must be at least 1".into());
+    }
+    match &limit.kind {
+        LimitKind::Unlimited => Err("should not specify cost when unlimited".into()),
+        LimitKind::Counted(set) if set.too_costly(cost).is_some() => Err(format!(
+            "cost {cost} is more than requests_per_unit {} can ever admit; lower the cost or raise the limit",
+            limit.requests_per_unit
+        )),
+        LimitKind::Counted(_) | LimitKind::Blocked => Ok(cost),
+    }
 }
 
 /// The files a path names, with their texts: the file itself, or a

@@ -1,5 +1,6 @@
 //! envoyproxy/ratelimit's configuration file as written, as a serde model:
-//! every key the reference knows, and tollgate's `algorithm:` extension.
+//! every key the reference knows, and tollgate's `algorithm:` and `cost:`
+//! extensions.
 //! Unknown keys, duplicate keys and values of the wrong type are errors of
 //! the parser, with their line and column.
 
@@ -68,6 +69,9 @@ pub(super) struct RateLimitYaml {
     /// tollgate's extension: which algorithm counts this limit.
     #[serde(default)]
     pub algorithm: Option<String>,
+    /// tollgate's extension: the units one hit spends (1 when absent).
+    #[serde(default)]
+    pub cost: Option<u64>,
 }
 
 /// One entry of `replaces`.
