@@ -6,12 +6,16 @@
 
 mod support;
 
+/// A real Envoy in front of the service, and the service on real Redis
+/// servers.
+#[path = "rls/servers.rs"]
+mod servers;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::envoy::{Envoy, Rls, grpc_calls};
+use support::envoy::{Rls, grpc_calls};
 use support::process::TempDir;
-use support::redis::{RedisCluster, RedisServer};
 
 /// A call of one descriptor of `entries` in `domain`.
 fn call(domain: &str, entries: &[(&str, &str)]) -> Value {
@@ -274,6 +278,63 @@ fn limits_refuse_with_draft_11_fields_and_addends_as_the_reference() {
     }
 }
 
+/// tollgate's `cost:`: each hit spends `cost` units of `requests_per_unit`,
+/// with Envoy's addends (the per-request cost, as an LLM gateway sends its
+/// tokens) multiplying it.
+const COSTS: &str = r#"
+domain: api
+descriptors:
+  - key: user
+    rate_limit: { unit: day, requests_per_unit: 10, cost: 3 }
+  - key: model
+    value: big
+    rate_limit: { unit: day, requests_per_unit: 100, cost: 10, algorithm: token_bucket }
+"#;
+
+#[test]
+fn costs_multiply_the_hits_of_every_addend() {
+    let dir = TempDir::new("costs");
+    let config = dir.write("config.yaml", COSTS);
+    let rls = Rls::start(&config, &["--algorithm", "fixed_window"]);
+    let user = |name: &str| call("api", &[("user", name)]);
+    let with_request_hits = |name: &str, hits: u64| {
+        let mut c = user(name);
+        c["hits_addend"] = json!(hits);
+        c
+    };
+    let with_descriptor_hits = |mut c: Value, hits: u64| {
+        c["descriptors"][0]["hits_addend"] = json!(hits);
+        c
+    };
+    let big = call("api", &[("model", "big")]);
+    let calls = vec![
+        user("u"),                                  // 0: 3 of 10
+        with_request_hits("u", 2),                  // 1: 6 more, 1 left
+        user("u"),                                  // 2: 3 > 1: over
+        with_descriptor_hits(user("u"), 0),         // 3: checks, spends nothing
+        with_request_hits("v", 4),                  // 4: 12 can never pass
+        user("v"),                                  // 5: 3 of 10
+        with_descriptor_hits(user("w"), 1 << 62),   // 6: no overflow, over
+        with_descriptor_hits(big.clone(), 7),       // 7: 70 of 100
+        with_descriptor_hits(big, 4),               // 8: 40 > 30: over
+    ];
+    let a = grpc_calls(rls.addr, &calls);
+    assert_eq!(remaining(&a[0], 0), 7, "{}", a[0]);
+    assert_eq!(limit(&a[0], 0), Some((10, DAY)), "the limit as written");
+    assert_eq!(a[0]["headers"]["ratelimit-policy"], "\"api.user\";q=10;w=86400");
+    assert_eq!(remaining(&a[1], 0), 1, "{}", a[1]);
+    assert_eq!(a[1]["overall"], "OK");
+    assert_eq!(a[2]["overall"], "OVER_LIMIT", "{}", a[2]);
+    assert_eq!(a[3]["overall"], "OK", "{}", a[3]);
+    assert_eq!(remaining(&a[3], 0), 1, "the refused call spent nothing");
+    assert_eq!(a[4]["overall"], "OVER_LIMIT", "{}", a[4]);
+    assert_eq!(remaining(&a[5], 0), 7, "{}", a[5]);
+    assert_eq!(a[6]["overall"], "OVER_LIMIT", "{}", a[6]);
+    assert_eq!(a[7]["overall"], "OK", "{}", a[7]);
+    assert_eq!(remaining(&a[7], 0), 30);
+    assert_eq!(a[8]["overall"], "OVER_LIMIT", "{}", a[8]);
+}
+
 /// Runs `tollgate rls --check` on `files` in one directory; the error.
 fn check_error(files: &[(&str, &str)]) -> String {
     let dir = TempDir::new("check");
@@ -334,6 +395,22 @@ fn invalid_files_are_refused_with_file_line_and_column() {
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: day, requests_per_unit: 1, algorithm: magic }\n",
             "unknown algorithm 'magic'",
         ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: day, requests_per_unit: 5, cost: 0 }\n",
+            "cost must be at least 1",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: day, requests_per_unit: 5, cost: 6 }\n",
+            "cost 6 is more than requests_per_unit 5 can ever admit",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unlimited: true, cost: 2 }\n",
+            "should not specify cost when unlimited",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: day, requests_per_unit: 5, cost: -1 }\n",
+            "line 4",
+        ),
     ];
     for (text, expected) in cases {
         let error = check_error(&[("bad.yaml", text)]);
@@ -383,236 +460,4 @@ fn a_changed_directory_is_reloaded_and_an_invalid_one_ignored() {
     std::thread::sleep(Duration::from_secs(2));
     let a = grpc_calls(rls.addr, &[call("e", &[("k", "v")])]);
     assert_eq!(limit(&a[0], 0), Some((4, HOUR)), "{a:?}");
-}
-
-/// The configuration the Envoy tests use: 3 requests an hour per user.
-const EDGE: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { name: per-user, unit: hour, requests_per_unit: 3 }\n";
-
-async fn envoy_get(envoy: &Envoy, user: &str) -> support::Reply {
-    let client = support::client();
-    support::get(
-        &client,
-        envoy.addr,
-        "/hello",
-        &[("x-user", user.as_bytes())],
-    )
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn envoy_limits_through_tollgate_rls() {
-    let up = support::gateway::upstream().await;
-    let dir = TempDir::new("envoy");
-    let config = dir.write("edge.yaml", EDGE);
-    let rls = Rls::start(&config, &[]);
-    let envoy = Envoy::start(up.addr, rls.addr, true);
-    for left in (0..3).rev() {
-        let r = envoy_get(&envoy, "alice").await;
-        assert_eq!(r.status, 201, "passes to the upstream: {:?}", r.headers);
-        assert_eq!(
-            r.header("ratelimit-policy"),
-            Some("\"per-user\";q=3;w=3600")
-        );
-        let state = r.list("ratelimit");
-        assert_eq!(state[0].int("r"), left);
-    }
-    let r = envoy_get(&envoy, "alice").await;
-    assert_eq!(r.status, 429);
-    assert_eq!(r.header("x-envoy-ratelimited"), Some("true"));
-    assert_eq!(r.list("ratelimit")[0].int("r"), 0);
-    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
-    assert!((1..=3600).contains(&retry));
-    assert_eq!(
-        up.count(),
-        3,
-        "the refused request never reached the upstream"
-    );
-    assert_eq!(
-        envoy_get(&envoy, "bob").await.status,
-        201,
-        "another user has his own"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn two_envoys_share_a_limit_through_redis() {
-    let redis = RedisServer::start();
-    let up = support::gateway::upstream().await;
-    let dir = TempDir::new("shared");
-    let config = dir.write("edge.yaml", EDGE);
-    let url = redis.url();
-    let rls_a = Rls::start(&config, &["--redis", &url]);
-    let rls_b = Rls::start(&config, &["--redis", &url]);
-    let envoys = [
-        Envoy::start(up.addr, rls_a.addr, true),
-        Envoy::start(up.addr, rls_b.addr, true),
-    ];
-    let mut passed = 0;
-    for i in 0..8 {
-        if envoy_get(&envoys[i % 2], "carol").await.status == 201 {
-            passed += 1;
-        }
-    }
-    assert_eq!(passed, 3, "one limit across both proxies");
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn failure_mode_deny_both_ways_with_the_service_stopped() {
-    let up = support::gateway::upstream().await;
-    let dir = TempDir::new("failure");
-    let config = dir.write("edge.yaml", EDGE);
-    let mut rls = Rls::start(&config, &[]);
-    let deny = Envoy::start(up.addr, rls.addr, true);
-    let allow = Envoy::start(up.addr, rls.addr, false);
-    assert_eq!(envoy_get(&deny, "dave").await.status, 201);
-    rls.stop();
-    assert_eq!(
-        envoy_get(&deny, "dave").await.status,
-        500,
-        "failure_mode_deny: true"
-    );
-    assert_eq!(
-        envoy_get(&allow, "dave").await.status,
-        201,
-        "failure_mode_deny: false"
-    );
-}
-
-/// Calls `probe` until Redis decides it: the first call opens the
-/// connection and loads the scripts, which a loaded machine may take
-/// longer than the timeout to do.
-fn warm(rls: &Rls, probe: Value) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let a = grpc_calls(rls.addr, std::slice::from_ref(&probe));
-        if !a[0]["statuses"][0]["limit"].is_null() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "Redis never decided: {a:?}");
-    }
-}
-
-#[test]
-fn redis_cluster_and_leases_through_the_service() {
-    let dir = TempDir::new("redis");
-    let config = dir.write(
-        "c.yaml",
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: day, requests_per_unit: 5, algorithm: gcra }\n",
-    );
-    let cluster = RedisCluster::start();
-    let urls = cluster.urls();
-    // A loaded machine may take longer than the default 50 ms to connect.
-    let mut args: Vec<&str> = vec!["--redis-timeout", "2s"];
-    for url in &urls {
-        args.extend(["--redis", url]);
-    }
-    let single = RedisServer::start();
-    let url = single.url();
-    let leases = vec![
-        "--redis",
-        &url,
-        "--redis-lease",
-        "auto",
-        "--redis-timeout",
-        "2s",
-    ];
-    for extra in [args, leases] {
-        let rls = Rls::start(&config, &extra);
-        warm(&rls, call("d", &[("k", "warm-up")]));
-        let calls: Vec<Value> = (0..7).map(|_| call("d", &[("k", "one")])).collect();
-        let a = grpc_calls(rls.addr, &calls);
-        let codes: Vec<&str> = a.iter().map(|a| a["overall"].as_str().unwrap()).collect();
-        assert_eq!(
-            codes,
-            ["OK", "OK", "OK", "OK", "OK", "OVER_LIMIT", "OVER_LIMIT"],
-            "{extra:?}: {a:?}"
-        );
-    }
-}
-
-#[test]
-fn redis_stopped_answers_with_the_configured_policy() {
-    let dir = TempDir::new("down");
-    let config = dir.write("c.yaml", EDGE);
-    let mut redis = RedisServer::start();
-    let url = redis.url();
-    let policies = [
-        ("error", None),
-        ("allow", Some("OK")),
-        ("deny", Some("OVER_LIMIT")),
-    ];
-    let services: Vec<Rls> = policies
-        .iter()
-        .map(|(p, _)| {
-            Rls::start(
-                &config,
-                &[
-                    "--redis",
-                    &url,
-                    "--redis-timeout",
-                    "250ms",
-                    "--on-backend-error",
-                    p,
-                ],
-            )
-        })
-        .collect();
-    for rls in &services {
-        warm(rls, call("edge", &[("user", "erin")]));
-    }
-    redis.kill();
-    let load: Vec<Value> = (0..20).map(|_| call("edge", &[("user", "erin")])).collect();
-    for (rls, (policy, expected)) in services.iter().zip(policies) {
-        let a = grpc_calls(rls.addr, &load);
-        for answer in a {
-            match expected {
-                Some(code) => assert_eq!(answer["overall"], code, "{policy}: {answer}"),
-                None => assert_eq!(answer["error"], "UNAVAILABLE", "{policy}: {answer}"),
-            }
-        }
-    }
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn metrics_count_by_domain_and_configured_descriptor_only() {
-    let dir = TempDir::new("metrics");
-    let config = dir.write("c.yaml", "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: day, requests_per_unit: 2 }\n  - key: beta\n    shadow_mode: true\n    rate_limit: { unit: day, requests_per_unit: 1 }\n");
-    let rls = Rls::start(&config, &["--metrics-listen", "127.0.0.1:0"]);
-    let mut calls: Vec<Value> = (0..3)
-        .map(|_| call("edge", &[("user", "secret-user-1")]))
-        .collect();
-    calls.push(call("edge", &[("user", "secret-user-2")]));
-    calls.extend((0..2).map(|_| call("edge", &[("beta", "b")])));
-    let addr = rls.addr;
-    tokio::task::spawn_blocking(move || grpc_calls(addr, &calls))
-        .await
-        .unwrap();
-    let client = support::client();
-    let page = support::get(
-        &client,
-        rls.metrics.expect("metrics address"),
-        "/metrics",
-        &[],
-    )
-    .await
-    .body;
-    let value = |name: &str, descriptor: &str| -> u64 {
-        page.lines()
-            .find(|l| {
-                l.starts_with(&format!("{name}{{"))
-                    && l.contains("domain=\"edge\"")
-                    && l.contains(&format!("descriptor=\"{descriptor}\""))
-            })
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} for {descriptor} in {page}"))
-    };
-    assert_eq!(value("tollgate_rls_total_hits", "edge.user"), 4);
-    assert_eq!(value("tollgate_rls_within_limit", "edge.user"), 3);
-    assert_eq!(value("tollgate_rls_over_limit", "edge.user"), 1);
-    assert_eq!(value("tollgate_rls_near_limit", "edge.user"), 1);
-    assert_eq!(value("tollgate_rls_shadow_mode", "edge.beta"), 1);
-    assert!(
-        !page.contains("secret-user"),
-        "a request's values became a label"
-    );
 }
