@@ -60,6 +60,33 @@ async fn envoy_limits_through_tollgate_rls() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn envoy_sends_each_request_s_cost_and_the_limit_s_cost_multiplies_it() {
+    let up = support::gateway::upstream().await;
+    let dir = TempDir::new("envoy-cost");
+    let config = dir.write(
+        "edge.yaml",
+        "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { name: tokens, unit: hour, requests_per_unit: 100, cost: 2 }\n",
+    );
+    let rls = Rls::start(&config, &[]);
+    let envoy = Envoy::start_with_hits(up.addr, rls.addr, true, Some("%REQ(x-tokens)%"));
+    let client = support::client();
+    let send = |tokens: &'static str| {
+        let headers: [(&str, &[u8]); 2] = [("x-user", b"frank"), ("x-tokens", tokens.as_bytes())];
+        let client = client.clone();
+        async move { support::get(&client, envoy.addr, "/chat", &headers).await }
+    };
+    let r = send("30").await;
+    assert_eq!(r.status, 201, "{:?}", r.headers);
+    assert_eq!(r.list("ratelimit")[0].int("r"), 40, "30 tokens at 2 units each");
+    let r = send("15").await;
+    assert_eq!(r.status, 201, "{:?}", r.headers);
+    assert_eq!(r.list("ratelimit")[0].int("r"), 10);
+    let r = send("10").await;
+    assert_eq!(r.status, 429, "20 units do not fit in 10: {:?}", r.headers);
+    assert_eq!(up.count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn two_envoys_share_a_limit_through_redis() {
     let redis = RedisServer::start();
     let up = support::gateway::upstream().await;

@@ -150,6 +150,32 @@ pub fn envoy_config(
     rls: SocketAddr,
     deny_on_failure: bool,
 ) -> String {
+    envoy_config_with_hits(listen, upstream, rls, deny_on_failure, None)
+}
+
+/// [`envoy_config`], with each request's hits taken from `hits` (a format
+/// string such as `%REQ(x-tokens)%`) when given: Envoy sends it as the
+/// descriptor's `hits_addend`. Envoy reads `hits_addend` only in the
+/// filter's own `rate_limits`, not in a route's, so the descriptor moves
+/// there.
+pub fn envoy_config_with_hits(
+    listen: u16,
+    upstream: SocketAddr,
+    rls: SocketAddr,
+    deny_on_failure: bool,
+    hits: Option<&str>,
+) -> String {
+    let actions = "- actions:\n    - request_headers: { header_name: x-user, descriptor_key: user }";
+    let (route_limits, filter_limits) = match hits {
+        None => (indent(&format!("rate_limits:\n{actions}"), 18), String::new()),
+        Some(format) => (
+            String::new(),
+            indent(
+                &format!("rate_limits:\n{actions}\n  hits_addend: {{ format: \"{format}\" }}"),
+                14,
+            ),
+        ),
+    };
     format!(
         r#"static_resources:
   listeners:
@@ -168,10 +194,7 @@ pub fn envoy_config(
               routes:
               - match: {{ prefix: "/" }}
                 route:
-                  cluster: upstream
-                  rate_limits:
-                  - actions:
-                    - request_headers: {{ header_name: x-user, descriptor_key: user }}
+                  cluster: upstream{route_limits}
           http_filters:
           - name: envoy.filters.http.ratelimit
             typed_config:
@@ -179,7 +202,7 @@ pub fn envoy_config(
               domain: edge
               # The default, 20 ms, lets requests through when the service is slow.
               timeout: 2s
-              failure_mode_deny: {deny_on_failure}
+              failure_mode_deny: {deny_on_failure}{filter_limits}
               rate_limit_service:
                 transport_api_version: V3
                 grpc_service:
@@ -212,6 +235,12 @@ pub fn envoy_config(
     )
 }
 
+/// `text`'s lines, each on a line of its own `spaces` deep.
+fn indent(text: &str, spaces: usize) -> String {
+    let pad = " ".repeat(spaces);
+    text.lines().map(|l| format!("\n{pad}{l}")).collect()
+}
+
 /// An Envoy process, stopped on drop.
 pub struct Envoy {
     child: Child,
@@ -224,12 +253,23 @@ impl Envoy {
     /// `rls`, and waits until its listener accepts connections. Fails,
     /// saying how to install it, when the `envoy` binary is missing.
     pub fn start(upstream: SocketAddr, rls: SocketAddr, deny_on_failure: bool) -> Envoy {
+        Envoy::start_with_hits(upstream, rls, deny_on_failure, None)
+    }
+
+    /// [`Envoy::start`], with each request's hits from `hits` (see
+    /// [`envoy_config_with_hits`]).
+    pub fn start_with_hits(
+        upstream: SocketAddr,
+        rls: SocketAddr,
+        deny_on_failure: bool,
+        hits: Option<&str>,
+    ) -> Envoy {
         let dir = TempDir::new("envoy");
         for _ in 0..5 {
             let port = free_port(None);
             let config = dir.write(
                 "envoy.yaml",
-                &envoy_config(port, upstream, rls, deny_on_failure),
+                &envoy_config_with_hits(port, upstream, rls, deny_on_failure, hits),
             );
             let mut child = Command::new("envoy")
                 .arg("-c")
