@@ -3,10 +3,18 @@
 # second and p99 at 1, 16 and 64 concurrent streams (memory, Redis, Redis
 # with leases), then requests per second through Envoy with the rate limit
 # filter beside Envoy with none. Needs redis-server and envoy (scripts/test.sh
-# installs both). Usage: scripts/bench-rls.sh [SECONDS per run, default 5]
+# installs both).
+#
+# With LIMITADOR=path/to/limitador-server (Kuadrant's RLS server, built from
+# its repository: nothing of it is in this one), the same load also runs
+# against it (memory, redis, and redis_cached as its counterpart of leases)
+# and a table of both with ratios ends the output.
+#
+# Usage: [LIMITADOR=...] scripts/bench-rls.sh [SECONDS per run, default 5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-5}"
+limitador="${LIMITADOR:-}"
 target="${CARGO_TARGET_DIR:-target}"
 cargo build -q --release --features gateway --bin tollgate --example rls_load
 bin="$target/release/tollgate"
@@ -27,21 +35,49 @@ descriptors:
     rate_limit: { unit: day, requests_per_unit: 4000000000 }
 EOF
 
-run_rls() { # label, extra args...
-  local label="$1"; shift
-  local port; port="$(free_port)"
-  "$bin" rls --config "$work/bench.yaml" --listen "127.0.0.1:$port" --log-level error "$@" &
-  local pid=$!
-  pids+=("$pid")
+# The same limit for limitador: namespace = domain, one counter per user.
+cat >"$work/limitador.yaml" <<'EOF'
+- namespace: bench
+  max_value: 4000000000
+  seconds: 86400
+  conditions: []
+  variables: ["descriptors[0].user"]
+EOF
+
+results="$work/results"
+: >"$results"
+
+measure() { # server, storage, port, pid
+  local server="$1" storage="$2" port="$3" pid="$4" line
   wait_port "$port"
   "$load" grpc "127.0.0.1:$port" 1 1 >/dev/null # warm: connections, scripts
-  for streams in 1 16 64; do
-    echo -n "$label, "
-    "$load" grpc "127.0.0.1:$port" "$streams" "$secs"
+  for streams in 1 16 64 hot; do
+    if [ "$streams" = hot ]; then
+      line="$("$load" grpc "127.0.0.1:$port" 64 "$secs" 1)"
+    else
+      line="$("$load" grpc "127.0.0.1:$port" "$streams" "$secs")"
+    fi
+    echo "$server, $storage, $streams: $line"
+    echo "$server|$storage|$streams|$line" >>"$results"
   done
-  echo -n "$label, one hot key, "
-  "$load" grpc "127.0.0.1:$port" 64 "$secs" 1
   kill "$pid"
+}
+
+run_rls() { # storage, extra args...
+  local storage="$1"; shift
+  local port; port="$(free_port)"
+  "$bin" rls --config "$work/bench.yaml" --listen "127.0.0.1:$port" --log-level error "$@" &
+  pids+=($!)
+  measure tollgate "$storage" "$port" $!
+}
+
+run_limitador() { # storage, storage args...
+  local storage="$1"; shift
+  local port; port="$(free_port)"
+  "$limitador" --rls-ip 127.0.0.1 --rls-port "$port" --http-ip 127.0.0.1 --http-port "$(free_port)" \
+    "$work/limitador.yaml" "$@" >"$work/limitador.log" 2>&1 &
+  pids+=($!)
+  measure limitador "$storage" "$port" $!
 }
 
 redis_port="$(free_port)"
@@ -49,9 +85,17 @@ redis-server --port "$redis_port" --save '' --appendonly no --daemonize no >/dev
 pids+=($!)
 wait_port "$redis_port"
 
+redis_url="redis://127.0.0.1:$redis_port"
 run_rls memory
-run_rls redis --redis "redis://127.0.0.1:$redis_port" --redis-timeout 1s
-run_rls "redis, leases" --redis "redis://127.0.0.1:$redis_port" --redis-timeout 1s --redis-lease auto
+run_rls redis --redis "$redis_url" --redis-timeout 1s
+run_rls "redis, leases" --redis "$redis_url" --redis-timeout 1s --redis-lease auto
+if [ -n "$limitador" ]; then
+  run_limitador memory memory
+  redis-cli -p "$redis_port" flushall >/dev/null
+  run_limitador redis redis "$redis_url"
+  redis-cli -p "$redis_port" flushall >/dev/null
+  run_limitador "redis, leases" redis_cached "$redis_url"
+fi
 
 # End to end: Envoy with the filter (tollgate rls on memory) beside Envoy
 # with none, to one upstream.
@@ -135,3 +179,27 @@ for filter in no yes; do
   "$load" http "127.0.0.1:$port" 16 "$secs"
   kill "$pid"
 done
+
+if [ -n "$limitador" ]; then
+  echo
+  python3 - "$results" <<'EOF'
+import re, sys
+rows = {}
+for line in open(sys.argv[1]):
+    server, storage, streams, out = line.rstrip("\n").split("|", 3)
+    m = re.search(r"([0-9]+)/s p50 [0-9]+ us p99 ([0-9]+) us .*errors ([0-9]+)", out)
+    rows[(server, storage, streams)] = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+def cell(r):
+    text = f"{r[0]:,} ({r[1] / 1000:.1f} ms)".replace(",", " ")
+    return text + (f", {r[2]} errors" if r[2] else "")
+print("| ShouldRateLimit, decisions/s (p99) | tollgate rls | limitador | tollgate / limitador |")
+print("|---|---|---|---|")
+for storage in ["memory", "redis", "redis, leases"]:
+    for streams in ["1", "16", "64", "hot"]:
+        t, l = rows.get(("tollgate", storage, streams)), rows.get(("limitador", storage, streams))
+        if not t or not l:
+            continue
+        what = "64 streams, one hot key" if streams == "hot" else f"{streams} stream" + ("s" if streams != "1" else "")
+        print(f"| {storage}, {what} | {cell(t)} | {cell(l)} | {t[0] / l[0]:.2f}x |")
+EOF
+fi

@@ -308,20 +308,23 @@ fn costs_multiply_the_hits_of_every_addend() {
     };
     let big = call("api", &[("model", "big")]);
     let calls = vec![
-        user("u"),                                  // 0: 3 of 10
-        with_request_hits("u", 2),                  // 1: 6 more, 1 left
-        user("u"),                                  // 2: 3 > 1: over
-        with_descriptor_hits(user("u"), 0),         // 3: checks, spends nothing
-        with_request_hits("v", 4),                  // 4: 12 can never pass
-        user("v"),                                  // 5: 3 of 10
-        with_descriptor_hits(user("w"), 1 << 62),   // 6: no overflow, over
-        with_descriptor_hits(big.clone(), 7),       // 7: 70 of 100
-        with_descriptor_hits(big, 4),               // 8: 40 > 30: over
+        user("u"),                                // 0: 3 of 10
+        with_request_hits("u", 2),                // 1: 6 more, 1 left
+        user("u"),                                // 2: 3 > 1: over
+        with_descriptor_hits(user("u"), 0),       // 3: checks, spends nothing
+        with_request_hits("v", 4),                // 4: 12 can never pass
+        user("v"),                                // 5: 3 of 10
+        with_descriptor_hits(user("w"), 1 << 62), // 6: no overflow, over
+        with_descriptor_hits(big.clone(), 7),     // 7: 70 of 100
+        with_descriptor_hits(big, 4),             // 8: 40 > 30: over
     ];
     let a = grpc_calls(rls.addr, &calls);
     assert_eq!(remaining(&a[0], 0), 7, "{}", a[0]);
     assert_eq!(limit(&a[0], 0), Some((10, DAY)), "the limit as written");
-    assert_eq!(a[0]["headers"]["ratelimit-policy"], "\"api.user\";q=10;w=86400");
+    assert_eq!(
+        a[0]["headers"]["ratelimit-policy"],
+        "\"api.user\";q=10;w=86400"
+    );
     assert_eq!(remaining(&a[1], 0), 1, "{}", a[1]);
     assert_eq!(a[1]["overall"], "OK");
     assert_eq!(a[2]["overall"], "OVER_LIMIT", "{}", a[2]);

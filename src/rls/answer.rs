@@ -45,7 +45,11 @@ fn window_reset(unit: Unit) -> u64 {
     period - now % period
 }
 
-pub(super) fn respond(domain: &str, plans: &[Plan], outcomes: &[Option<Outcome>]) -> RateLimitResponse {
+pub(super) fn respond(
+    domain: &str,
+    plans: &[Plan],
+    outcomes: &[Option<Outcome>],
+) -> RateLimitResponse {
     let mut response = RateLimitResponse::default();
     let mut policy = String::new();
     let mut state = String::new();

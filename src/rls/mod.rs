@@ -202,7 +202,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("d.yaml");
         let head = "domain: d\ndescriptors:\n";
-        std::fs::write(&path, format!("{head}{}{}", item("login", 2), item("original", 9))).unwrap();
+        std::fs::write(
+            &path,
+            format!("{head}{}{}", item("login", 2), item("original", 9)),
+        )
+        .unwrap();
         // The new version: twelve limits, then login's. Cut after any of
         // them it is a valid file in which login is not limited.
         let mut pieces: Vec<String> = (0..12).map(|i| item(&format!("r{i}"), 100)).collect();

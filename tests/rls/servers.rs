@@ -77,7 +77,11 @@ async fn envoy_sends_each_request_s_cost_and_the_limit_s_cost_multiplies_it() {
     };
     let r = send("30").await;
     assert_eq!(r.status, 201, "{:?}", r.headers);
-    assert_eq!(r.list("ratelimit")[0].int("r"), 40, "30 tokens at 2 units each");
+    assert_eq!(
+        r.list("ratelimit")[0].int("r"),
+        40,
+        "30 tokens at 2 units each"
+    );
     let r = send("15").await;
     assert_eq!(r.status, 201, "{:?}", r.headers);
     assert_eq!(r.list("ratelimit")[0].int("r"), 10);

@@ -165,9 +165,13 @@ pub fn envoy_config_with_hits(
     deny_on_failure: bool,
     hits: Option<&str>,
 ) -> String {
-    let actions = "- actions:\n    - request_headers: { header_name: x-user, descriptor_key: user }";
+    let actions =
+        "- actions:\n    - request_headers: { header_name: x-user, descriptor_key: user }";
     let (route_limits, filter_limits) = match hits {
-        None => (indent(&format!("rate_limits:\n{actions}"), 18), String::new()),
+        None => (
+            indent(&format!("rate_limits:\n{actions}"), 18),
+            String::new(),
+        ),
         Some(format) => (
             String::new(),
             indent(

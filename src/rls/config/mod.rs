@@ -15,8 +15,8 @@ use std::sync::Arc;
 use serde_saphyr::Spanned;
 
 use crate::quota::Algorithm;
-use model::{DescriptorYaml, FileYaml, RateLimitYaml};
 pub(crate) use limit::{Limit, LimitKind};
+use model::{DescriptorYaml, FileYaml, RateLimitYaml};
 pub(crate) use tree::{Domain, Matched};
 pub(crate) use unit::Unit;
 
