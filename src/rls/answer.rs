@@ -173,6 +173,10 @@ fn sf_string(out: &mut String, text: &str) {
 /// the configuration). They count units: a call's hits times the limit's
 /// `cost`, so that they add up to what `requests_per_unit` measures.
 fn count(domain: &str, limit: &Limit, units: u64, over: bool, remaining: u64) {
+    // The caller picks the addend (up to 2^64 - 1): one call could wrap a
+    // counter around. No limit holds more than u32::MAX units, so no call
+    // counts more.
+    let units = units.min(u64::from(u32::MAX));
     let labels = [
         ("domain", domain.to_owned()),
         ("descriptor", limit.path.to_string()),

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::support::envoy::{Envoy, Rls, grpc_calls, grpc_calls_concurrently};
 use super::support::process::TempDir;
@@ -258,6 +258,10 @@ async fn metrics_count_by_domain_and_configured_descriptor_only() {
         .collect();
     calls.push(call("edge", &[("user", "secret-user-2")]));
     calls.extend((0..2).map(|_| call("edge", &[("beta", "b")])));
+    // An addend near 2^64 twice would wrap a counter that added it whole.
+    let mut huge = call("edge", &[("user", "greedy")]);
+    huge["descriptors"][0]["hits_addend"] = json!(u64::MAX - 1);
+    calls.extend([huge.clone(), huge]);
     let addr = rls.addr;
     tokio::task::spawn_blocking(move || grpc_calls(addr, &calls))
         .await
@@ -281,9 +285,10 @@ async fn metrics_count_by_domain_and_configured_descriptor_only() {
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or_else(|| panic!("no {name} for {descriptor} in {page}"))
     };
-    assert_eq!(value("tollgate_rls_total_hits", "edge.user"), 4);
+    let capped = 2 * u64::from(u32::MAX);
+    assert_eq!(value("tollgate_rls_total_hits", "edge.user"), 4 + capped);
     assert_eq!(value("tollgate_rls_within_limit", "edge.user"), 3);
-    assert_eq!(value("tollgate_rls_over_limit", "edge.user"), 1);
+    assert_eq!(value("tollgate_rls_over_limit", "edge.user"), 1 + capped);
     assert_eq!(value("tollgate_rls_near_limit", "edge.user"), 1);
     assert_eq!(value("tollgate_rls_shadow_mode", "edge.beta"), 1);
     assert!(
