@@ -1,6 +1,7 @@
 //! The service behind real Envoy proxies, on real Redis servers (a Cluster,
 //! leases, a Redis that stops answering), and its metrics.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -97,8 +98,16 @@ async fn two_envoys_share_a_limit_through_redis() {
     let dir = TempDir::new("shared");
     let config = dir.write("edge.yaml", EDGE);
     let url = redis.url();
-    let rls_a = Rls::start(&config, &["--redis", &url]);
-    let rls_b = Rls::start(&config, &["--redis", &url]);
+    // A loaded machine may take longer than the default 50 ms to connect
+    // and load the scripts: a failed call would be a 500, not a pass.
+    let args = ["--redis", &url, "--redis-timeout", "2s"];
+    let (rls_a, rls_b) = (Rls::start(&config, &args), Rls::start(&config, &args));
+    for rls in [&rls_a, &rls_b] {
+        let (addr, probe) = (rls.addr, call("edge", &[("user", "warm-up")]));
+        tokio::task::spawn_blocking(move || warm(addr, probe))
+            .await
+            .unwrap();
+    }
     let envoys = [
         Envoy::start(up.addr, rls_a.addr, true),
         Envoy::start(up.addr, rls_b.addr, true),
@@ -137,10 +146,10 @@ async fn failure_mode_deny_both_ways_with_the_service_stopped() {
 /// Calls `probe` until Redis decides it: the first call opens the
 /// connection and loads the scripts, which a loaded machine may take
 /// longer than the timeout to do.
-fn warm(rls: &Rls, probe: Value) {
+fn warm(addr: SocketAddr, probe: Value) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let a = grpc_calls(rls.addr, std::slice::from_ref(&probe));
+        let a = grpc_calls(addr, std::slice::from_ref(&probe));
         if !a[0]["statuses"][0]["limit"].is_null() {
             return;
         }
@@ -174,7 +183,7 @@ fn redis_cluster_and_leases_through_the_service() {
     ];
     for extra in [args, leases] {
         let rls = Rls::start(&config, &extra);
-        warm(&rls, call("d", &[("k", "warm-up")]));
+        warm(rls.addr, call("d", &[("k", "warm-up")]));
         let calls: Vec<Value> = (0..7).map(|_| call("d", &[("k", "one")])).collect();
         let a = grpc_calls(rls.addr, &calls);
         let codes: Vec<&str> = a.iter().map(|a| a["overall"].as_str().unwrap()).collect();
@@ -215,7 +224,7 @@ fn redis_stopped_under_load_answers_within_the_timeout_by_the_policy() {
     // Warmed on another user: erin's count stays out of Redis (and out of
     // its denial cache), so the memory policy starts her from nothing.
     for rls in &services {
-        warm(rls, call("edge", &[("user", "warm-up")]));
+        warm(rls.addr, call("edge", &[("user", "warm-up")]));
     }
     // A Redis that accepts and never answers (the reference waited for its
     // own timeout on every call), then one that is gone. The bound is the
