@@ -236,9 +236,10 @@ mod tests {
         acquire(&mut e, &p, 1, 0, u64::MAX);
         acquire(&mut e, &p, 1, 0, u64::MAX); // slot at 100 ms
         give_back(&mut e, 1, 100_000, 100_000, 10);
+        // The next caller gets the freed slot, at 100 ms, not 200 ms.
         assert_eq!(
             acquire(&mut e, &p, 1, 10, u64::MAX),
-            Turn::Go { delay: 90_000, interval: 100_000 }
+            Turn::Go { delay: 99_990, interval: 100_000 }
         );
         // A slot already come is not given back.
         let tat = e.tat;

@@ -192,3 +192,25 @@ impl PaceStore for MemoryPace {
         std::future::ready(Ok(()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Quota;
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_whose_schedule_has_passed_are_dropped() {
+        let store = MemoryPace::new();
+        let quota = Quota::gcra(10, Duration::from_secs(1)).burst(1).build().unwrap();
+        let plan = Plan::of(&quota);
+        for i in 0..SWEEP_AT {
+            store.acquire(&i.to_string(), &plan, 1, 0).await.unwrap();
+        }
+        assert_eq!(store.len(), SWEEP_AT);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        store.acquire("new", &plan, 1, 0).await.unwrap();
+        assert_eq!(store.len(), 1);
+    }
+}
