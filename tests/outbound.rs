@@ -4,13 +4,18 @@
 //! of waiting in one process.
 //!
 //! The bound proven for a fleet: slots come from one schedule on Redis's
-//! clock, `1/r` apart with a burst of 1, and each process only sleeps the
-//! delay Redis returned, so the processes' clocks (and their skew) never
-//! enter a slot. What reaches the provider in any window of one second is
-//! then at most `ceil((1 s + J) * r)`, where `J` is the spread of the delay
-//! between a slot and its arrival (Redis's reply, a timer's wake, the
-//! request's trip). The tests pace at `r = 0.92 R`, which stays within `R`
-//! for any `J` under 87 ms.
+//! clock, `1/r` apart with a burst of 1, and each process sleeps until the
+//! slot on its own clock at the smallest offset it has seen between Redis's
+//! time and a reply's arrival (the clocks' offset plus the quickest reply),
+//! so a clock skew between processes is measured away, not added. What
+//! reaches the provider in any window of one second is then at most
+//! `ceil((1 s + J) * r)`, where `J` is the spread of the delay between a
+//! slot and its arrival: the quickest replies' difference between
+//! processes, a timer's wake, the request's trip, and the drift of the
+//! clocks over the 10 s a smallest offset is kept (microseconds). The tests
+//! pace at `r = 0.94 R`, which stays within `R` for any `J` under 63 ms;
+//! a caller woken more than 20 ms after its slot takes a new turn
+//! ([`Pacer::late_after`]), which bounds what a busy machine adds to `J`.
 
 #![cfg(feature = "redis")]
 
@@ -79,7 +84,9 @@ async fn start_provider(limit: u64) -> (Arc<Provider>, SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let p = Arc::clone(&provider);
-    let app = axum::Router::new().fallback(move || {
+    // `/warmup` is neither limited nor recorded: the consumers open their
+    // connections there first (see `consumer_process`).
+    let app = axum::Router::new().route("/warmup", axum::routing::get(|| async { "" })).fallback(move || {
         let p = Arc::clone(&p);
         async move { p.answer() }
     });
@@ -87,17 +94,21 @@ async fn start_provider(limit: u64) -> (Arc<Provider>, SocketAddr) {
     (provider, addr)
 }
 
-/// The most arrivals in any window of one second, among `times`.
-fn most_in_a_second(times: &[Instant]) -> usize {
-    let mut most = 0;
+/// The most arrivals in any window of one second, among `times`, and
+/// when that window began (from the first arrival).
+fn most_in_a_second(times: &[Instant]) -> (usize, Duration) {
+    let (mut most, mut at) = (0, Duration::ZERO);
     let mut start = 0;
     for (end, t) in times.iter().enumerate() {
         while t.duration_since(times[start]) >= Duration::from_secs(1) {
             start += 1;
         }
-        most = most.max(end + 1 - start);
+        if end + 1 - start > most {
+            most = end + 1 - start;
+            at = times[start].duration_since(times[0]);
+        }
     }
-    most
+    (most, at)
 }
 
 const WORKERS: usize = 16;
@@ -121,7 +132,10 @@ fn consumer_process() {
     let seconds: u64 = seconds.parse().unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let sent = runtime.block_on(async {
-        let store = RedisPace::from_url(redis, prefix).unwrap();
+        // Generous: two cores shared by many test processes.
+        let store = RedisPace::from_url(redis, prefix)
+            .unwrap()
+            .timeout(Duration::from_secs(2));
         let quota = Quota::gcra(rate, Duration::from_secs(1))
             .burst(1)
             .build()
@@ -130,6 +144,24 @@ fn consumer_process() {
             .max_wait(Duration::from_secs(5))
             .adapt(Adapt::aimd(1, Duration::from_secs(1)).decrease(0.5));
         let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+        // Connections opened before the run, one a worker, and the script
+        // loaded: a TCP handshake under load delays a request by more than
+        // the pacing can know of, and the first second would measure that
+        // rather than the schedule.
+        let warmups: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                let request = Request::get(format!("{url}warmup")).body(Empty::new()).unwrap();
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let response = client.request(request).await.unwrap();
+                    let _ = response.into_body().collect().await;
+                })
+            })
+            .collect();
+        for w in warmups {
+            w.await.unwrap();
+        }
+        pacer.acquire("warmup", 1).await.unwrap();
         let client = ServiceBuilder::new()
             .layer(OutboundLayer::new(pacer, DestinationHost))
             .service(client);
@@ -142,9 +174,16 @@ fn consumer_process() {
                 let mut sent = 0u64;
                 while tokio::time::Instant::now() < until {
                     let request = Request::get(&url).body(Empty::new()).unwrap();
-                    let response = client.clone().oneshot(request).await.expect("sent");
-                    let _ = response.into_body().collect().await;
-                    sent += 1;
+                    match client.clone().oneshot(request).await {
+                        Ok(response) => {
+                            let _ = response.into_body().collect().await;
+                            sent += 1;
+                        }
+                        Err(e) => {
+                            eprintln!("not sent: {e}");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    }
                 }
                 sent
             }));
@@ -185,8 +224,8 @@ fn wait_all(children: Vec<std::process::Child>) -> u64 {
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
             assert!(out.status.success(), "a consumer failed: {text}");
             text.lines()
-                .find_map(|l| l.strip_prefix("OUTBOUND_SENT "))
-                .and_then(|n| n.trim().parse::<u64>().ok())
+                .find_map(|l| l.split("OUTBOUND_SENT ").nth(1))
+                .and_then(|n| n.split_whitespace().next()?.parse::<u64>().ok())
                 .unwrap_or_else(|| panic!("no count from a consumer: {text}"))
         })
         .sum()
@@ -198,7 +237,7 @@ async fn a_fleet_of_three_stays_under_the_providers_rate_and_uses_it() {
     const SECONDS: u64 = 6;
     let redis = RedisServer::start();
     let (provider, addr) = start_provider(R).await;
-    let rate = R * 92 / 100;
+    let rate = R * 94 / 100;
     let children = consumers(addr, &redis, "fleet:", rate, SECONDS);
     let sent = tokio::task::spawn_blocking(move || wait_all(children))
         .await
@@ -206,11 +245,11 @@ async fn a_fleet_of_three_stays_under_the_providers_rate_and_uses_it() {
     let arrivals = provider.arrivals();
     let times: Vec<Instant> = arrivals.iter().map(|a| a.0).collect();
     let refused = arrivals.iter().filter(|a| !a.1).count();
-    let most = most_in_a_second(&times);
+    let (most, at) = most_in_a_second(&times);
     let span = times.last().unwrap().duration_since(times[0]).as_secs_f64();
     let average = times.len() as f64 / span;
     println!(
-        "fleet: {} arrivals ({sent} sent) over {span:.2} s: {average:.1}/s, at most {most} in a second, {refused} refused (R = {R})",
+        "fleet: {} arrivals ({sent} sent) over {span:.2} s: {average:.1}/s, at most {most} in a second (from {at:?}), {refused} refused (R = {R})",
         times.len()
     );
     assert_eq!(refused, 0, "the provider answered 429");
@@ -246,7 +285,7 @@ async fn when_the_provider_halves_its_rate_the_fleet_follows_within_one_retry_af
         .map(|a| a.0)
         .filter(|t| *t > converged)
         .collect();
-    let most = most_in_a_second(&after);
+    let (most, _) = most_in_a_second(&after);
     let refused = arrivals.iter().filter(|a| !a.1).count();
     println!(
         "halved: first 429 {:?} after the cut, {refused} refused in all, {late_refusals} after one Retry-After, then at most {most} in a second (R/2 = {})",

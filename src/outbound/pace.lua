@@ -3,16 +3,19 @@
 -- factors, so + - * and comparisons are exact; the adapted rate is computed
 -- in doubles, as in Rust.
 --
--- KEYS[1]: the key's hash: tat, ci (interval of the last cut), ca (when).
+-- KEYS[1]: the key's hash: tat, ci (interval of the last cut), ca (when),
+-- pu (the end of the last pause).
 -- ARGV[1]: 'a' acquire, 'g' give back, 'o' obey the provider.
 -- ARGV[2..8]: the plan: interval, burst, max interval, min interval,
 -- decrease, increase, forget.
--- 'a': ARGV[9] cost, ARGV[10] max wait. Returns {1, delay, now, interval}
---      or {0, would wait, now, 0}.
--- 'g': ARGV[9] cost, ARGV[10] interval, ARGV[11] slot. Returns {1, 0, now, 0}.
+-- 'a': ARGV[9] cost, ARGV[10] max wait. Returns {1, delay, now, interval,
+--      paused} or {0, would wait, now, 0, paused}, paused being the time
+--      left of the last pause (0: none).
+-- 'g': ARGV[9] cost, ARGV[10] interval, ARGV[11] slot.
 -- 'o': ARGV[9] pause (from now, 0: none), ARGV[10] '1' to cut,
 --      ARGV[11] when the refused request was scheduled, ARGV[12] announced
---      interval (0: none). Returns {1, 0, now, 0}.
+--      interval (0: none).
+-- 'g' and 'o' return {1, 0, now, 0, 0}.
 
 -- Redis before 5 refuses writes after TIME unless effects are replicated.
 if redis.replicate_commands then
@@ -30,10 +33,11 @@ local increase = tonumber(ARGV[7])
 local forget = tonumber(ARGV[8])
 
 local key = KEYS[1]
-local stored = redis.call('HMGET', key, 'tat', 'ci', 'ca')
+local stored = redis.call('HMGET', key, 'tat', 'ci', 'ca', 'pu')
 local tat = tonumber(stored[1]) or 0
 local ci = tonumber(stored[2]) or 0
 local ca = tonumber(stored[3]) or 0
+local pu = tonumber(stored[4]) or 0
 
 local function clamp(x)
   if x < min_interval then return min_interval end
@@ -63,7 +67,7 @@ local function store()
     return
   end
   redis.call('HSET', key, 'tat', string.format('%.0f', tat), 'ci', string.format('%.0f', ci),
-    'ca', string.format('%.0f', ca))
+    'ca', string.format('%.0f', ca), 'pu', string.format('%.0f', pu))
   redis.call('PEXPIRE', key, math.ceil(life / 1000) + 1000)
 end
 
@@ -78,12 +82,14 @@ if mode == 'a' then
   local next = start + cost * interval
   local delay = next - now - tolerance
   if delay < 0 then delay = 0 end
+  local paused = pu - now
+  if paused < 0 then paused = 0 end
   if delay > max_wait then
-    return {0, delay, now, 0}
+    return {0, delay, now, 0, paused}
   end
   tat = next
   store()
-  return {1, delay, now, interval}
+  return {1, delay, now, interval, paused}
 elseif mode == 'g' then
   local cost = tonumber(ARGV[9])
   local interval = tonumber(ARGV[10])
@@ -94,7 +100,7 @@ elseif mode == 'g' then
     tat = back
     store()
   end
-  return {1, 0, now, 0}
+  return {1, 0, now, 0, 0}
 elseif mode == 'o' then
   local pause = tonumber(ARGV[9])
   local cut = ARGV[10] == '1'
@@ -109,10 +115,11 @@ elseif mode == 'o' then
     ca = now
   end
   if pause > 0 then
+    if now + pause > pu then pu = now + pause end
     local until_ = now + pause + burst * interval_at()
     if until_ > tat then tat = until_ end
   end
   store()
-  return {1, 0, now, 0}
+  return {1, 0, now, 0, 0}
 end
 return redis.error_reply('tollgate pace: unknown mode')

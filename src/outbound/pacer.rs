@@ -103,8 +103,59 @@ pub struct Pacer<S> {
     store: S,
     plan: Arc<Plan>,
     max_wait: Duration,
+    late_after: Duration,
     adapt: Option<Adapt>,
     pauses: Arc<Mutex<Pauses>>,
+    clock: Arc<ClockMap>,
+}
+
+/// How the store's clock maps onto this process's: the smallest difference
+/// seen between a reply's arrival here and the store's time in it, which
+/// is the clocks' offset plus the quickest reply. A slot is slept until at
+/// that offset, so that a reply slowed down (a busy Redis, a busy process)
+/// does not send its request late by as much: what the provider sees is
+/// spread by the quickest reply's time, not the slowest's. The smallest is
+/// taken afresh every `CLOCK_MAP_EPOCH`, so that the clocks' drift and a
+/// changed route are followed.
+struct ClockMap {
+    zero: Instant,
+    /// (smallest offset, when it was first taken), microseconds.
+    least: Mutex<Option<(i64, Instant)>>,
+}
+
+/// How long a smallest offset is kept before it is taken afresh.
+const CLOCK_MAP_EPOCH: Duration = Duration::from_secs(10);
+
+impl ClockMap {
+    fn new() -> Self {
+        ClockMap {
+            zero: Instant::now(),
+            least: Mutex::new(None),
+        }
+    }
+
+    /// How long to sleep for a slot `delay` after the store's `now`, the
+    /// reply having arrived at `received`: the delay less how much later
+    /// than the quickest this reply came; and how far behind its slot the
+    /// caller is already, when that is more than the delay.
+    fn sleep_for(&self, now: u64, delay: u64, received: Instant) -> (u64, u64) {
+        let here = i64::try_from(schedule::micros(received - self.zero)).unwrap_or(i64::MAX);
+        let offset = here.saturating_sub(i64::try_from(now).unwrap_or(i64::MAX));
+        let mut least = lock(&self.least);
+        let smallest = match *least {
+            Some((o, since)) if received - since < CLOCK_MAP_EPOCH => {
+                let smallest = o.min(offset);
+                *least = Some((smallest, since));
+                smallest
+            }
+            _ => {
+                *least = Some((offset, received));
+                offset
+            }
+        };
+        let late = u64::try_from(offset.saturating_sub(smallest)).unwrap_or(0);
+        (delay.saturating_sub(late), late.saturating_sub(delay))
+    }
 }
 
 impl<S: Clone> Clone for Pacer<S> {
@@ -113,8 +164,10 @@ impl<S: Clone> Clone for Pacer<S> {
             store: self.store.clone(),
             plan: Arc::clone(&self.plan),
             max_wait: self.max_wait,
+            late_after: self.late_after,
             adapt: self.adapt.clone(),
             pauses: Arc::clone(&self.pauses),
+            clock: Arc::clone(&self.clock),
         }
     }
 }
@@ -181,8 +234,10 @@ impl<S: PaceStore> Pacer<S> {
             store,
             plan: Arc::new(Plan::of(quota)),
             max_wait: Duration::from_secs(30),
+            late_after: Duration::from_millis(20),
             adapt: None,
             pauses: Arc::default(),
+            clock: Arc::new(ClockMap::new()),
         }
     }
 
@@ -190,6 +245,16 @@ impl<S: PaceStore> Pacer<S> {
     /// is refused at once with [`WaitError::TooLong`].
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = max_wait;
+        self
+    }
+
+    /// How late after its slot a caller may wake and still go (20 ms by
+    /// default). A caller woken later (its process busy, the store's reply
+    /// slow) takes a new turn instead: sent so late, its request would
+    /// reach the provider among the next slots' and exceed the rate there.
+    /// The missed slot stays unused. `Duration::MAX` sends however late.
+    pub fn late_after(mut self, late_after: Duration) -> Self {
+        self.late_after = late_after;
         self
     }
 
@@ -225,13 +290,18 @@ impl<S: PaceStore> Pacer<S> {
     ) -> Result<Turned, WaitError> {
         let started = Instant::now();
         let mut left = max_wait;
-        for _ in 0..RETURNS {
+        for attempt in 1..=RETURNS {
             let asked = Instant::now();
             let scheduled = self
                 .store
                 .acquire(key, &self.plan, cost, schedule::micros(left))
                 .await
                 .map_err(WaitError::Store)?;
+            if scheduled.paused > 0 {
+                // Told by the store: a pause another process learnt of
+                // reaches this one's sleepers too.
+                self.learn_pause(key, Duration::from_micros(scheduled.paused));
+            }
             let (delay, interval) = match scheduled.turn {
                 Turn::Go { delay, interval } => (delay, interval),
                 Turn::TooLong { would_wait } => {
@@ -249,11 +319,16 @@ impl<S: PaceStore> Pacer<S> {
                 slot: scheduled.now.saturating_add(delay),
                 armed: delay > 0,
             };
-            if delay > 0 {
-                tokio::time::sleep(Duration::from_micros(delay)).await;
+            let received = Instant::now();
+            let (sleep, behind) = self.clock.sleep_for(scheduled.now, delay, received);
+            let wake = received + Duration::from_micros(sleep);
+            if sleep > 0 {
+                tokio::time::sleep_until(wake).await;
             }
             pending.armed = false;
-            if !self.paused_since(key, asked) {
+            let late = Duration::from_micros(behind) + wake.elapsed();
+            let paused = self.paused_since(key, asked);
+            if !paused && (late <= self.late_after || attempt == RETURNS) {
                 return Ok(Turned {
                     scheduled_at: scheduled.now,
                     waited: started.elapsed(),
@@ -261,12 +336,32 @@ impl<S: PaceStore> Pacer<S> {
             }
             // A pause arrived while this caller slept: its slot went by
             // inside it, and the store has moved the schedule past the
-            // pause. Take a turn there, within what is left of the wait.
+            // pause. Or the caller woke well after its slot (a slow reply,
+            // a busy process): sent now, it would crowd the next slots'
+            // requests. Either way, take a new turn, within what is left
+            // of the wait.
             left = max_wait.saturating_sub(started.elapsed());
         }
         Err(WaitError::TooLong {
             would_wait: self.max_wait.max(max_wait),
         })
+    }
+
+    /// Records that `key` is paused for `pause` from now, unless a pause
+    /// known already ends as late.
+    fn learn_pause(&self, key: &str, pause: Duration) {
+        let now = Instant::now();
+        let until = now + pause;
+        let mut pauses = lock(&self.pauses);
+        if pauses.get(key).is_some_and(|&(_, known)| known >= until) {
+            return;
+        }
+        if pauses.len() >= PAUSES_SWEEP_AT {
+            pauses.retain(|_, (_, until)| *until > now);
+        }
+        if pauses.len() < PAUSES_SWEEP_AT * 4 {
+            pauses.insert(key.into(), (now, until));
+        }
     }
 
     /// Whether a pause of `key` learnt after `since` lasts until now.
@@ -294,14 +389,7 @@ impl<S: PaceStore> Pacer<S> {
             return Ok(());
         }
         if let Some(pause) = pause {
-            let now = Instant::now();
-            let mut pauses = lock(&self.pauses);
-            if pauses.len() >= PAUSES_SWEEP_AT {
-                pauses.retain(|_, (_, until)| *until > now);
-            }
-            if pauses.len() < PAUSES_SWEEP_AT * 4 {
-                pauses.insert(key.into(), (now, now + pause));
-            }
+            self.learn_pause(key, pause);
         }
         let told = Told {
             pause_until: pause.map_or(0, |p| schedule::micros(p).max(1)),

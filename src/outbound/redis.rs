@@ -153,9 +153,9 @@ impl RedisPace {
         for a in args {
             invocation.arg(a);
         }
-        let reply: redis::RedisResult<(i64, i64, i64, i64)> =
+        let reply: redis::RedisResult<(i64, i64, i64, i64, i64)> =
             invocation.invoke_async(&mut conn).await;
-        let (ok, n, now, interval) = match reply {
+        let (ok, n, now, interval, paused) = match reply {
             Ok(r) => r,
             Err(e) => {
                 let (error, broken) = redis_error(&e);
@@ -167,10 +167,11 @@ impl RedisPace {
         };
         // A reply out of range is refused, not trusted: a negative delay
         // cast to u64 would be a wait of centuries.
-        let (Ok(n), Ok(now), Ok(interval)) = (
+        let (Ok(n), Ok(now), Ok(interval), Ok(paused)) = (
             u64::try_from(n),
             u64::try_from(now),
             u64::try_from(interval),
+            u64::try_from(paused),
         ) else {
             return Err(BackendError::new(
                 BackendErrorKind::Protocol,
@@ -187,7 +188,7 @@ impl RedisPace {
                 ));
             }
         };
-        Ok(Scheduled { turn, now })
+        Ok(Scheduled { turn, now, paused })
     }
 }
 

@@ -20,6 +20,10 @@ pub struct Entry {
     pub cut_interval: u64,
     /// When that cut was made.
     pub cut_at: u64,
+    /// The end of the last pause the provider asked for (0: none), told to
+    /// every caller that asks until then, so that callers scheduled
+    /// before it learn of it while they sleep.
+    pub pause_until: u64,
 }
 
 /// The rate, burst and adaptation bounds of one pacer, in microseconds.
@@ -157,6 +161,7 @@ pub(crate) fn obey(e: &mut Entry, plan: &Plan, told: Told, now: u64) {
         // burst saved up during it: the provider sees a paced restart.
         let tolerance = plan.burst.saturating_mul(plan.interval_at(e, now));
         e.tat = e.tat.max(told.pause_until.saturating_add(tolerance));
+        e.pause_until = e.pause_until.max(told.pause_until);
     }
 }
 

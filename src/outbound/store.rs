@@ -19,6 +19,8 @@ pub struct Scheduled {
     pub(crate) turn: Turn,
     /// The store's time when it answered, in microseconds.
     pub(crate) now: u64,
+    /// Microseconds the key is still paused for (0: not paused).
+    pub(crate) paused: u64,
 }
 
 /// Where the schedules of [`Pacer`](super::Pacer)s are kept, atomically:
@@ -154,6 +156,7 @@ impl PaceStore for MemoryPace {
         let answer = self.with(key, plan, |e, now| Scheduled {
             turn: schedule::acquire(e, plan, cost, now, max_wait),
             now,
+            paused: e.pause_until.saturating_sub(now),
         });
         std::future::ready(Ok(answer))
     }
@@ -201,16 +204,26 @@ mod tests {
     use crate::Quota;
 
     #[tokio::test(start_paused = true)]
-    async fn entries_whose_schedule_has_passed_are_dropped() {
+    async fn entries_whose_schedule_has_passed_are_swept() {
         let store = MemoryPace::new();
         let quota = Quota::gcra(10, Duration::from_secs(1)).burst(1).build().unwrap();
         let plan = Plan::of(&quota);
-        for i in 0..SWEEP_AT {
-            store.acquire(&i.to_string(), &plan, 1, 0).await.unwrap();
+        const KEYS: usize = 20_000;
+        for i in 0..KEYS {
+            store.acquire(&format!("a{i}"), &plan, 1, 0).await.unwrap();
         }
-        assert_eq!(store.len(), SWEEP_AT);
+        assert_eq!(store.len(), KEYS);
         tokio::time::advance(Duration::from_secs(1)).await;
-        store.acquire("new", &plan, 1, 0).await.unwrap();
-        assert_eq!(store.len(), 1);
+        for i in 0..KEYS {
+            store.acquire(&format!("b{i}"), &plan, 1, 0).await.unwrap();
+        }
+        // Without the sweep, 40 000: the first keys' schedules have passed,
+        // and each shard dropped them as it grew.
+        assert!(store.len() < KEYS * 3 / 2, "{}", store.len());
+        // A key touched once its schedule has passed goes at once.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let before = store.len();
+        store.give_back("b0", &plan, 1, 1, 1).await.unwrap();
+        assert_eq!(store.len(), before - 1);
     }
 }
