@@ -23,9 +23,9 @@ pub struct Signal {
 }
 
 impl Signal {
-    /// Reads an HTTP answer: a 429, or a 503 with `Retry-After`, pauses the
-    /// key for that long (a 429 without one for 1 s) and counts as a
-    /// refusal; a `RateLimit` field with a policy at `r=0` (or
+    /// Reads an HTTP answer: a 429 (or a trailers-only gRPC answer with
+    /// `grpc-status: 8`), or a 503 with `Retry-After`, pauses the key for
+    /// that long (a 429 without one for 1 s) and counts as a refusal; a `RateLimit` field with a policy at `r=0` (or
     /// `remaining=0`) pauses it for that policy's `t` (or `reset`); a
     /// `RateLimit-Policy` announces the strictest of its rates (`q` units a
     /// `w` seconds). `now` reads an HTTP date. Pauses are capped at
@@ -37,7 +37,11 @@ impl Signal {
             .get(http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| retry_after(v, now));
-        if status == StatusCode::TOO_MANY_REQUESTS {
+        // A gRPC refusal is HTTP 200 with `grpc-status: 8`
+        // (RESOURCE_EXHAUSTED) in the headers when it has no body
+        // ("trailers-only"), as tollgate's own layer answers.
+        let grpc_exhausted = headers.get("grpc-status").is_some_and(|v| v.as_bytes() == b"8");
+        if status == StatusCode::TOO_MANY_REQUESTS || grpc_exhausted {
             signal.refused = true;
             signal.pause = Some(retry_after.unwrap_or(DEFAULT_PAUSE));
         } else if status == StatusCode::SERVICE_UNAVAILABLE && retry_after.is_some() {
@@ -219,6 +223,8 @@ mod tests {
         );
         let huge = signal(429, &[("retry-after", "99999999999999999999999")]);
         assert_eq!(huge.pause(), Some(MAX_PAUSE));
+        let grpc = signal(200, &[("grpc-status", "8"), ("retry-after", "3")]);
+        assert_eq!((grpc.pause(), grpc.refused()), (Some(Duration::from_secs(3)), true));
         // A 503 without Retry-After may have nothing to do with rates.
         assert_eq!(signal(503, &[]), Signal::default());
         assert_eq!(signal(200, &[("retry-after", "5")]), Signal::default());
