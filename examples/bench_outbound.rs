@@ -90,7 +90,11 @@ where
         })
         .collect();
     late.sort();
-    let at = |q: f64| late.get(((late.len() as f64 * q) as usize).min(late.len().saturating_sub(1))).copied().unwrap_or_default();
+    let at = |q: f64| {
+        late.get(((late.len() as f64 * q) as usize).min(late.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
     Run {
         sent: sends.len(),
         // One at the start (the burst) and one an interval after.
@@ -101,7 +105,10 @@ where
 }
 
 fn pacer<S: PaceStore>(store: S, rate: u64) -> Pacer<S> {
-    let quota = Quota::gcra(rate, Duration::from_secs(1)).burst(1).build().unwrap();
+    let quota = Quota::gcra(rate, Duration::from_secs(1))
+        .burst(1)
+        .build()
+        .unwrap();
     Pacer::new(store, &quota).max_wait(Duration::from_secs(60))
 }
 

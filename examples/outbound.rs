@@ -18,7 +18,9 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tollgate::Quota;
-use tollgate::outbound::{Adapt, DestinationHost, MemoryPace, OutboundLayer, Pacer, PaceStore, RedisPace};
+use tollgate::outbound::{
+    Adapt, DestinationHost, MemoryPace, OutboundLayer, PaceStore, Pacer, RedisPace,
+};
 use tower::{ServiceBuilder, ServiceExt};
 
 struct Args {
@@ -64,7 +66,9 @@ type Tally = (u64, u64, u64, Vec<Instant>);
 
 async fn run<S: PaceStore>(store: S, args: &Args) -> Result<Tally, Box<dyn std::error::Error>> {
     // A burst of 1: at most `rate` in any second, however the seconds fall.
-    let quota = Quota::gcra(args.rate, Duration::from_secs(1)).burst(1).build()?;
+    let quota = Quota::gcra(args.rate, Duration::from_secs(1))
+        .burst(1)
+        .build()?;
     let pacer = Pacer::new(store, &quota)
         .max_wait(Duration::from_secs(30))
         .adapt(Adapt::aimd(1, Duration::from_secs(1)).increase(args.rate as f64 / 20.0));
@@ -114,7 +118,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = match parse() {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("{e}\nusage: outbound --url URL --rate N/s --workers W [--redis URL] --seconds S");
+            eprintln!(
+                "{e}\nusage: outbound --url URL --rate N/s --workers W [--redis URL] --seconds S"
+            );
             std::process::exit(2);
         }
     };

@@ -46,8 +46,11 @@ use tower::{ServiceBuilder, ServiceExt};
 #[derive(Default)]
 struct Provider {
     limit: AtomicU64,
-    state: Mutex<(VecDeque<Instant>, Vec<(Instant, bool)>)>,
+    state: Mutex<(VecDeque<Instant>, Vec<Arrival>)>,
 }
+
+/// When a request arrived, and whether it was admitted.
+type Arrival = (Instant, bool);
 
 impl Provider {
     fn answer(&self) -> Response<Full<Bytes>> {
@@ -73,7 +76,7 @@ impl Provider {
             .unwrap()
     }
 
-    fn arrivals(&self) -> Vec<(Instant, bool)> {
+    fn arrivals(&self) -> Vec<Arrival> {
         self.state.lock().unwrap().1.clone()
     }
 }
@@ -86,10 +89,12 @@ async fn start_provider(limit: u64) -> (Arc<Provider>, SocketAddr) {
     let p = Arc::clone(&provider);
     // `/warmup` is neither limited nor recorded: the consumers open their
     // connections there first (see `consumer_process`).
-    let app = axum::Router::new().route("/warmup", axum::routing::get(|| async { "" })).fallback(move || {
-        let p = Arc::clone(&p);
-        async move { p.answer() }
-    });
+    let app = axum::Router::new()
+        .route("/warmup", axum::routing::get(|| async { "" }))
+        .fallback(move || {
+            let p = Arc::clone(&p);
+            async move { p.answer() }
+        });
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (provider, addr)
 }
@@ -150,7 +155,9 @@ fn consumer_process() {
         // rather than the schedule.
         let warmups: Vec<_> = (0..WORKERS)
             .map(|_| {
-                let request = Request::get(format!("{url}warmup")).body(Empty::new()).unwrap();
+                let request = Request::get(format!("{url}warmup"))
+                    .body(Empty::new())
+                    .unwrap();
                 let client = client.clone();
                 tokio::spawn(async move {
                     let response = client.request(request).await.unwrap();
@@ -199,12 +206,24 @@ fn consumer_process() {
 
 /// Runs `PROCESSES` consumers at `rate` for `seconds` on one Redis
 /// schedule, all calling `addr`.
-fn consumers(addr: SocketAddr, redis: &RedisServer, prefix: &str, rate: u64, seconds: u64) -> Vec<std::process::Child> {
+fn consumers(
+    addr: SocketAddr,
+    redis: &RedisServer,
+    prefix: &str,
+    rate: u64,
+    seconds: u64,
+) -> Vec<std::process::Child> {
     let exe = std::env::current_exe().unwrap();
     (0..PROCESSES)
         .map(|_| {
             std::process::Command::new(&exe)
-                .args(["consumer_process", "--exact", "--nocapture", "--test-threads", "1"])
+                .args([
+                    "consumer_process",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
                 .env(
                     "OUTBOUND_CHILD",
                     format!("http://{addr}/ {} {prefix} {rate} {seconds}", redis.url()),
@@ -293,7 +312,10 @@ async fn when_the_provider_halves_its_rate_the_fleet_follows_within_one_retry_af
         R / 2
     );
     assert_eq!(late_refusals, 0, "429s after one Retry-After");
-    assert!(most as u64 <= R / 2, "{most} in one second after converging");
+    assert!(
+        most as u64 <= R / 2,
+        "{most} in one second after converging"
+    );
     assert!(after.len() as u64 >= R / 4, "the fleet stopped sending");
 }
 
@@ -356,7 +378,11 @@ async fn a_dropped_waiter_gives_its_slot_back() {
         let next = pacer.acquire("k", 1).await.unwrap();
         // Its slot was the one given up (500 ms after the first), not the
         // one after it (1 s).
-        assert!(next.waited() < Duration::from_millis(600), "{:?}", next.waited());
+        assert!(
+            next.waited() < Duration::from_millis(600),
+            "{:?}",
+            next.waited()
+        );
     }
     check(memory).await;
     check(shared).await;
@@ -373,11 +399,19 @@ async fn a_pause_is_shared_by_the_fleet() {
     let turn = a.acquire("api", 1).await.unwrap();
     let mut headers = http::HeaderMap::new();
     headers.insert("retry-after", "1".parse().unwrap());
-    let signal = Signal::from_http(StatusCode::TOO_MANY_REQUESTS, &headers, std::time::SystemTime::now());
+    let signal = Signal::from_http(
+        StatusCode::TOO_MANY_REQUESTS,
+        &headers,
+        std::time::SystemTime::now(),
+    );
     a.obey("api", &turn, &signal).await.unwrap();
     let started = Instant::now();
     b.acquire("api", 1).await.unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(950), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(950),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 /// CPU time of the calling thread, from /proc (user + system, in ticks).
@@ -410,12 +444,18 @@ fn waiting_costs_no_cpu_while_asleep() {
             let turn = pacer.acquire("k", 1).await.unwrap();
             let mut headers = http::HeaderMap::new();
             headers.insert("retry-after", "1".parse().unwrap());
-            let signal = Signal::from_http(StatusCode::TOO_MANY_REQUESTS, &headers, std::time::SystemTime::now());
+            let signal = Signal::from_http(
+                StatusCode::TOO_MANY_REQUESTS,
+                &headers,
+                std::time::SystemTime::now(),
+            );
             pacer.obey("k", &turn, &signal).await.unwrap();
             let mut waiters = Vec::new();
             for _ in 0..1000 {
                 let pacer = pacer.clone();
-                waiters.push(tokio::spawn(async move { pacer.acquire("k", 1).await.unwrap() }));
+                waiters.push(tokio::spawn(
+                    async move { pacer.acquire("k", 1).await.unwrap() },
+                ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
             let before = thread_cpu_ticks();

@@ -238,7 +238,8 @@ where
                 .map_err(OutboundError::Inner)?;
             let response = inner.call(request).await.map_err(OutboundError::Inner)?;
             drop(in_flight);
-            let signal = Signal::from_http(response.status(), response.headers(), SystemTime::now());
+            let signal =
+                Signal::from_http(response.status(), response.headers(), SystemTime::now());
             if layer.worth_telling(&key, &signal) {
                 // The answer is the provider's either way: a store that
                 // cannot take the pause is logged, not made the caller's

@@ -378,7 +378,12 @@ impl<S: PaceStore> Pacer<S> {
     /// the rate on a refusal (once for all requests scheduled before it),
     /// an announced rate, as the pacer's [`Adapt`] allows. A signal with
     /// nothing to act on costs nothing.
-    pub async fn obey(&self, key: &str, turn: &Turned, signal: &Signal) -> Result<(), BackendError> {
+    pub async fn obey(
+        &self,
+        key: &str,
+        turn: &Turned,
+        signal: &Signal,
+    ) -> Result<(), BackendError> {
         let pause = signal.pause();
         let cut = signal.refused() && self.adapt.is_some();
         let announced = match (&self.adapt, signal.announced()) {

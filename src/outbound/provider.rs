@@ -40,7 +40,9 @@ impl Signal {
         // A gRPC refusal is HTTP 200 with `grpc-status: 8`
         // (RESOURCE_EXHAUSTED) in the headers when it has no body
         // ("trailers-only"), as tollgate's own layer answers.
-        let grpc_exhausted = headers.get("grpc-status").is_some_and(|v| v.as_bytes() == b"8");
+        let grpc_exhausted = headers
+            .get("grpc-status")
+            .is_some_and(|v| v.as_bytes() == b"8");
         if status == StatusCode::TOO_MANY_REQUESTS || grpc_exhausted {
             signal.refused = true;
             signal.pause = Some(retry_after.unwrap_or(DEFAULT_PAUSE));
@@ -111,7 +113,8 @@ fn split_outside_quotes(s: &str, sep: u8) -> impl Iterator<Item = &str> {
     }
     cuts.push((start, bytes.len()));
     // The cuts are at ASCII bytes, so every range is on char boundaries.
-    cuts.into_iter().map(move |(a, b)| s.get(a..b).unwrap_or(""))
+    cuts.into_iter()
+        .map(move |(a, b)| s.get(a..b).unwrap_or(""))
 }
 
 /// The parameters of one list item: `"name";a=1;b=2` as (key, value) pairs.
@@ -206,7 +209,10 @@ mod tests {
     #[test]
     fn retry_after_in_seconds_or_as_a_date() {
         let s = signal(429, &[("retry-after", "7")]);
-        assert_eq!((s.pause(), s.refused()), (Some(Duration::from_secs(7)), true));
+        assert_eq!(
+            (s.pause(), s.refused()),
+            (Some(Duration::from_secs(7)), true)
+        );
         // Sun, 06 Nov 1994 08:49:37 GMT is 784111777.
         let s = signal(503, &[("retry-after", "Sun, 06 Nov 1994 08:49:47 GMT")]);
         assert_eq!(s.pause(), Some(Duration::from_secs(10)));
@@ -224,7 +230,10 @@ mod tests {
         let huge = signal(429, &[("retry-after", "99999999999999999999999")]);
         assert_eq!(huge.pause(), Some(MAX_PAUSE));
         let grpc = signal(200, &[("grpc-status", "8"), ("retry-after", "3")]);
-        assert_eq!((grpc.pause(), grpc.refused()), (Some(Duration::from_secs(3)), true));
+        assert_eq!(
+            (grpc.pause(), grpc.refused()),
+            (Some(Duration::from_secs(3)), true)
+        );
         // A 503 without Retry-After may have nothing to do with rates.
         assert_eq!(signal(503, &[]), Signal::default());
         assert_eq!(signal(200, &[("retry-after", "5")]), Signal::default());
@@ -236,7 +245,10 @@ mod tests {
             200,
             &[("ratelimit", "\"burst\";r=3;t=1, \"day\";r=0;t=3600")],
         );
-        assert_eq!((s.pause(), s.refused()), (Some(Duration::from_secs(3600)), false));
+        assert_eq!(
+            (s.pause(), s.refused()),
+            (Some(Duration::from_secs(3600)), false)
+        );
         let quoted = signal(200, &[("ratelimit", "\"a,r=0;t=9\";r=1;t=5")]);
         assert_eq!(quoted.pause(), None);
         let draft7 = signal(200, &[("ratelimit", "limit=10, remaining=0, reset=4")]);

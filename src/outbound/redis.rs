@@ -77,7 +77,10 @@ fn redis_error(e: &RedisError) -> (BackendError, bool) {
         );
     }
     let message = format!("Redis refused the pacing script ({:?})", e.kind());
-    (BackendError::new(BackendErrorKind::Protocol, message), false)
+    (
+        BackendError::new(BackendErrorKind::Protocol, message),
+        false,
+    )
 }
 
 impl RedisPace {
@@ -203,36 +206,27 @@ impl PaceStore for RedisPace {
         self.call(key, plan, "a", [cost, max_wait, 0, 0])
     }
 
-    fn give_back<'a>(
-        &'a self,
-        key: &'a str,
-        plan: &'a Plan,
+    async fn give_back(
+        &self,
+        key: &str,
+        plan: &Plan,
         cost: u64,
         interval: u64,
         slot: u64,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
-        async move {
-            self.call(key, plan, "g", [cost, interval, slot, 0])
-                .await
-                .map(drop)
-        }
+    ) -> Result<(), BackendError> {
+        self.call(key, plan, "g", [cost, interval, slot, 0])
+            .await
+            .map(drop)
     }
 
-    fn obey<'a>(
-        &'a self,
-        key: &'a str,
-        plan: &'a Plan,
-        told: Told,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
-        async move {
-            let args = [
-                told.pause_until,
-                u64::from(told.cut),
-                told.scheduled_at,
-                told.announced,
-            ];
-            self.call(key, plan, "o", args).await.map(drop)
-        }
+    async fn obey(&self, key: &str, plan: &Plan, told: Told) -> Result<(), BackendError> {
+        let args = [
+            told.pause_until,
+            u64::from(told.cut),
+            told.scheduled_at,
+            told.announced,
+        ];
+        self.call(key, plan, "o", args).await.map(drop)
     }
 
     fn shared(&self) -> bool {

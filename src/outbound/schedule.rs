@@ -122,10 +122,7 @@ pub(crate) fn give_back(e: &mut Entry, cost: u64, interval: u64, slot: u64, now:
     if now >= slot {
         return;
     }
-    e.tat = e
-        .tat
-        .saturating_sub(cost.saturating_mul(interval))
-        .max(now);
+    e.tat = e.tat.saturating_sub(cost.saturating_mul(interval)).max(now);
 }
 
 /// What a provider said about a key, in the store's time.
@@ -145,15 +142,13 @@ pub struct Told {
 /// Applies what the provider said at `now`.
 pub(crate) fn obey(e: &mut Entry, plan: &Plan, told: Told, now: u64) {
     if told.announced > 0 {
-        e.cut_interval = told
-            .announced
-            .clamp(plan.min_interval, plan.max_interval);
+        e.cut_interval = told.announced.clamp(plan.min_interval, plan.max_interval);
         e.cut_at = now;
     }
     if told.cut && plan.decrease < 1.0 && (e.cut_interval == 0 || told.scheduled_at >= e.cut_at) {
         let current = plan.interval_at(e, now) as f64;
-        e.cut_interval = ((current / plan.decrease).ceil() as u64)
-            .clamp(plan.min_interval, plan.max_interval);
+        e.cut_interval =
+            ((current / plan.decrease).ceil() as u64).clamp(plan.min_interval, plan.max_interval);
         e.cut_at = now;
     }
     if told.pause_until > now {
@@ -213,7 +208,9 @@ mod tests {
         let before = e;
         assert_eq!(
             acquire(&mut e, &p, 1, 0, 99_999),
-            Turn::TooLong { would_wait: 100_000 }
+            Turn::TooLong {
+                would_wait: 100_000
+            }
         );
         assert_eq!(e, before);
     }
@@ -225,12 +222,18 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(
                 acquire(&mut e, &p, 1, 0, 0),
-                Turn::Go { delay: 0, interval: 100_000 }
+                Turn::Go {
+                    delay: 0,
+                    interval: 100_000
+                }
             );
         }
         assert_eq!(
             acquire(&mut e, &p, 1, 0, 1_000_000),
-            Turn::Go { delay: 100_000, interval: 100_000 }
+            Turn::Go {
+                delay: 100_000,
+                interval: 100_000
+            }
         );
     }
 
@@ -244,7 +247,10 @@ mod tests {
         // The next caller gets the freed slot, at 100 ms, not 200 ms.
         assert_eq!(
             acquire(&mut e, &p, 1, 10, u64::MAX),
-            Turn::Go { delay: 99_990, interval: 100_000 }
+            Turn::Go {
+                delay: 99_990,
+                interval: 100_000
+            }
         );
         // A slot already come is not given back.
         let tat = e.tat;
@@ -263,7 +269,10 @@ mod tests {
         obey(&mut e, &p, told, 0);
         assert_eq!(
             acquire(&mut e, &p, 1, 0, u64::MAX),
-            Turn::Go { delay: 2_100_000, interval: 100_000 }
+            Turn::Go {
+                delay: 2_100_000,
+                interval: 100_000
+            }
         );
     }
 

@@ -206,7 +206,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn entries_whose_schedule_has_passed_are_swept() {
         let store = MemoryPace::new();
-        let quota = Quota::gcra(10, Duration::from_secs(1)).burst(1).build().unwrap();
+        let quota = Quota::gcra(10, Duration::from_secs(1))
+            .burst(1)
+            .build()
+            .unwrap();
         let plan = Plan::of(&quota);
         const KEYS: usize = 20_000;
         for i in 0..KEYS {
