@@ -92,10 +92,13 @@ const RETURNS: usize = 4;
 /// pacer.acquire("api.example.com", 1).await?; // at once
 /// let second = pacer.acquire("api.example.com", 1).await?; // 100 ms later
 /// assert_eq!(second.waited(), Duration::from_millis(100));
-/// pacer.acquire("api.example.com", 1).await?; // 100 ms more
-/// // The next turn is 300 ms away: refused at once.
-/// let refused = pacer.acquire("api.example.com", 1).await;
-/// assert!(matches!(refused, Err(WaitError::TooLong { .. })));
+/// // The next turn is 100 ms away: with at most 50 ms to wait, refused at
+/// // once, with the time it would have taken.
+/// let refused = pacer.acquire_within("api.example.com", 1, Duration::from_millis(50)).await;
+/// assert!(matches!(
+///     refused,
+///     Err(WaitError::TooLong { would_wait }) if would_wait == Duration::from_millis(100)
+/// ));
 /// # Ok(())
 /// # }
 /// ```
