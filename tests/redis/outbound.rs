@@ -19,8 +19,7 @@
 
 #![cfg(feature = "redis")]
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::support::redis as redis_support;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -218,7 +217,7 @@ fn consumers(
         .map(|_| {
             std::process::Command::new(&exe)
                 .args([
-                    "consumer_process",
+                    "outbound::consumer_process",
                     "--exact",
                     "--nocapture",
                     "--test-threads",
@@ -473,4 +472,52 @@ fn waiting_costs_no_cpu_while_asleep() {
     println!("1 000 waiters asleep for 800 ms cost their thread {ms} ms of CPU");
     // A polling loop would spend the whole 800 ms; a tick is 10 ms.
     assert!(ms <= 100, "{ms} ms of CPU while asleep");
+}
+
+/// Memory and Redis schedule alike: the same burst, the same refusal with
+/// the same time to wait, the same pause.
+#[tokio::test]
+async fn memory_and_redis_schedule_alike() {
+    let redis = RedisServer::start();
+    let quota = Quota::gcra(10, Duration::from_secs(1))
+        .burst(2)
+        .build()
+        .unwrap();
+    async fn steps<S: tollgate::outbound::PaceStore>(pacer: Pacer<S>) -> [Duration; 2] {
+        let now = Duration::ZERO;
+        let first = pacer.acquire_within("k", 1, now).await.unwrap();
+        pacer.acquire_within("k", 1, now).await.unwrap();
+        let Err(WaitError::TooLong { would_wait: third }) = pacer.acquire_within("k", 1, now).await
+        else {
+            panic!("the third went within the burst of 2");
+        };
+        let mut headers = http::HeaderMap::new();
+        headers.insert("ratelimit", "\"p\";r=0;t=1".parse().unwrap());
+        let signal = Signal::from_http(StatusCode::OK, &headers, std::time::SystemTime::now());
+        pacer.obey("k", &first, &signal).await.unwrap();
+        let Err(WaitError::TooLong { would_wait: paused }) =
+            pacer.acquire_within("k", 1, now).await
+        else {
+            panic!("went during the pause");
+        };
+        [third, paused]
+    }
+    let memory = steps(Pacer::new(MemoryPace::new(), &quota)).await;
+    let shared = steps(Pacer::new(
+        RedisPace::from_url(&redis.url(), "alike:").unwrap(),
+        &quota,
+    ))
+    .await;
+    for [third, paused] in [memory, shared] {
+        // 100 ms to the next unit, less the time the calls took.
+        assert!(
+            third > Duration::from_millis(50) && third <= Duration::from_millis(100),
+            "{third:?}"
+        );
+        // The pause of 1 s, then one interval.
+        assert!(
+            paused > Duration::from_millis(1050) && paused <= Duration::from_millis(1100),
+            "{paused:?}"
+        );
+    }
 }
