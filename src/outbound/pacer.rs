@@ -11,7 +11,7 @@ use super::adapt::Adapt;
 use super::provider::Signal;
 use super::schedule::{self, Plan, Told, Turn};
 use super::store::PaceStore;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, BackendErrorKind};
 use crate::quota::Quota;
 use crate::sync::lock;
 
@@ -322,9 +322,22 @@ impl<S: PaceStore> Pacer<S> {
                 slot: scheduled.now.saturating_add(delay),
                 armed: delay > 0,
             };
+            // A store answering a wait beyond the one asked is not obeyed:
+            // its answer cannot be trusted, and such a sleep may not even
+            // be representable.
+            if delay > schedule::micros(left) {
+                return Err(WaitError::Store(BackendError::new(
+                    BackendErrorKind::Protocol,
+                    "the pacing store gave a turn beyond the longest wait asked",
+                )));
+            }
             let received = Instant::now();
             let (sleep, behind) = self.clock.sleep_for(scheduled.now, delay, received);
-            let wake = received + Duration::from_micros(sleep);
+            let Some(wake) = received.checked_add(Duration::from_micros(sleep)) else {
+                return Err(WaitError::TooLong {
+                    would_wait: Duration::from_micros(delay),
+                });
+            };
             if sleep > 0 {
                 tokio::time::sleep_until(wake).await;
             }
