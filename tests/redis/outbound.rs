@@ -116,6 +116,10 @@ fn most_in_a_second(times: &[Instant]) -> (usize, Duration) {
 }
 
 const WORKERS: usize = 16;
+
+/// The two fleet tests run one at a time: six consumer processes at once
+/// on a small machine would measure its load, not the schedule.
+static FLEETS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const PROCESSES: usize = 3;
 
 /// The child side of the fleet tests: one consumer process, run as this
@@ -253,6 +257,7 @@ fn wait_all(children: Vec<std::process::Child>) -> u64 {
 async fn a_fleet_of_three_stays_under_the_providers_rate_and_uses_it() {
     const R: u64 = 50;
     const SECONDS: u64 = 6;
+    let _alone = FLEETS.lock().await;
     let redis = RedisServer::start();
     let (provider, addr) = start_provider(R).await;
     let rate = R * 94 / 100;
@@ -279,6 +284,7 @@ async fn a_fleet_of_three_stays_under_the_providers_rate_and_uses_it() {
 async fn when_the_provider_halves_its_rate_the_fleet_follows_within_one_retry_after() {
     const R: u64 = 60;
     const SECONDS: u64 = 8;
+    let _alone = FLEETS.lock().await;
     let redis = RedisServer::start();
     let (provider, addr) = start_provider(R).await;
     let children = consumers(addr, &redis, "halve:", R * 92 / 100, SECONDS);
