@@ -11,6 +11,7 @@
 //! Prints the requests sent, answered 2xx, answered 429, and the largest
 //! number sent in any one second.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -61,7 +62,7 @@ fn parse() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Sent, 2xx, 429, and each request's send time.
+/// Sent (answered), 2xx, 429, and each request's moment of going out.
 type Tally = (u64, u64, u64, Vec<Instant>);
 
 async fn run<S: PaceStore>(store: S, args: &Args) -> Result<Tally, Box<dyn std::error::Error>> {
@@ -73,8 +74,15 @@ async fn run<S: PaceStore>(store: S, args: &Args) -> Result<Tally, Box<dyn std::
         .max_wait(Duration::from_secs(30))
         .adapt(Adapt::aimd(1, Duration::from_secs(1)).increase(args.rate as f64 / 20.0));
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    // Each request's moment of going out, stamped behind the limiter.
+    let sends = Arc::new(Mutex::new(Vec::new()));
+    let stamp = Arc::clone(&sends);
     let client = ServiceBuilder::new()
         .layer(OutboundLayer::new(pacer, DestinationHost).concurrency(args.workers))
+        .map_request(move |request| {
+            stamp.lock().unwrap().push(Instant::now());
+            request
+        })
         .service(client);
     let until = Instant::now() + Duration::from_secs(args.seconds);
     let mut workers = Vec::new();
@@ -86,7 +94,6 @@ async fn run<S: PaceStore>(store: S, args: &Args) -> Result<Tally, Box<dyn std::
                 let request = http::Request::get(&url).body(Empty::new())?;
                 match client.clone().oneshot(request).await {
                     Ok(response) => {
-                        tally.3.push(Instant::now());
                         tally.0 += 1;
                         let status = response.status();
                         tally.1 += u64::from(status.is_success());
@@ -108,8 +115,8 @@ async fn run<S: PaceStore>(store: S, args: &Args) -> Result<Tally, Box<dyn std::
         all.0 += t.0;
         all.1 += t.1;
         all.2 += t.2;
-        all.3.extend(t.3);
     }
+    all.3 = std::mem::take(&mut *sends.lock().unwrap());
     Ok(all)
 }
 
