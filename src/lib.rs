@@ -86,6 +86,7 @@ pub mod layer;
 mod limiter;
 mod log_limit;
 mod metrics;
+pub mod outbound;
 mod protect;
 mod quota;
 mod quota_set;

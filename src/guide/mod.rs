@@ -16,6 +16,7 @@
 //! | [`grpc`] | limit a tonic service |
 //! | [`protect`] | protect the server itself: concurrency, elastic quotas, load shedding |
 //! | [`metrics`] | export decisions and Redis health to Prometheus or another recorder |
+//! | [`outbound`] | limit what you send: wait your turn across a fleet, obey the provider's 429s |
 //! | [`direct`] | limit things that are not HTTP requests (jobs, notifications), test with a manual clock, keep state in a store of your own |
 //! | [`performance`] | know what it costs beside governor and tower_governor |
 
@@ -65,6 +66,9 @@ pub mod protect {}
 
 #[doc = include_str!("metrics.md")]
 pub mod metrics {}
+
+#[doc = include_str!("outbound.md")]
+pub mod outbound {}
 
 #[doc = include_str!("direct.md")]
 pub mod direct {}

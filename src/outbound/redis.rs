@@ -1,0 +1,235 @@
+//! Schedules in Redis: one timeline per key for a whole fleet.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use deadpool_redis::redis::{self, RedisError, Script, aio::MultiplexedConnection};
+
+use super::schedule::{Plan, Told, Turn};
+use super::store::{PaceStore, Scheduled};
+use crate::backend::{BackendError, BackendErrorKind};
+use crate::sync::lock;
+
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("pace.lua")));
+
+/// Schedules in Redis, so that every process of a fleet waits its turn on
+/// one timeline per key, on Redis's clock (`TIME`): the processes' own
+/// clocks never enter a slot, each only sleeps the delay Redis returned.
+/// One Lua script schedules, gives back, and records what the provider
+/// said (a pause, a cut rate), atomically. A key's hash expires once its
+/// schedule has passed and its cut is forgotten.
+///
+/// One standalone Redis (each call touches one key, so a Cluster node's
+/// URL works for the keys it owns). Clones share the connection.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate::Quota;
+/// use tollgate::outbound::{Pacer, RedisPace};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisPace::from_url("redis://127.0.0.1:6379", "jobs:pace:")?;
+/// let pacer = Pacer::new(store, &Quota::gcra(100, Duration::from_secs(1)).build()?);
+/// # let _ = pacer;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisPace {
+    inner: Arc<Inner>,
+    timeout: Duration,
+}
+
+struct Inner {
+    client: redis::Client,
+    conn: Mutex<Option<MultiplexedConnection>>,
+    prefix: Box<str>,
+}
+
+impl fmt::Debug for RedisPace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisPace")
+            .field("prefix", &self.inner.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A Redis error as a backend error, and whether the connection is broken.
+/// The message is the error's kind only: a reply may quote what was sent.
+fn redis_error(e: &RedisError) -> (BackendError, bool) {
+    if e.is_timeout() {
+        return (
+            BackendError::new(BackendErrorKind::Timeout, "Redis timed out"),
+            true,
+        );
+    }
+    if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+    {
+        return (
+            BackendError::new(BackendErrorKind::Unavailable, "Redis cannot be reached"),
+            true,
+        );
+    }
+    let message = format!("Redis refused the pacing script ({:?})", e.kind());
+    (
+        BackendError::new(BackendErrorKind::Protocol, message),
+        false,
+    )
+}
+
+impl RedisPace {
+    /// Schedules in the Redis at `url`, under keys starting with `prefix`.
+    /// Connects on first use.
+    pub fn from_url(url: &str, prefix: &str) -> Result<Self, BackendError> {
+        let client = redis::Client::open(url).map_err(|e| redis_error(&e).0)?;
+        Ok(RedisPace {
+            inner: Arc::new(Inner {
+                client,
+                conn: Mutex::new(None),
+                prefix: prefix.into(),
+            }),
+            timeout: Duration::from_millis(200),
+        })
+    }
+
+    /// How long one call to Redis may take (200 ms by default), connecting
+    /// included; past it the call fails, and the caller is refused.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    async fn connection(&self) -> Result<MultiplexedConnection, BackendError> {
+        if let Some(c) = lock(&self.inner.conn).clone() {
+            return Ok(c);
+        }
+        let c = self
+            .inner
+            .client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| redis_error(&e).0)?;
+        *lock(&self.inner.conn) = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn call(
+        &self,
+        key: &str,
+        plan: &Plan,
+        mode: &str,
+        args: [u64; 4],
+    ) -> Result<Scheduled, BackendError> {
+        match tokio::time::timeout(self.timeout, self.call_once(key, plan, mode, args)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(BackendError::new(
+                BackendErrorKind::Timeout,
+                format!("no answer from Redis within {:?}", self.timeout),
+            )),
+        }
+    }
+
+    async fn call_once(
+        &self,
+        key: &str,
+        plan: &Plan,
+        mode: &str,
+        args: [u64; 4],
+    ) -> Result<Scheduled, BackendError> {
+        let mut conn = self.connection().await?;
+        let mut invocation = SCRIPT.key(format!("{}p:{key}", self.inner.prefix));
+        invocation
+            .arg(mode)
+            .arg(plan.interval)
+            .arg(plan.burst)
+            .arg(plan.max_interval)
+            .arg(plan.min_interval)
+            .arg(plan.decrease.to_string())
+            .arg(plan.increase.to_string())
+            .arg(plan.forget);
+        for a in args {
+            invocation.arg(a);
+        }
+        let reply: redis::RedisResult<(i64, i64, i64, i64, i64)> =
+            invocation.invoke_async(&mut conn).await;
+        let (ok, n, now, interval, paused) = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                let (error, broken) = redis_error(&e);
+                if broken {
+                    *lock(&self.inner.conn) = None;
+                }
+                return Err(error);
+            }
+        };
+        // A reply out of range is refused, not trusted: a negative delay
+        // cast to u64 would be a wait of centuries.
+        let (Ok(n), Ok(now), Ok(interval), Ok(paused)) = (
+            u64::try_from(n),
+            u64::try_from(now),
+            u64::try_from(interval),
+            u64::try_from(paused),
+        ) else {
+            return Err(BackendError::new(
+                BackendErrorKind::Protocol,
+                "the pacing script answered a negative number",
+            ));
+        };
+        let turn = match ok {
+            1 => Turn::Go { delay: n, interval },
+            0 => Turn::TooLong { would_wait: n },
+            _ => {
+                return Err(BackendError::new(
+                    BackendErrorKind::Protocol,
+                    "the pacing script answered an unknown verdict",
+                ));
+            }
+        };
+        Ok(Scheduled { turn, now, paused })
+    }
+}
+
+impl PaceStore for RedisPace {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        plan: &'a Plan,
+        cost: u64,
+        max_wait: u64,
+    ) -> impl Future<Output = Result<Scheduled, BackendError>> + Send + 'a {
+        self.call(key, plan, "a", [cost, max_wait, 0, 0])
+    }
+
+    async fn give_back(
+        &self,
+        key: &str,
+        plan: &Plan,
+        cost: u64,
+        interval: u64,
+        slot: u64,
+    ) -> Result<(), BackendError> {
+        self.call(key, plan, "g", [cost, interval, slot, 0])
+            .await
+            .map(drop)
+    }
+
+    async fn obey(&self, key: &str, plan: &Plan, told: Told) -> Result<(), BackendError> {
+        let args = [
+            told.pause_until,
+            u64::from(told.cut),
+            told.scheduled_at,
+            told.announced,
+        ];
+        self.call(key, plan, "o", args).await.map(drop)
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+}
