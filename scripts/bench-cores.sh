@@ -5,7 +5,7 @@
 #
 #   scripts/bench-cores.sh                # build (release), then run here
 #   scripts/bench-cores.sh build DIR      # build only: DIR holds the release
-#                                         # binaries (cores, bench_server,
+#                                         # binaries (cores, http_server,
 #                                         # http_load) and the scripts
 #   DIR/bench-cores.sh                    # there: runs, no cargo, no network
 #   DIR/bench-http.sh                     # the HTTP part (see that script)
@@ -26,12 +26,11 @@ build() {
   local dir
   dir=$(cd "$1" && pwd)
   cd "$here/.."
-  local cores
-  cores=$(cargo build --release --bench cores --message-format=json | built /cores-)
-  cargo build --release --example bench_server --example http_load
-  local examples=${CARGO_TARGET_DIR:-target}/release/examples
-  cp "$cores" "$dir/cores"
-  cp "$examples/bench_server" "$examples/http_load" "$dir/"
+  local json
+  json=$(cargo build --release --bench cores --bench http_server --bench http_load --message-format=json)
+  cp "$(echo "$json" | built /cores-)" "$dir/cores"
+  cp "$(echo "$json" | built /http_server-)" "$dir/http_server"
+  cp "$(echo "$json" | built /http_load-)" "$dir/http_load"
   cp scripts/bench-cores.sh scripts/bench-http.sh scripts/bench_report.py "$dir/"
   echo "built into $dir: $(ls "$dir" | tr '\n' ' ')"
 }

@@ -10,23 +10,28 @@
 # since waiting for the CPU is not counted (BENCHMARKS.md, "Over HTTP").
 #
 # The load generator is wrk where installed (LOADGEN=wrk), else
-# examples/http_load.rs (LOADGEN=rust), which reports in wrk's words.
+# benches/http_load.rs (LOADGEN=rust), which reports in wrk's words.
 #
 #   scripts/bench-http.sh                 # build, then 5 rounds of 10 s per configuration
 #   ROUNDS=3 DURATION=5s scripts/bench-http.sh
 #   MODES="bare passthrough tollgate-unkeyed tollgate" scripts/bench-http.sh
-#                                         # other modes: examples/bench_server.rs
+#                                         # other modes: benches/http_server.rs
 #   scripts/bench-cores.sh build DIR      # release binaries and these scripts in DIR;
 #   DIR/bench-http.sh                     # then there: no cargo, no network
 #
 # On 16 or more CPUs the server gets CPUs 0-7 and the load 8-15 (8 threads);
 # on fewer, CPU 0 and CPU 1. Set SERVER_CPUS, LOAD_CPUS, LOAD_THREADS, CONNS
 # to choose. Writes report.md in OUT (target/bench-http, or DIR/out/http) and
-# the chart to docs/bench-http.svg (DIR/out/http/bench-http.svg).
+# the chart beside it (bench-http.svg).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-if [ -x "$here/bench_server" ]; then
+# The path of a release target's executable, as cargo reports it.
+built() {
+  grep -o '"executable":"[^"]*"' | grep "$1" | tail -n1 | sed 's/.*:"//; s/"$//'
+}
+
+if [ -x "$here/http_server" ]; then
   # A directory made by `bench-cores.sh build`.
   bin=$here
   out=${OUT:-$here/out/http}
@@ -35,11 +40,15 @@ else
   cd "$here/.."
   features=""
   if [ "${REDIS:-0}" = 1 ]; then features="--features redis"; fi
-  cargo build --release --example bench_server --example http_load $features
-  bin=${CARGO_TARGET_DIR:-target}/release/examples
+  # The harnesses are bench targets, whose files cargo names with a hash:
+  # copied under their own names, as `bench-cores.sh build` does.
+  bin=${CARGO_TARGET_DIR:-target}/bench-http-bin
+  mkdir -p "$bin"
+  json=$(cargo build --release --bench http_server --bench http_load $features --message-format=json)
+  cp "$(echo "$json" | built /http_server-)" "$bin/http_server"
+  cp "$(echo "$json" | built /http_load-)" "$bin/http_load"
   out=${OUT:-target/bench-http}
-  mkdir -p docs
-  svg=docs/bench-http.svg
+  svg=$out/bench-http.svg
 fi
 
 ROUNDS=${ROUNDS:-5}
@@ -102,7 +111,7 @@ start_server() {
   for _ in $(seq 10); do
     port=$((30000 + RANDOM % 20000))
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
-    MODE=$mode PORT=$port taskset -c "$SERVER_CPUS" "$bin/bench_server" &
+    MODE=$mode PORT=$port taskset -c "$SERVER_CPUS" "$bin/http_server" &
     server_pid=$!
     for _ in $(seq 200); do
       kill -0 "$server_pid" 2>/dev/null || break

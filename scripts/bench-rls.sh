@@ -16,9 +16,9 @@ cd "$(dirname "$0")/.."
 secs="${1:-5}"
 limitador="${LIMITADOR:-}"
 target="${CARGO_TARGET_DIR:-target}"
-cargo build -q --release --features gateway --bin tollgate --example rls_load
+cargo build -q --release --features gateway --bin tollgate --bench rls_load
 bin="$target/release/tollgate"
-load="$target/release/examples/rls_load"
+load=$(ls -t "$target"/release/deps/rls_load-* | grep -v '\.d$' | head -n 1)
 work="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }

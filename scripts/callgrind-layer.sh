@@ -17,8 +17,8 @@ command -v valgrind >/dev/null || {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
 }
 N=${N:-2000}
-cargo build --release --quiet --example layer_instructions
-bin="${CARGO_TARGET_DIR:-target}/release/examples/layer_instructions"
+cargo build --release --quiet --bench layer_instructions
+bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/layer_instructions-* | grep -v '\.d$' | head -n 1)
 count() { # requests, extra args -> instructions
   local out
   if ! out=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \

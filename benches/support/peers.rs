@@ -1,6 +1,6 @@
 //! What the benchmarks compare alike: quotas that admit every check, the
 //! three-quota set, and tower_governor configured as
-//! `examples/bench_server.rs` serves it.
+//! `benches/http_server.rs` serves it.
 //!
 //! Each target includes this file and uses part of it.
 #![allow(dead_code)]

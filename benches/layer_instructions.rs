@@ -24,10 +24,16 @@ use tollgate::key::PeerIp;
 use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
 use tower::{Layer, Service, service_fn};
 
-#[path = "../benches/support/peers.rs"]
+#[path = "support/peers.rs"]
 mod peers;
 
 fn main() {
+    // `cargo bench` runs every bench target with `--bench`; a harness is run
+    // with its own arguments (by a script, or under valgrind) and does
+    // nothing then.
+    if std::env::args().any(|a| a == "--bench") {
+        return;
+    }
     let mut args = std::env::args().skip(1);
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
     let mut mode = "tollgate".to_owned();

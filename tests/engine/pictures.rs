@@ -3,9 +3,9 @@
 //! the quota has left after it. It runs the real implementation on a
 //! `ManualClock`, so the picture is exact and the same on every run.
 //!
-//! `cargo run --example algorithm_pictures` rewrites
-//! `src/guide/algorithms.svg` (or the path given as its argument), which the
-//! algorithms chapter of the guide shows.
+//! The algorithms chapter of the guide shows `src/guide/algorithms.svg`;
+//! this test fails when the file is not what the algorithms draw now, and
+//! `TOLLGATE_WRITE_PICTURES=1 cargo test --test engine pictures` redraws it.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -154,10 +154,10 @@ fn draw(rows: &[(&str, Vec<Answer>)]) -> String {
     svg
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let out = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "src/guide/algorithms.svg".to_owned());
+/// The picture the guide shows is the one the implementation draws today.
+#[test]
+fn the_algorithms_picture_is_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/guide/algorithms.svg");
     let mut rows = Vec::new();
     for (name, algorithm) in [
         ("GCRA", Algorithm::Gcra),
@@ -167,9 +167,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("sliding window", Algorithm::SlidingWindow),
         ("sliding log", Algorithm::SlidingLog),
     ] {
-        rows.push((name, run(algorithm)?));
+        rows.push((name, run(algorithm).unwrap()));
     }
-    std::fs::write(&out, draw(&rows))?;
-    println!("wrote {out}");
-    Ok(())
+    let svg = draw(&rows);
+    if std::env::var_os("TOLLGATE_WRITE_PICTURES").is_some() {
+        std::fs::write(path, &svg).unwrap();
+        return;
+    }
+    let shown = std::fs::read_to_string(path).unwrap();
+    // Not `assert_eq!`: two whole pictures would bury the message.
+    assert!(
+        shown == svg,
+        "src/guide/algorithms.svg is not what the algorithms draw now; redraw it with \
+         `TOLLGATE_WRITE_PICTURES=1 cargo test --test engine pictures`"
+    );
 }
