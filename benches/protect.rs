@@ -126,7 +126,7 @@ fn limiter_loop(n: u64, elastic: Option<bool>) {
     let limiter = Limiter::new(backend, quota);
     let room = elastic.unwrap_or(false);
     for _ in 0..n {
-        let decision = limiter.check_now_with_room("k", 1, room);
+        let decision = limiter.with_room(room).check_now("k", 1);
         assert!(black_box(decision).is_some_and(|d| d.is_ok_and(|d| d.allowed())));
     }
 }

@@ -108,7 +108,7 @@ pub use layer::{
     ConcurrencyQuota, CountStatus, HeaderStyle, OnBackendError, OnDelay, OnMissingKey,
     PartitionKey, Priority, RateLimitLayer, Shedding,
 };
-pub use limiter::{Error, Limiter, Reservation, Settle};
+pub use limiter::{Error, Limiter, Reservation, Settle, WithRoom};
 pub use quota::{Algorithm, Mode, Quota, QuotaBuilder, QuotaError};
 pub use quota_set::{QuotaSet, QuotaSetError};
 pub use state::{QuotaState, StateError};

@@ -192,115 +192,51 @@ impl<B: Backend> Limiter<B> {
     }
 
     /// Spends `cost` from `key`'s quotas if they all admit it. Elastic
-    /// quotas enforce their limit (see [`check_with_room`](Limiter::check_with_room)).
+    /// quotas enforce their limit (see [`with_room`](Limiter::with_room)).
     pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        self.check_with_room(key, cost, false).await
-    }
-
-    /// [`check`](Limiter::check), saying whether the server has room:
-    /// with room, [elastic](crate::Mode::Elastic) quotas admit up to their
-    /// ceiling. The layer asks its load signal; without one, no room.
-    pub async fn check_with_room(
-        &self,
-        key: &str,
-        cost: u64,
-        room: bool,
-    ) -> Result<Decision, Error> {
-        let started = Stopwatch::start();
-        let span = self.span(key, cost, "check");
-        // The backend's future awaited here, not in a helper's: with a
-        // Redis backend's futures inside, one async layer more (beside the
-        // span's) makes the layer's future too deep for rustc's default
-        // recursion limit to lay out, in the app that serves it.
-        let outcome = match self.request(key, cost, true, room, started) {
-            Ok(request) => {
-                (self.backend.check(request).instrument(span.clone()).await).map_err(Error::from)
-            }
-            Err(e) => Err(e),
-        };
-        record(&span, &outcome);
-        self.metrics.decided(&outcome, started);
-        outcome
+        self.with_room(false).check(key, cost).await
     }
 
     /// Whether `cost` would pass now, spending nothing.
     pub async fn peek(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        self.peek_with_room(key, cost, false).await
-    }
-
-    /// [`peek`](Limiter::peek), saying whether the server has room (see
-    /// [`check_with_room`](Limiter::check_with_room)).
-    pub async fn peek_with_room(
-        &self,
-        key: &str,
-        cost: u64,
-        room: bool,
-    ) -> Result<Decision, Error> {
-        let span = self.span(key, cost, "peek");
-        let outcome = match self.request(key, cost, false, room, Stopwatch::start()) {
-            Ok(request) => {
-                (self.backend.check(request).instrument(span.clone()).await).map_err(Error::from)
-            }
-            Err(e) => Err(e),
-        };
-        record(&span, &outcome);
-        outcome
+        self.with_room(false).peek(key, cost).await
     }
 
     /// [`check`](Limiter::check) without waiting, when the backend can
     /// decide synchronously (see [`Backend::check_now`]); `None` otherwise.
     #[inline]
     pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision, Error>> {
-        self.check_now_with_room(key, cost, false)
+        self.with_room(false).check_now(key, cost)
     }
 
-    /// [`check_now`](Limiter::check_now), saying whether the server has room
-    /// (see [`check_with_room`](Limiter::check_with_room)).
+    /// This limiter's checks, saying whether the server has `room`: with
+    /// room, [elastic](crate::Mode::Elastic) quotas admit up to their
+    /// ceiling; without, they enforce their limit, as [`check`](Limiter::check)
+    /// does. The layer asks its load signal; without one, no room.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Limiter, MemoryBackend, Mode, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 2 a minute, up to 4 (100 % more) while the server has room.
+    /// let quota = Quota::fixed_window(2, Duration::from_secs(60))
+    ///     .mode(Mode::Elastic { percent: 100 })
+    ///     .build()?;
+    /// let limiter = Limiter::new(MemoryBackend::new(), quota);
+    /// for _ in 0..4 {
+    ///     assert!(limiter.with_room(true).check("k", 1).await?.allowed());
+    /// }
+    /// assert!(!limiter.check("k", 1).await?.allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
     #[inline]
-    pub fn check_now_with_room(
-        &self,
-        key: &str,
-        cost: u64,
-        room: bool,
-    ) -> Option<Result<Decision, Error>> {
-        if !tracing::enabled!(tracing::Level::DEBUG) {
-            return self.decide_now(key, cost, room);
-        }
-        let span = self.span(key, cost, "check");
-        let outcome = span.in_scope(|| self.decide_now(key, cost, room));
-        match &outcome {
-            Some(outcome) => record(&span, outcome),
-            // The awaited check that follows has a span of its own.
-            None => {
-                span.record("outcome", "deferred");
-            }
-        }
-        outcome
-    }
-
-    /// [`check_now_with_room`](Limiter::check_now_with_room) without its
-    /// span: the decision at once, timed and counted.
-    #[inline]
-    fn decide_now(&self, key: &str, cost: u64, room: bool) -> Option<Result<Decision, Error>> {
-        let started = Stopwatch::start();
-        let failed = |e: Error| {
-            let outcome = Err(e);
-            self.metrics.decided(&outcome, started);
-            Some(outcome)
-        };
-        let request = match self.request(key, cost, true, room, started) {
-            Ok(request) => request,
-            Err(e) => return failed(e),
-        };
-        // One match over what the backend returned: through `?` and an
-        // early return, the decision was copied twice more on its way out.
-        match self.backend.check_now(request) {
-            Some(Ok(decision)) => {
-                self.metrics.decided_ok(&decision, started);
-                Some(Ok(decision))
-            }
-            Some(Err(e)) => failed(Error::Backend(e)),
-            None => None,
+    pub fn with_room(&self, room: bool) -> WithRoom<'_, B> {
+        WithRoom {
+            limiter: self,
+            room,
         }
     }
 
@@ -364,43 +300,13 @@ impl<B: Backend> Limiter<B> {
     /// # }
     /// ```
     pub async fn reserve(&self, key: &str, cost: u64) -> Result<Reservation<'_, B>, Error> {
-        let reserved = self.reserve_with_room(key, cost, false).await?;
+        let reserved = self.with_room(false).reserve(key, cost).await?;
         Ok(Reservation {
             limiter: self,
             key: key.into(),
             cost,
             reserved,
         })
-    }
-
-    /// The reservation behind [`reserve`](Limiter::reserve), counted in
-    /// the metrics as a check; `room` as for
-    /// [`check_with_room`](Limiter::check_with_room).
-    pub(crate) async fn reserve_with_room(
-        &self,
-        key: &str,
-        cost: u64,
-        room: bool,
-    ) -> Result<Reserved, Error> {
-        let started = Stopwatch::start();
-        let span = self.span(key, cost, "reserve");
-        let outcome = match self.request(key, cost, true, room, started) {
-            Ok(request) => {
-                (self.backend.reserve(request).instrument(span.clone()).await).map_err(Error::from)
-            }
-            Err(e) => Err(e),
-        };
-        if !span.is_disabled() {
-            span.record(
-                "outcome",
-                outcome_name(outcome.as_ref().map(Reserved::decision)),
-            );
-        }
-        match &outcome {
-            Ok(reserved) => self.metrics.decided_ok(reserved.decision(), started),
-            Err(_) => self.metrics.decided(&Err::<Decision, ()>(()), started),
-        }
-        outcome
     }
 
     /// Gives back `reserved`, made for `key` and `cost`: what is left then
@@ -446,6 +352,145 @@ impl<B: Backend> Limiter<B> {
             room,
             started,
         })
+    }
+}
+
+/// A [`Limiter`]'s checks made saying whether the server has room: made
+/// by [`Limiter::with_room`].
+pub struct WithRoom<'a, B> {
+    limiter: &'a Limiter<B>,
+    room: bool,
+}
+
+// By hand: derived, they would ask `B: Clone` (or `Debug`) of the backend.
+impl<B> Clone for WithRoom<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for WithRoom<'_, B> {}
+
+impl<B> fmt::Debug for WithRoom<'_, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WithRoom")
+            .field("room", &self.room)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, B: Backend> WithRoom<'a, B> {
+    /// [`Limiter::check`], with or without room.
+    pub async fn check(self, key: &str, cost: u64) -> Result<Decision, Error> {
+        let limiter = self.limiter;
+        let started = Stopwatch::start();
+        let span = limiter.span(key, cost, "check");
+        // The backend's future awaited here, not in a helper's: with a
+        // Redis backend's futures inside, one async layer more (beside the
+        // span's) makes the layer's future too deep for rustc's default
+        // recursion limit to lay out, in the app that serves it.
+        let outcome = match limiter.request(key, cost, true, self.room, started) {
+            Ok(request) => (limiter
+                .backend
+                .check(request)
+                .instrument(span.clone())
+                .await)
+                .map_err(Error::from),
+            Err(e) => Err(e),
+        };
+        record(&span, &outcome);
+        limiter.metrics.decided(&outcome, started);
+        outcome
+    }
+
+    /// [`Limiter::peek`], with or without room.
+    pub async fn peek(self, key: &str, cost: u64) -> Result<Decision, Error> {
+        let limiter = self.limiter;
+        let span = limiter.span(key, cost, "peek");
+        let outcome = match limiter.request(key, cost, false, self.room, Stopwatch::start()) {
+            Ok(request) => (limiter
+                .backend
+                .check(request)
+                .instrument(span.clone())
+                .await)
+                .map_err(Error::from),
+            Err(e) => Err(e),
+        };
+        record(&span, &outcome);
+        outcome
+    }
+
+    /// [`Limiter::check_now`], with or without room.
+    #[inline]
+    pub fn check_now(self, key: &str, cost: u64) -> Option<Result<Decision, Error>> {
+        if !tracing::enabled!(tracing::Level::DEBUG) {
+            return self.decide_now(key, cost);
+        }
+        let span = self.limiter.span(key, cost, "check");
+        let outcome = span.in_scope(|| self.decide_now(key, cost));
+        match &outcome {
+            Some(outcome) => record(&span, outcome),
+            // The awaited check that follows has a span of its own.
+            None => {
+                span.record("outcome", "deferred");
+            }
+        }
+        outcome
+    }
+
+    /// [`check_now`](WithRoom::check_now) without its span: the decision
+    /// at once, timed and counted.
+    #[inline]
+    fn decide_now(self, key: &str, cost: u64) -> Option<Result<Decision, Error>> {
+        let limiter = self.limiter;
+        let started = Stopwatch::start();
+        let failed = |e: Error| {
+            let outcome = Err(e);
+            limiter.metrics.decided(&outcome, started);
+            Some(outcome)
+        };
+        let request = match limiter.request(key, cost, true, self.room, started) {
+            Ok(request) => request,
+            Err(e) => return failed(e),
+        };
+        // One match over what the backend returned: through `?` and an
+        // early return, the decision was copied twice more on its way out.
+        match limiter.backend.check_now(request) {
+            Some(Ok(decision)) => {
+                limiter.metrics.decided_ok(&decision, started);
+                Some(Ok(decision))
+            }
+            Some(Err(e)) => failed(Error::Backend(e)),
+            None => None,
+        }
+    }
+
+    /// The reservation behind [`Limiter::reserve`], counted in the metrics
+    /// as a check.
+    pub(crate) async fn reserve(self, key: &str, cost: u64) -> Result<Reserved, Error> {
+        let limiter = self.limiter;
+        let started = Stopwatch::start();
+        let span = limiter.span(key, cost, "reserve");
+        let outcome = match limiter.request(key, cost, true, self.room, started) {
+            Ok(request) => (limiter
+                .backend
+                .reserve(request)
+                .instrument(span.clone())
+                .await)
+                .map_err(Error::from),
+            Err(e) => Err(e),
+        };
+        if !span.is_disabled() {
+            span.record(
+                "outcome",
+                outcome_name(outcome.as_ref().map(Reserved::decision)),
+            );
+        }
+        match &outcome {
+            Ok(reserved) => limiter.metrics.decided_ok(reserved.decision(), started),
+            Err(_) => limiter.metrics.decided(&Err::<Decision, ()>(()), started),
+        }
+        outcome
     }
 }
 

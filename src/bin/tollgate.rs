@@ -339,10 +339,11 @@ fn main() -> ExitCode {
         },
         None => None,
     };
-    let rules = match &args.redis {
-        Some(target) => Rules::load_with_redis_target(&args.config, target),
-        None => Rules::load(&args.config),
-    };
+    let mut loader = Rules::loader();
+    if let Some(target) = &args.redis {
+        loader = loader.redis(target);
+    }
+    let rules = loader.load(&args.config);
     let rules = match rules {
         Ok(rules) => rules.log_raw_keys(args.log_raw_keys),
         Err(error) => {

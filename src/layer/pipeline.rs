@@ -107,8 +107,9 @@ impl Pipeline<'_> {
         for check in checks {
             let Some(limit) = check.limit else { continue };
             let room = limit.room(self.protect);
-            let outcome =
-                (limit.limiter).check_now_with_room(check.key.as_str(), check.cost, room)?;
+            let outcome = (limit.limiter)
+                .with_room(room)
+                .check_now(check.key.as_str(), check.cost)?;
             // A shared store that answered now did so from a lease or a
             // remembered refusal.
             let local = limit.limiter.backend().shared();
@@ -296,10 +297,10 @@ async fn check_within<B: Backend>(
     timeout: Duration,
     room: bool,
 ) -> Result<Decision, Error> {
-    if let Some(outcome) = limiter.check_now_with_room(key.as_str(), cost, room) {
+    if let Some(outcome) = limiter.with_room(room).check_now(key.as_str(), cost) {
         return outcome;
     }
-    let check = limiter.check_with_room(key.as_str(), cost, room);
+    let check = limiter.with_room(room).check(key.as_str(), cost);
     let started = crate::clock::Stopwatch::start();
     tokio::time::timeout(timeout, check)
         .await
@@ -321,7 +322,7 @@ async fn reserve_within<B: Backend>(
     timeout: Duration,
     room: bool,
 ) -> Result<Reserved, Error> {
-    let reserve = limiter.reserve_with_room(key.as_str(), cost, room);
+    let reserve = limiter.with_room(room).reserve(key.as_str(), cost);
     let started = crate::clock::Stopwatch::start();
     tokio::time::timeout(timeout, reserve)
         .await

@@ -169,7 +169,7 @@ fn read_pem(file: &At<PathBuf>, base: Option<&Path>) -> Result<Vec<u8>, String> 
 }
 
 /// Where a gateway's Redis is, chosen on its command line rather than in
-/// the rules file: see [`Rules::load_with_redis_target`](super::Rules::load_with_redis_target).
+/// the rules file: see [`Loader::redis`](super::Loader::redis).
 /// It replaces the file's `backend` whole, with the default key prefix
 /// and timeout.
 #[derive(Debug, Clone)]

@@ -100,6 +100,30 @@ struct Version {
     stamp: Option<watch::Stamp>,
 }
 
+/// Loads a rules file with settings from outside it: made by
+/// [`Rules::loader`].
+#[derive(Debug, Clone, Default)]
+pub struct Loader {
+    backend: Option<BackendConfig>,
+}
+
+impl Loader {
+    /// Replaces the file's backend, whatever it says, with the Redis
+    /// `target` names (one server, a cluster or Sentinel's master).
+    pub fn redis(mut self, target: &RedisTarget) -> Self {
+        self.backend = Some(target.config.clone());
+        self
+    }
+
+    /// Rules from the file at `path`, under the same checks as
+    /// [`Rules::load`].
+    pub fn load(self, path: impl AsRef<Path>) -> Result<Rules, RulesError> {
+        let path = path.as_ref();
+        let (text, stamp) = read(path)?;
+        Rules::build(text, Some((path, stamp)), self.backend)
+    }
+}
+
 impl fmt::Debug for Rules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Rules")
@@ -116,40 +140,25 @@ impl Rules {
     }
 
     /// Rules from a file. It must be a regular file (not a FIFO, a device
-    /// or a directory) of at most [`MAX_RULES_FILE_BYTES`].
+    /// or a directory) of at most [`MAX_RULES_FILE_BYTES`]. For settings
+    /// from outside the file (Redis named on a command line), see
+    /// [`loader`](Rules::loader).
     pub fn load(path: impl AsRef<Path>) -> Result<Self, RulesError> {
-        let path = path.as_ref();
-        let (text, stamp) = read(path)?;
-        Rules::build(text, Some((path, stamp)), None)
+        Rules::loader().load(path)
     }
 
-    /// Rules from a file, with the backend replaced by Redis at `url`
-    /// whatever the file says.
-    pub fn load_with_redis(path: impl AsRef<Path>, url: &str) -> Result<Self, RulesError> {
-        Rules::load_with_redis_lease(path, url, "off")
-    }
-
-    /// [`load_with_redis`](Rules::load_with_redis) with Redis's lease mode:
-    /// `off`, `auto` or the most units one lease holds (see
-    /// [`RedisBackendBuilder::lease`](crate::backend::RedisBackendBuilder::lease)).
-    pub fn load_with_redis_lease(
-        path: impl AsRef<Path>,
-        url: &str,
-        lease: &str,
-    ) -> Result<Self, RulesError> {
-        Rules::load_with_redis_target(path, &RedisTarget::url(url).lease(lease))
-    }
-
-    /// Rules from a file, with the backend replaced by the Redis `target`
-    /// names (one server, a cluster or Sentinel's master) whatever the file
-    /// says.
-    pub fn load_with_redis_target(
-        path: impl AsRef<Path>,
-        target: &RedisTarget,
-    ) -> Result<Self, RulesError> {
-        let path = path.as_ref();
-        let (text, stamp) = read(path)?;
-        Rules::build(text, Some((path, stamp)), Some(target.config.clone()))
+    /// Loads a file as [`load`](Rules::load) does, with settings from
+    /// outside it:
+    ///
+    /// ```no_run
+    /// use tollgate::rules::{RedisTarget, Rules};
+    ///
+    /// let redis = RedisTarget::url("redis://10.0.0.5:6379").lease("auto");
+    /// let rules = Rules::loader().redis(&redis).load("rules.yaml")?;
+    /// # Ok::<(), tollgate::rules::RulesError>(())
+    /// ```
+    pub fn loader() -> Loader {
+        Loader::default()
     }
 
     fn build(

@@ -112,13 +112,13 @@ impl<B: Backend + Clone> Twin<B> {
         let room = self.room.get();
         let (memory, other) = if commit {
             (
-                self.memory.check_with_room(&key, cost, room).await,
-                self.other.check_with_room(&key, cost, room).await,
+                self.memory.with_room(room).check(&key, cost).await,
+                self.other.with_room(room).check(&key, cost).await,
             )
         } else {
             (
-                self.memory.peek_with_room(&key, cost, room).await,
-                self.other.peek_with_room(&key, cost, room).await,
+                self.memory.with_room(room).peek(&key, cost).await,
+                self.other.with_room(room).peek(&key, cost).await,
             )
         };
         let memory = plain(memory);
