@@ -74,4 +74,6 @@ pub mod outbound {}
 pub mod direct {}
 
 #[doc = include_str!("performance.md")]
+// Inline SVG, as the algorithms' picture; drawn by scripts/bench-ratios.py.
+#[doc = include_str!("bench-ratios.svg")]
 pub mod performance {}
