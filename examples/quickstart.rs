@@ -20,35 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .init();
 
-    // One backend for the whole app; each layer keeps its own counters
-    // because its quota set has its own name.
-    let backend = MemoryBackend::new();
-
-    // Everything: 5 requests per 10 seconds per client IP, bursts allowed.
-    let everywhere = Limiter::new(
-        backend.clone(),
-        QuotaSet::new("app", [Quota::gcra(5, Duration::from_secs(10)).build()?])?,
-    );
-    // /report: 6 units a minute, and each report costs 3.
-    let reports = Limiter::new(
-        backend,
-        QuotaSet::new(
-            "reports",
-            [Quota::sliding_window(6, Duration::from_secs(60)).build()?],
-        )?,
-    );
-
-    let app = Router::new()
-        .route(
-            "/report",
-            post(|| async { "report queued\n" }).layer(
-                RateLimitLayer::builder(reports, PeerIp::new())
-                    .cost(|_| 3)
-                    .build(),
-            ),
-        )
-        .route("/", get(|| async { "hello\n" }))
-        .layer(RateLimitLayer::new(everywhere, PeerIp::new()));
+    let app = app()?;
 
     let port: u16 = std::env::var("PORT")
         .ok()
@@ -76,4 +48,38 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .await?;
     Ok(())
+}
+
+/// The app: the part the README shows, and that a test serves to check the
+/// README's output against it.
+pub fn app() -> Result<Router, Box<dyn std::error::Error>> {
+    // One backend for the whole app; each layer keeps its own counters
+    // because its quota set has its own name.
+    let backend = MemoryBackend::new();
+
+    // Everything: 5 requests per 10 seconds per client IP, bursts allowed.
+    let everywhere = Limiter::new(
+        backend.clone(),
+        QuotaSet::new("app", [Quota::gcra(5, Duration::from_secs(10)).build()?])?,
+    );
+    // /report: 6 units a minute, and each report costs 3.
+    let reports = Limiter::new(
+        backend,
+        QuotaSet::new(
+            "reports",
+            [Quota::sliding_window(6, Duration::from_secs(60)).build()?],
+        )?,
+    );
+
+    Ok(Router::new()
+        .route(
+            "/report",
+            post(|| async { "report queued\n" }).layer(
+                RateLimitLayer::builder(reports, PeerIp::new())
+                    .cost(|_| 3)
+                    .build(),
+            ),
+        )
+        .route("/", get(|| async { "hello\n" }))
+        .layer(RateLimitLayer::new(everywhere, PeerIp::new())))
 }

@@ -783,6 +783,12 @@ fn documented(block: &str) -> (u16, Vec<(String, String)>, String) {
     (status.parse().unwrap(), headers, body)
 }
 
+// The example itself, so that the README's output is checked against the
+// code users run (its `main` is not called here).
+#[allow(dead_code)]
+#[path = "../../examples/quickstart.rs"]
+mod quickstart;
+
 #[tokio::test]
 async fn the_readme_axum_example_prints_what_the_readme_shows() {
     let readme = include_str!("../../README.md");
@@ -796,31 +802,8 @@ async fn the_readme_axum_example_prints_what_the_readme_shows() {
         .take(2)
         .map(|b| b.split("```").next().unwrap().trim_end())
         .collect();
-    // The README's example, as written there.
-    let backend = MemoryBackend::new();
-    let everywhere = Limiter::new(
-        backend.clone(),
-        QuotaSet::new("app", [Quota::gcra(5, 10 * SEC).build().unwrap()]).unwrap(),
-    );
-    let reports = Limiter::new(
-        backend,
-        QuotaSet::new(
-            "reports",
-            [Quota::sliding_window(6, 60 * SEC).build().unwrap()],
-        )
-        .unwrap(),
-    );
-    let app = Router::new()
-        .route(
-            "/report",
-            post(|| async { "report queued\n" }).layer(
-                RateLimitLayer::builder(reports, PeerIp::new())
-                    .cost(|_| 3)
-                    .build(),
-            ),
-        )
-        .route("/", get(|| async { "hello\n" }))
-        .layer(RateLimitLayer::new(everywhere, PeerIp::new()));
+    // The quickstart's own app, which the README shows.
+    let app = quickstart::app().unwrap();
     let addr = support::serve(app).await;
     let client = support::client();
     let mut replies = Vec::new();
