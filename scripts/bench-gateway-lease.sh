@@ -3,7 +3,7 @@
 # gateway on memory: requests/s in interleaved rounds, loaded by wrk on
 # loopback, one hot key (every request from 127.0.0.1 under `peer_ip`), a
 # limit never reached, the upstream an axum hello-world
-# (examples/bench_server.rs, bare). Prints each round and the ratio of the
+# (benches/http_server.rs, bare). Prints each round and the ratio of the
 # medians.
 #
 #   scripts/bench-gateway-lease.sh                  # 5 rounds of 5 s
@@ -20,8 +20,9 @@ command -v redis-server >/dev/null || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-cargo build --release --quiet --all-features --bin tollgate --example bench_server
+cargo build --release --quiet --all-features --bin tollgate --bench http_server
 target=${CARGO_TARGET_DIR:-target}/release
+upstream=$(ls -t "$target"/deps/http_server-* | grep -v '\.d$' | head -n 1)
 out=$(mktemp -d)
 cat > "$out/rules.yaml" <<'EOF'
 rules:
@@ -47,7 +48,7 @@ redis_port=$((20000 + RANDOM % 10000))
 redis-server --port "$redis_port" --save "" --appendonly no >/dev/null &
 pids+=($!)
 up_port=$((30000 + RANDOM % 10000))
-MODE=bare PORT=$up_port "$target/examples/bench_server" &
+MODE=bare PORT=$up_port "$upstream" &
 pids+=($!)
 wait_port "$redis_port"
 wait_port "$up_port"
