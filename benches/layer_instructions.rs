@@ -3,8 +3,9 @@
 //! divided by the difference in requests, free of start-up costs and of
 //! machine noise. See `scripts/callgrind-layer.sh`.
 //!
-//! `layer_instructions N [tollgate|governor|bare] [prometheus]`: N requests
-//! through tollgate's layer (memory backend, IETF headers), tower_governor's
+//! `layer_instructions N [tollgate|rules|governor|bare] [prometheus]`: N
+//! requests through tollgate's layer (memory backend, IETF headers), the
+//! same quota from a rules file (`rules`, with the `rules` feature), tower_governor's
 //! (its headers on) or none, one hot key, no runtime; with `prometheus`, a
 //! Prometheus recorder is installed first, to price the metrics when
 //! someone listens. What a layer adds is its count less bare's.
@@ -57,6 +58,15 @@ fn main() {
                 .expect("quota");
             let limiter = Limiter::new(MemoryBackend::new(), quota);
             drive(RateLimitLayer::new(limiter, PeerIp::new()).layer(hello), n);
+        }
+        #[cfg(feature = "rules")]
+        "rules" => {
+            let yaml = format!(
+                "rules:\n  - name: api\n    key: peer_ip\n    quotas: [{{ algorithm: gcra, limit: 1000000, period: 1s, burst: {} }}]\n",
+                peers::NEVER_SPENT
+            );
+            let rules = tollgate::rules::Rules::parse(&yaml).expect("rules");
+            drive(RateLimitLayer::from_policy(rules).layer(hello), n);
         }
         "governor" => {
             drive(peers::governor_layer().layer(hello), n);

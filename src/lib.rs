@@ -76,6 +76,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "admin")]
+pub mod admin;
 mod algorithm;
 pub mod backend;
 mod clock;

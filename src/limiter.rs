@@ -202,6 +202,80 @@ impl<B: Backend> Limiter<B> {
         self.with_room(false).peek(key, cost).await
     }
 
+    /// What `key` has left of every quota now, spending nothing: a peek at
+    /// cost 0, whose decision reports each quota's remaining units and its
+    /// reset. (Whether a request of some cost would pass, and its
+    /// retry-after if not, is [`peek`](Limiter::peek) at that cost.)
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Limiter, MemoryBackend, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::new(
+    ///     MemoryBackend::new(),
+    ///     Quota::fixed_window(2, Duration::from_secs(60)).build()?,
+    /// );
+    /// limiter.check("k", 1).await?;
+    /// limiter.check("k", 1).await?;
+    /// assert_eq!(limiter.inspect("k").await?.quotas()[0].remaining(), 0);
+    /// assert!(limiter.peek("k", 1).await?.retry_after().is_some());
+    /// limiter.reset("k").await?;
+    /// assert_eq!(limiter.inspect("k").await?.quotas()[0].remaining(), 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn inspect(&self, key: &str) -> Result<Decision, Error> {
+        self.peek(key, 0).await
+    }
+
+    /// Forgets `key`'s state of every quota of this limiter's set, at once:
+    /// afterwards the key means what a key never seen means, on every
+    /// process sharing the backend ([`reset_quota`](Limiter::reset_quota)
+    /// resets one quota). A backend without [`Backend::reset`] answers an
+    /// `Unsupported` error.
+    pub async fn reset(&self, key: &str) -> Result<(), Error> {
+        Ok(self.backend.reset(key, &self.quotas).await?)
+    }
+
+    /// Forgets `key`'s state of the one quota named `quota`, leaving the
+    /// set's other quotas as they are (a daily quota reset after a support
+    /// call, its per-minute quota untouched). Returns whether the set has
+    /// a quota of that name.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Limiter, MemoryBackend, Quota, QuotaSet};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let set = QuotaSet::new("api", [
+    ///     Quota::sliding_log(5, Duration::from_secs(60)).name("minute").build()?,
+    ///     Quota::sliding_window(100, Duration::from_secs(86_400)).build()?,
+    /// ])?;
+    /// let limiter = Limiter::new(MemoryBackend::new(), set);
+    /// limiter.check("k", 3).await?;
+    /// let day = limiter.quotas().quotas()[1].name().to_owned();
+    /// assert!(limiter.reset_quota("k", &day).await?);
+    /// assert!(!limiter.reset_quota("k", "no-such-quota").await?);
+    /// let left = limiter.inspect("k").await?;
+    /// assert_eq!(left.quotas()[0].remaining(), 2);
+    /// assert_eq!(left.quotas()[1].remaining(), 100);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reset_quota(&self, key: &str, quota: &str) -> Result<bool, Error> {
+        let at = self.quotas.quotas().iter().position(|q| q.name() == quota);
+        // A quota's state is keyed by its id alone: the quota alone, with
+        // its id, names the same state.
+        let Some(one) = at.and_then(|i| self.quotas.only(i)) else {
+            return Ok(false);
+        };
+        self.backend.reset(key, &one).await?;
+        Ok(true)
+    }
+
     /// [`check`](Limiter::check) without waiting, when the backend can
     /// decide synchronously (see [`Backend::check_now`]); `None` otherwise.
     #[inline]

@@ -136,6 +136,21 @@ impl QuotaSet {
         }
     }
 
+    /// Quota `i` alone, under this set's name and with its state id (an
+    /// unnamed quota alone in a new set would take the set's name, and so
+    /// another id): what resets one quota of a set.
+    pub(crate) fn only(&self, i: usize) -> Option<QuotaSet> {
+        let quota = self.quotas.get(i)?.clone();
+        let id = *self.ids.get(i)?;
+        let name = Arc::clone(&self.name);
+        Some(QuotaSet::assemble(
+            name,
+            self.named,
+            Box::new([quota]),
+            Box::new([id]),
+        ))
+    }
+
     /// The set's name: the one given to [`new`](QuotaSet::new), or for a
     /// set without one, its quota's.
     pub fn name(&self) -> &str {

@@ -150,6 +150,14 @@ impl Backend for AnyBackend {
         }
     }
 
+    async fn reset(&self, key: &str, quotas: &crate::QuotaSet) -> Result<(), BackendError> {
+        match self {
+            AnyBackend::Memory(m) => m.reset(key, quotas).await,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.reset(key, quotas).await,
+        }
+    }
+
     fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
         match self {
             AnyBackend::Memory(m) => m.check_now(request),

@@ -330,6 +330,22 @@ impl<C: Clock> MemoryBackend<C> {
 }
 
 impl<C: Clock> MemoryBackend<C> {
+    /// Removes `key`'s state of every quota of `quotas` under the shard's
+    /// write lock (all of a key's quotas share one shard), so no decision
+    /// sees some quotas reset and others not. A key without state is left
+    /// as it is: no state already means a full quota.
+    pub(crate) fn reset_now(&self, key: &str, quotas: &crate::QuotaSet) {
+        let inner = &*self.inner;
+        let mut shard = inner.table.lock(key);
+        let removed: isize = quotas
+            .state_ids()
+            .iter()
+            .map(|&id| shard.remove(id, key))
+            .sum();
+        drop(shard);
+        inner.metrics.states_changed(removed);
+    }
+
     /// A reservation: a committed decision, with its time.
     pub(crate) fn reserve_now(&self, request: CheckRequest<'_>) -> Reserved {
         let now = self.now(&request);
@@ -397,6 +413,15 @@ impl<C: Clock> Backend for MemoryBackend<C> {
     #[inline]
     fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
         Some(Ok(self.decide(request)))
+    }
+
+    fn reset<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a crate::QuotaSet,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+        self.reset_now(key, quotas);
+        ready(Ok(()))
     }
 
     fn decides_now(&self) -> bool {

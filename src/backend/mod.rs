@@ -210,6 +210,22 @@ pub trait Backend: Send + Sync + 'static {
         )))
     }
 
+    /// Forgets `key`'s state under `quotas`, atomically: afterwards the key
+    /// means what a key never seen means (every quota full). On Redis, one
+    /// script deletes all of the key's states at once. The default cannot,
+    /// and says so with a [`BackendErrorKind::Unsupported`] error.
+    fn reset<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a QuotaSet,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+        let _ = (key, quotas);
+        std::future::ready(Err(BackendError::new(
+            BackendErrorKind::Unsupported,
+            "this backend cannot reset a key (Backend::reset is not implemented)",
+        )))
+    }
+
     /// Whether other processes read and write this backend's state (Redis
     /// does; memory does not, nor the default). A limiter refuses a
     /// [`QuotaSet`] without a name on a shared backend, since such a set's

@@ -7,6 +7,7 @@
 //!                [--redis-ca FILE] [--redis-cert FILE --redis-key FILE]
 //!                [--redis-lease auto] [--log-level info] [--log-format json] [--log-raw-keys]
 //!                [--metrics-listen 127.0.0.1:9090] [limits...]
+//!                [--admin-listen 127.0.0.1:9091 [--admin-token-file tokens]]
 //! tollgate check --config rules.yaml
 //! ```
 
@@ -32,6 +33,8 @@ use tollgate::backend::BackendErrorKind;
 use tollgate::layer::problem_response;
 use tollgate::rules::{Rules, normalize_path};
 
+#[path = "tollgate/admin.rs"]
+mod admin;
 #[path = "tollgate/intermediary.rs"]
 mod intermediary;
 #[path = "tollgate/metrics.rs"]
@@ -53,6 +56,7 @@ usage:
                  [--max-header-bytes N] [--connect-timeout T]
                  [--upstream-timeout T] [--metrics-listen ADDR]
                  [--log-format text|json] [--log-raw-keys]
+                 [--admin-listen ADDR] [--admin-token-file FILE]
   tollgate check --config FILE
   tollgate rls --config PATH [--listen ADDR] [--redis URL]...   (see tollgate rls --help)
 
@@ -86,6 +90,13 @@ options:
   --metrics-listen ADDR
                       serve Prometheus metrics at http://ADDR/metrics (a listener
                       of its own; off by default)
+  --admin-listen ADDR the admin API (inspect and reset keys, overrides, blocks,
+                      top offenders; see tollgate::admin) on a listener of its
+                      own; off by default. A bare port means 127.0.0.1:PORT; an
+                      address other than loopback needs --admin-token-file
+  --admin-token-file FILE
+                      admin callers' bearer tokens, one `name:token` a line; the
+                      name is logged with every change, never the token
 
 limits (durations as in rules files: 500ms, 10s, 1m):
   --header-timeout T     a request's head must arrive within T; also how long a
@@ -110,6 +121,8 @@ struct Args {
     log_format: LogFormat,
     log_raw_keys: bool,
     metrics_listen: Option<SocketAddr>,
+    admin_listen: Option<SocketAddr>,
+    admin_tokens: Option<PathBuf>,
     limits: server::Limits,
     upstream_limits: UpstreamLimits,
 }
@@ -232,6 +245,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut limits = server::Limits::default();
     let mut upstream_limits = UpstreamLimits::default();
     let mut metrics_listen = None;
+    let (mut admin_listen, mut admin_tokens) = (None, None);
     let (mut log_format, mut log_raw_keys) = (LogFormat::Text, false);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -290,12 +304,23 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 })?;
                 metrics_listen = Some(addr);
             }
+            "--admin-listen" => admin_listen = Some(admin_addr(&value()?)?),
+            "--admin-token-file" => admin_tokens = Some(absolute(value()?)?),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown option {other:?}")),
         }
     }
     let config = config.ok_or("--config FILE is required")?;
     let redis = redis.target()?;
+    match (admin_listen, &admin_tokens) {
+        (Some(addr), None) if !addr.ip().is_loopback() => {
+            return Err(format!(
+                "--admin-listen {addr} is not a loopback address: give --admin-token-file too, or listen on 127.0.0.1"
+            ));
+        }
+        (None, Some(_)) => return Err("--admin-token-file needs --admin-listen ADDR".into()),
+        _ => {}
+    }
     Ok(Args {
         command,
         config,
@@ -308,6 +333,18 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         limits,
         upstream_limits,
         metrics_listen,
+        admin_listen,
+        admin_tokens,
+    })
+}
+
+/// `--admin-listen`'s address: `ADDR:PORT`, or a bare port on loopback.
+fn admin_addr(v: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = v.parse::<u16>() {
+        return Ok(([127, 0, 0, 1], port).into());
+    }
+    v.parse().map_err(|_| {
+        format!("--admin-listen {v:?} is not an address like 127.0.0.1:9091 (or a port)")
     })
 }
 
@@ -344,6 +381,14 @@ fn main() -> ExitCode {
         loader = loader.redis(target);
     }
     let rules = loader.load(&args.config);
+    let admin_tokens = match args.admin_tokens.as_deref().map(admin::Tokens::read) {
+        Some(Err(e)) => {
+            eprintln!("tollgate: {e}");
+            return ExitCode::FAILURE;
+        }
+        Some(Ok(tokens)) => Some(tokens),
+        None => None,
+    };
     let rules = match rules {
         Ok(rules) => rules.log_raw_keys(args.log_raw_keys),
         Err(error) => {
@@ -374,7 +419,7 @@ fn main() -> ExitCode {
     for warning in &warnings {
         tracing::warn!("{warning}");
     }
-    match runtime.block_on(serve(args, rules, metrics)) {
+    match runtime.block_on(serve(args, rules, metrics, admin_tokens)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tollgate: {e}");
@@ -441,11 +486,17 @@ async fn serve(
     args: Args,
     rules: Rules,
     metrics: Option<(SocketAddr, metrics_exporter_prometheus::PrometheusHandle)>,
+    admin_tokens: Option<admin::Tokens>,
 ) -> std::io::Result<()> {
     if let Some((addr, handle)) = metrics {
         metrics::serve(addr, handle, args.limits).await?;
     }
     let _watcher = rules.watch(Duration::from_millis(250));
+    // Other processes' overrides, blocks and resets (on Redis).
+    let _overrides = rules.watch_overrides(tollgate::rules::OVERRIDES_POLL);
+    if let Some(addr) = args.admin_listen {
+        admin::serve(addr, admin_tokens, rules.clone(), args.limits).await?;
+    }
     let trusted = rules.clone();
     let uncapped: server::Uncapped = std::sync::Arc::new(move |ip| trusted.is_trusted_proxy(ip));
     let layer = RateLimitLayer::from_policy(rules);

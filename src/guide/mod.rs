@@ -17,6 +17,7 @@
 //! | [`protect`] | protect the server itself: concurrency, elastic quotas, load shedding |
 //! | [`metrics`] | export decisions and Redis health to Prometheus or another recorder |
 //! | [`outbound`] | limit what you send: wait your turn across a fleet, obey the provider's 429s |
+//! | [`operating`] | operate it live: inspect and reset keys, overrides, blocks, the penalty box, top offenders, the admin API |
 //! | [`direct`] | limit things that are not HTTP requests (jobs, notifications), test with a manual clock, keep state in a store of your own |
 //! | [`performance`] | know what it costs beside governor and tower_governor |
 
@@ -69,6 +70,12 @@ pub mod metrics {}
 
 #[doc = include_str!("outbound.md")]
 pub mod outbound {}
+#[cfg_attr(feature = "admin", doc = include_str!("operating.md"))]
+#[cfg_attr(
+    not(feature = "admin"),
+    doc = "Operating tollgate: the admin API, overrides, top offenders, the penalty box. This chapter needs the `admin` feature."
+)]
+pub mod operating {}
 
 #[doc = include_str!("direct.md")]
 pub mod direct {}

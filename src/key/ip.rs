@@ -152,6 +152,12 @@ impl PeerIp {
         self.prefixes.v4 = bits.min(32);
         self
     }
+
+    /// The key of a request from `ip` (the admin API names keys by address).
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+    pub(crate) fn key_of(self, ip: IpAddr) -> Key {
+        self.prefixes.key(ip)
+    }
 }
 
 impl KeyExtractor for PeerIp {

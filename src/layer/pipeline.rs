@@ -45,7 +45,7 @@ pub(crate) const DEFAULT_MAX_KEY_LEN: usize = 256;
 /// One limit a request is checked against: a limiter (none for a
 /// concurrency quota alone), the key, the cost.
 pub(crate) struct Check<'a, B> {
-    pub limit: Option<&'a Arc<Limit<B>>>,
+    pub limit: Option<LimitRef<'a, B>>,
     pub key: Key,
     pub cost: u64,
     /// Response-aware: reserve now, keep for these statuses after the
@@ -53,6 +53,33 @@ pub(crate) struct Check<'a, B> {
     pub count_status: Option<&'a CountStatus>,
     /// A concurrency quota: a slot taken before any rate check.
     pub concurrency: Option<&'a Protection>,
+    /// Told of the limit's decision (the rules' top offenders and penalty
+    /// box).
+    pub watch: Option<&'a dyn Watch>,
+}
+
+/// A check's limit: the policy's own, or one made at run time (a rules
+/// override set through the admin API), held while the request is decided.
+pub(crate) enum LimitRef<'a, B> {
+    Borrowed(&'a Arc<Limit<B>>),
+    Held(Arc<Limit<B>>),
+}
+
+impl<B> std::ops::Deref for LimitRef<'_, B> {
+    type Target = Arc<Limit<B>>;
+
+    #[inline]
+    fn deref(&self) -> &Arc<Limit<B>> {
+        match self {
+            LimitRef::Borrowed(l) => l,
+            LimitRef::Held(l) => l,
+        }
+    }
+}
+
+/// Told of each limit's decision as it is made.
+pub(crate) trait Watch: Sync {
+    fn decided(&self, key: &Key, decision: &Decision);
 }
 
 /// The checks of one request; one, most often.
@@ -82,14 +109,14 @@ impl Pipeline<'_> {
         if checks.iter().any(|c| c.count_status.is_some()) {
             return None;
         }
-        let mut limits = checks.iter().filter_map(|c| c.limit);
+        let mut limits = checks.iter().filter_map(|c| c.limit.as_deref());
         if !limits.all(|l| l.limiter.backend().decides_now()) {
             return None;
         }
         // A shared store answers now only from what it holds here (a
         // lease): one limit's `None` after another limit spent would
         // spend that one twice, so several limits on it are awaited whole.
-        let mut limits = checks.iter().filter_map(|c| c.limit);
+        let mut limits = checks.iter().filter_map(|c| c.limit.as_deref());
         if limits.clone().nth(1).is_some() && limits.any(|l| l.limiter.backend().shared()) {
             return None;
         }
@@ -105,11 +132,16 @@ impl Pipeline<'_> {
         }
         let mut verdict = None;
         for check in checks {
-            let Some(limit) = check.limit else { continue };
+            let Some(limit) = check.limit.as_deref() else {
+                continue;
+            };
             let room = limit.room(self.protect);
             let outcome = (limit.limiter)
                 .with_room(room)
                 .check_now(check.key.as_str(), check.cost)?;
+            if let (Some(watch), Ok(decision)) = (check.watch, &outcome) {
+                watch.decided(&check.key, decision);
+            }
             // A shared store that answered now did so from a lease or a
             // remembered refusal.
             let local = limit.limiter.backend().shared();
@@ -144,12 +176,17 @@ impl Pipeline<'_> {
         let mut reserved = SmallVec::<[_; 1]>::new();
         let timeout = self.timeout;
         for check in &checks {
-            let Some(limit) = check.limit else { continue };
+            let Some(limit) = check.limit.as_deref() else {
+                continue;
+            };
             let room = limit.room(self.protect);
             let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
             let judged = match check.count_status {
                 None => {
                     let outcome = check_within(limiter, key, cost, timeout, room).await;
+                    if let (Some(watch), Ok(decision)) = (check.watch, &outcome) {
+                        watch.decided(key, decision);
+                    }
                     self.judge(limit, key, outcome, false)
                 }
                 Some(counts) => {
@@ -160,6 +197,9 @@ impl Pipeline<'_> {
                             return self.finish(admissions, self.judge(limit, key, Err(e), false));
                         }
                     };
+                    if let Some(watch) = check.watch {
+                        watch.decided(key, made.decision());
+                    }
                     let judged = self.judge(limit, key, Ok(made.decision().clone()), false);
                     if made.decision().allowed() {
                         reserved.push((limit, key, cost, made.clone()));

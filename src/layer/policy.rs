@@ -8,7 +8,9 @@ use std::time::Duration;
 use http::request::Parts;
 
 use super::count_status::CountStatus;
-use super::pipeline::{Check, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, Pipeline, admit_key};
+use super::pipeline::{
+    Check, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, LimitRef, Pipeline, admit_key,
+};
 use super::respond::ResponsePolicy;
 use super::verdict::Verdict;
 use crate::backend::Backend;
@@ -114,7 +116,8 @@ impl<B, K> LimitPolicy<B, K> {
             KeyOutcome::Settled(verdict) => return Err(verdict),
         };
         Ok(Check {
-            limit: self.limit.as_ref(),
+            limit: self.limit.as_ref().map(LimitRef::Borrowed),
+            watch: None,
             cost: if self.limit.is_some() {
                 self.cost(parts)
             } else {

@@ -48,6 +48,9 @@ pub(super) struct Compiled {
     pub host_rules: bool,
     /// The file's decisions by reason.
     pub reasons: ReasonMetrics,
+    /// Overrides, blocks and resets made at run time: one for every
+    /// version of the rules.
+    pub runtime: Arc<super::runtime::Runtime>,
 }
 
 /// One rule, ready to decide.
@@ -66,6 +69,10 @@ pub(super) struct Rule {
     /// elastic mode).
     pub concurrency: Option<Protection>,
     pub priority: Priority,
+    /// The penalty box, if the rule has one.
+    pub penalty: Option<super::penalty::Penalty>,
+    /// Its top offenders, kept across reloads while the rule keeps its name.
+    pub top: Arc<super::top::TopKeys>,
 }
 
 /// One part of a rule's key.
@@ -109,6 +116,7 @@ impl Compiled {
                 ))));
             }
         };
+        let runtime = old.map_or_else(Default::default, |o| Arc::clone(&o.runtime));
         let mut rules = Vec::with_capacity(file.rules.len());
         for (i, rc) in file.rules.iter().enumerate() {
             if file.rules[..i].iter().any(|o| o.name == rc.name) {
@@ -126,6 +134,21 @@ impl Compiled {
             rule.concurrency =
                 concurrency(rc, old, &protect, &backend_config, path).map_err(error)?;
             check_elastic(rc, &protect).map_err(error)?;
+            if let Some(p) = &rc.penalty {
+                let pk = file.partition_key.as_ref().map(|pk| pk.0.clone());
+                let penalty = super::penalty::Penalty::new(
+                    &rule.name,
+                    p,
+                    &backend,
+                    &runtime,
+                    file.timeout.0,
+                    pk,
+                );
+                rule.penalty = Some(penalty.map_err(error)?);
+            }
+            if let Some(kept) = old.and_then(|o| o.rules.iter().find(|r| r.name == rule.name)) {
+                rule.top = Arc::clone(&kept.top);
+            }
             rules.push(rule);
         }
         let (single_headers, host_rules) = super::host::single_headers(&file);
@@ -148,6 +171,7 @@ impl Compiled {
             rules,
             file,
             reasons: ReasonMetrics::new(),
+            runtime,
         })
     }
 }
@@ -281,6 +305,8 @@ fn rule(
         overrides,
         concurrency: None,
         priority: rc.priority.0,
+        penalty: None,
+        top: Arc::default(),
     })
 }
 

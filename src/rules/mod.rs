@@ -44,12 +44,17 @@ mod host;
 mod key_part;
 mod model;
 mod names;
+pub(crate) mod operate;
 mod path;
 mod pattern;
+mod penalty;
 mod period;
 mod plan;
+mod poll;
 mod quotas;
 mod response;
+pub(crate) mod runtime;
+pub(crate) mod top;
 mod watch;
 
 use std::fmt;
@@ -66,6 +71,7 @@ pub use backend::{AnyBackend, RedisTarget};
 pub use error::RulesError;
 pub use host::normalize_host;
 pub use path::{PathError, normalize_path};
+pub use runtime::POLL_EVERY as OVERRIDES_POLL;
 pub use watch::MAX_RULES_FILE_BYTES;
 
 use crate::backend::Backend;
@@ -209,6 +215,14 @@ impl Rules {
         }
         drop(last);
         self
+    }
+
+    /// `key` as this policy's log lines show it (see
+    /// [`log_raw_keys`](Rules::log_raw_keys)).
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+    pub(crate) fn logged_key(&self, key: &str) -> String {
+        let key = crate::key::Key::from(key.to_owned());
+        self.inner.current.load().respond.logged_key(&key)
     }
 
     /// Compiles `file` over the rules in force, with this handle's settings.

@@ -319,6 +319,9 @@ pub(crate) struct RuleConfig {
     /// Which requests are shed first under load.
     #[serde(default)]
     pub priority: PriorityName,
+    /// The penalty box: so many refusals within a time block the key.
+    #[serde(default)]
+    pub penalty: Option<super::penalty::PenaltyConfig>,
 }
 
 fn one() -> At<u64> {

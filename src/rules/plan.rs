@@ -12,8 +12,11 @@ use super::compile::{Compiled, Rule, RuleKey};
 use super::host::header_matches;
 use super::names::MatchMode;
 use super::path::normalize_path;
+use super::runtime::Found;
 use crate::key::{Key, KeyError, peer_addr};
-use crate::layer::pipeline::{Check, Checks, DEFAULT_MAX_KEY_LEN, KeyOutcome, Pipeline, admit_key};
+use crate::layer::pipeline::{
+    Check, Checks, DEFAULT_MAX_KEY_LEN, KeyOutcome, LimitRef, Pipeline, admit_key,
+};
 use crate::layer::{Headers, Priority, Reason, Verdict, problem};
 
 impl Compiled {
@@ -109,8 +112,16 @@ impl Compiled {
                     return Err(Verdict::pass(Headers::new(), Reason::AllowList));
                 }
             } else {
-                let limit = rule.overrides.get(key.as_str()).or(rule.limit.as_ref());
+                let mut limit = (rule.overrides.get(key.as_str()).or(rule.limit.as_ref()))
+                    .map(LimitRef::Borrowed);
+                // Run-time entries: one load while there are none.
+                match self.runtime.find(&rule.name, key.as_str()) {
+                    Some(Found::Blocked(ms)) => return Err(blocked(ms)),
+                    Some(Found::Override(l)) => limit = Some(LimitRef::Held(l)),
+                    None => {}
+                }
                 checks.push(Check {
+                    watch: Some(rule),
                     limit,
                     key,
                     cost: rule.cost,
@@ -124,6 +135,22 @@ impl Compiled {
         }
         Ok(checks)
     }
+}
+
+/// A blocked key's answer: 429, with the block's time left as Retry-After.
+fn blocked(ms: u64) -> Verdict {
+    let secs = ms.div_ceil(1000).max(1);
+    let detail = format!("This client is blocked for {secs} more seconds.");
+    let reason = Reason::Blocked;
+    let mut response = problem(
+        StatusCode::TOO_MANY_REQUESTS,
+        "about:blank",
+        &detail,
+        &[],
+        reason,
+    );
+    (response.headers_mut()).insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+    Verdict::respond(response, reason)
 }
 
 fn forbidden() -> Verdict {

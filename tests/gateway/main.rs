@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admin;
 mod cli;
 mod count_status;
 mod dodges;

@@ -94,7 +94,7 @@ const TEST_CLOCK_EXPIRY_SLACK_MS: u64 = 60_000;
 /// ```
 #[derive(Clone)]
 pub struct RedisBackend {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 /// What the clones of one backend share; made by the builder.
@@ -188,7 +188,7 @@ impl RedisBackend {
     /// The local cache, for a set it may serve (not one counting refused
     /// attempts, which Redis must all see, nor an elastic one), and the
     /// set's id in it.
-    fn cache_for(&self, quotas: &QuotaSet) -> Option<(&DenialCache, u64)> {
+    pub(super) fn cache_for(&self, quotas: &QuotaSet) -> Option<(&DenialCache, u64)> {
         let cache = self.inner.cache.as_ref()?;
         Some((cache, cache_id(quotas)?))
     }
@@ -595,6 +595,17 @@ impl Backend for RedisBackend {
     /// True with leases on: most decisions of a hot key are then made here.
     fn decides_now(&self) -> bool {
         self.inner.lease.is_some()
+    }
+
+    fn reset<'a>(
+        &'a self,
+        key: &'a str,
+        quotas: &'a QuotaSet,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
+        // Boxed for the reason `run` is.
+        let reset: Pin<Box<dyn Future<Output = _> + Send + 'a>> =
+            Box::pin(self.reset_key(key, quotas));
+        reset
     }
 
     fn name(&self) -> &'static str {

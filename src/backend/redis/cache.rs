@@ -316,6 +316,13 @@ impl DenialCache {
         Some(lease.decision(now, quotas))
     }
 
+    /// Forgets what this process knows of `key` in set `set`, its denial
+    /// and its lease: the key was reset, and neither means anything now.
+    pub(crate) fn forget(&self, set: u64, key: &str) {
+        self.table.lock(key).remove(set, key);
+        self.call_done(set, key).notify_waiters();
+    }
+
     /// How many keys are cached (expired ones not yet dropped included).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

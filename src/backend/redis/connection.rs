@@ -40,6 +40,16 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// Any command, its reply read as `T` (the admin store's calls).
+    async fn query_as<T: redis::FromRedisValue>(&mut self, cmd: &Cmd) -> redis::RedisResult<T> {
+        match self {
+            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
+}
+
 impl Source {
     /// A connection of the backend's own: taken out of the pool, so that
     /// nothing else the pool serves (a `MULTI`, a blocking `BLPOP`) shares
@@ -197,6 +207,22 @@ impl Connections {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         *slot = Some((generation, conn.clone()));
         Ok(((generation, conn), true))
+    }
+
+    /// Runs `cmd` on the connection in use, its reply read as `T`;
+    /// forgets the connection if it broke.
+    pub(super) async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+    ) -> Result<T, BackendError> {
+        let (mut conn, _) = self.connection().await?;
+        conn.1.query_as(cmd).await.map_err(|e| {
+            let (e, broken) = redis_error(e);
+            if broken {
+                self.forget(Some(conn.0));
+            }
+            e
+        })
     }
 
     /// Drops the connection in use (only if it is still `generation`'s).

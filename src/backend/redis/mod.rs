@@ -1,5 +1,6 @@
 //! State in Redis, shared by every server of a fleet (the `redis` feature).
 
+mod admin;
 mod backend;
 mod breaker;
 mod builder;

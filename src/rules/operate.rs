@@ -1,0 +1,488 @@
+//! What an operator does to running rules (the admin API's calls): inspect
+//! and reset a key, set and remove overrides and blocks, read the top
+//! offenders.
+
+// Read by the admin API (the `admin` feature); the request path uses a part.
+#![cfg_attr(not(feature = "admin"), allow(dead_code))]
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::Rules;
+use super::backend::AnyBackend;
+use super::compile::{Compiled, Rule};
+use super::key_part::KeyPart;
+use super::quotas::QuotaList;
+use super::runtime::{Block, MAX_ENTRIES, Override, now_ms};
+use crate::decision::Decision;
+use crate::layer::pipeline::Limit;
+use crate::limiter::Limiter;
+use crate::quota_set::QuotaSet;
+
+/// Why an operator's call failed.
+#[derive(Debug)]
+pub(crate) enum OpError {
+    /// No rule of that name.
+    NoRule(String),
+    /// The key or the body cannot be used; says why.
+    Invalid(String),
+    /// No such override or block.
+    NotFound,
+    /// Too many entries held already.
+    Full,
+    /// The backend failed (its message, which holds no key).
+    Backend(String),
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpError::NoRule(r) => write!(f, "there is no rule named {r:?}"),
+            OpError::Invalid(m) => f.write_str(m),
+            OpError::NotFound => f.write_str("there is no such entry"),
+            OpError::Full => write!(
+                f,
+                "{MAX_ENTRIES} entries of this kind are held already; delete some first"
+            ),
+            OpError::Backend(m) => write!(f, "the backend failed: {m}"),
+        }
+    }
+}
+
+pub(super) fn backend_error(e: impl std::fmt::Display) -> OpError {
+    OpError::Backend(e.to_string())
+}
+
+/// A rule as the admin API lists it.
+pub(crate) struct RuleSummary {
+    pub name: String,
+    pub key: String,
+    pub cost: u64,
+    /// (name, algorithm, limit, period)
+    pub quotas: Vec<(String, &'static str, u64, Duration)>,
+    /// (refusals, within, block)
+    pub penalty: Option<(u64, Duration, Duration)>,
+}
+
+/// A key as inspected.
+pub(crate) struct Inspection {
+    /// The key as the rule builds it.
+    pub key: String,
+    /// What is left now (a peek at cost 0), and whether a request of the
+    /// rule's cost would pass (a peek at that cost), against the quotas in
+    /// force for the key.
+    pub decision: Option<(Decision, Decision)>,
+    /// The names of the quotas the decision reports, in its order.
+    pub names: Vec<String>,
+    /// Whether those are a run-time override's.
+    pub overridden: bool,
+    /// The block in force, if any.
+    pub block: Option<Block>,
+}
+
+/// A run-time override as read back.
+pub(crate) struct OverrideView {
+    pub key: String,
+    pub quotas_json: String,
+    pub expires_at_ms: Option<u64>,
+}
+
+/// A run-time entry's field in the shared store: kind, rule, key.
+pub(super) fn field(kind: char, rule: &str, key: &str) -> String {
+    format!("{kind}\n{rule}\n{key}")
+}
+
+impl Compiled {
+    pub(super) fn rule_named(&self, rule: &str) -> Result<(usize, &Rule), OpError> {
+        (self.rules.iter().enumerate())
+            .find(|(_, r)| r.name == rule)
+            .ok_or_else(|| OpError::NoRule(rule.to_owned()))
+    }
+
+    /// `given` as rule `i` builds its keys: as given when it is built
+    /// already (`key:…`, `ip:…`, parts joined by `|`), else, for a rule
+    /// whose key is one part, with that part's prefix (the API key, the
+    /// address or the user id as the client sent it).
+    fn built_key(&self, i: usize, given: &str) -> Result<String, OpError> {
+        if given.is_empty() || given.len() > crate::layer::pipeline::DEFAULT_MAX_KEY_LEN {
+            return Err(OpError::Invalid(format!(
+                "a key is 1 to {} bytes",
+                crate::layer::pipeline::DEFAULT_MAX_KEY_LEN
+            )));
+        }
+        if given.chars().any(char::is_control) {
+            return Err(OpError::Invalid("a key holds no control characters".into()));
+        }
+        let prefix = match self.file.rules[i].key.0.as_slice() {
+            [KeyPart::Header(_)] => "key:",
+            [KeyPart::PeerIp | KeyPart::ClientIp] => "ip:",
+            [KeyPart::User] => "user:",
+            _ => return Ok(given.to_owned()),
+        };
+        if given.starts_with(prefix) {
+            return Ok(given.to_owned());
+        }
+        if prefix == "ip:" {
+            // An address as the client's would be written: in its normal
+            // form (and an IPv6 one under the rule's prefix length).
+            let ip: std::net::IpAddr = given.parse().map_err(|_| {
+                OpError::Invalid(
+                    "this rule's key is an address: give one, as ip:ADDR or ADDR".into(),
+                )
+            })?;
+            let prefix_len = self.file.client_ip.ipv6_prefix;
+            let key = crate::key::PeerIp::new().ipv6_prefix(prefix_len).key_of(ip);
+            return Ok(key.as_str().to_owned());
+        }
+        Ok(format!("{prefix}{given}"))
+    }
+
+    /// The rule's limits that count for `key`: the rule's own, the file's
+    /// override of the key, and a run-time override's.
+    pub(super) fn limits_of(&self, rule: &Rule, key: &str) -> Vec<Arc<Limit<AnyBackend>>> {
+        let mut limits: Vec<Arc<Limit<AnyBackend>>> = Vec::new();
+        limits.extend(rule.limit.iter().cloned());
+        limits.extend(rule.overrides.get(key).cloned());
+        if let Some(super::runtime::Found::Override(l)) = self.runtime.find(&rule.name, key) {
+            limits.push(l);
+        }
+        limits
+    }
+
+    /// Quotas given as JSON (the rules file's list), as rule `rule`'s
+    /// override: checked as the file's are.
+    pub(super) fn override_limit(
+        &self,
+        rule: &Rule,
+        quotas_json: &str,
+    ) -> Result<Arc<Limit<AnyBackend>>, String> {
+        // JSON is YAML: the file's own parser reads it, with its checks.
+        let list: QuotaList =
+            serde_saphyr::from_str(quotas_json).map_err(|e| format!("quotas: {e}"))?;
+        let quotas: Vec<_> = list.0.into_iter().map(|q| q.quota).collect();
+        if let Some(q) = quotas.iter().find(|q| q.max_cost() < rule.cost) {
+            return Err(format!(
+                "quota {:?} can never admit the rule's cost of {}",
+                q.name(),
+                rule.cost
+            ));
+        }
+        let set =
+            QuotaSet::new(format!("{}#admin", rule.name), quotas).map_err(|e| e.to_string())?;
+        if let Some(e) = self.backend.refuses(&set) {
+            return Err(e);
+        }
+        Ok(Arc::new(Limit::new(Limiter::new(
+            self.backend.clone(),
+            set,
+        ))))
+    }
+}
+
+impl Rules {
+    pub(super) fn compiled(&self) -> Arc<Compiled> {
+        self.inner.current.load_full()
+    }
+
+    /// The rules in force, as listed.
+    pub(crate) fn summaries(&self) -> Vec<RuleSummary> {
+        let compiled = self.compiled();
+        (compiled.rules.iter().zip(&compiled.file.rules))
+            .map(|(r, rc)| RuleSummary {
+                name: r.name.clone(),
+                key: (rc.key.0.iter())
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" + "),
+                cost: r.cost,
+                quotas: (r.limit.iter())
+                    .flat_map(|l| l.limiter.quotas().quotas())
+                    .map(|q| {
+                        (
+                            q.name().to_owned(),
+                            q.algorithm().name(),
+                            q.limit(),
+                            q.period(),
+                        )
+                    })
+                    .collect(),
+                penalty: rc
+                    .penalty
+                    .as_ref()
+                    .map(|p| (p.refusals, p.within.0, p.block.0)),
+            })
+            .collect()
+    }
+
+    /// What `key` (as given) of `rule` has left, spending nothing.
+    pub(crate) async fn inspect(&self, rule: &str, key: &str) -> Result<Inspection, OpError> {
+        let compiled = self.compiled();
+        let (i, r) = compiled.rule_named(rule)?;
+        let key = compiled.built_key(i, key)?;
+        let runtime_override = match compiled.runtime.find(rule, &key) {
+            Some(super::runtime::Found::Override(l)) => Some(l),
+            _ => None,
+        };
+        let overridden = runtime_override.is_some();
+        let limit =
+            runtime_override.or_else(|| (r.overrides.get(&key).or(r.limit.as_ref())).cloned());
+        let (decision, names) = match limit {
+            Some(l) => {
+                let names = (l.limiter.quotas().quotas().iter())
+                    .map(|q| q.name().to_owned())
+                    .collect();
+                let left = l.limiter.inspect(&key).await.map_err(backend_error)?;
+                let next = l.limiter.peek(&key, r.cost).await.map_err(backend_error)?;
+                (Some((left, next)), names)
+            }
+            None => (None, Vec::new()),
+        };
+        let block = compiled.runtime.read(|e| {
+            (e.blocks.get(rule).and_then(|m| m.get(&key)).copied())
+                .filter(|b| b.until_ms > now_ms())
+        });
+        Ok(Inspection {
+            key,
+            decision,
+            names,
+            overridden,
+            block,
+        })
+    }
+
+    /// Resets `key` of `rule`: every quota counting for it is full again,
+    /// on every process (on Redis, the others forget what they cached of
+    /// it within a poll). Overrides and blocks stay.
+    pub(crate) async fn reset(&self, rule: &str, key: &str) -> Result<String, OpError> {
+        let compiled = self.compiled();
+        let (i, r) = compiled.rule_named(rule)?;
+        let key = compiled.built_key(i, key)?;
+        for limit in compiled.limits_of(r, &key) {
+            limit.limiter.reset(&key).await.map_err(backend_error)?;
+        }
+        if let Some(p) = &r.penalty {
+            p.counter.reset(&key).await.map_err(backend_error)?;
+        }
+        #[cfg(feature = "redis")]
+        if let AnyBackend::Redis(redis) = &compiled.backend {
+            let f = field('r', rule, &key);
+            let f = f.split_once('\n').map_or(f.as_str(), |(_, rest)| rest);
+            redis
+                .store_write("reset", f, "")
+                .await
+                .map_err(backend_error)?;
+        }
+        Ok(key)
+    }
+
+    /// Sets `key`'s own quotas on `rule` (JSON: the rules file's quota
+    /// list), for `expires_in` if given. Its counters are its own: the
+    /// key's counters under the rule are left as they are.
+    pub(crate) async fn set_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quotas_json: &str,
+        expires_in: Option<Duration>,
+    ) -> Result<String, OpError> {
+        let compiled = self.compiled();
+        let (i, r) = compiled.rule_named(rule)?;
+        let key = compiled.built_key(i, key)?;
+        if r.limit.is_none() {
+            return Err(OpError::Invalid(format!(
+                "rule {rule} has no rate quotas to override (only a concurrency limit)"
+            )));
+        }
+        let limit = compiled
+            .override_limit(r, quotas_json)
+            .map_err(OpError::Invalid)?;
+        let expires_at_ms = expires_in.map(|d| now_ms().saturating_add(millis(d)));
+        let entry = Override {
+            quotas_json: quotas_json.to_owned(),
+            expires_at_ms,
+            limit,
+        };
+        let full = compiled.runtime.read(|e| {
+            e.count_overrides() >= MAX_ENTRIES
+                && !e.overrides.get(rule).is_some_and(|m| m.contains_key(&key))
+        });
+        if full {
+            return Err(OpError::Full);
+        }
+        #[cfg(feature = "redis")]
+        if let AnyBackend::Redis(redis) = &compiled.backend {
+            let value = format!("{}\n{quotas_json}", expires_at_ms.unwrap_or(0));
+            (redis
+                .store_write("set", &field('o', rule, &key), &value)
+                .await)
+                .map_err(backend_error)?;
+        }
+        compiled.runtime.change(|e| {
+            let m = e.overrides.entry(rule.to_owned()).or_default();
+            m.insert(key.clone(), entry);
+        });
+        Ok(key)
+    }
+
+    /// `key`'s run-time override on `rule`, if it has one in force.
+    pub(crate) fn get_override(&self, rule: &str, key: &str) -> Result<OverrideView, OpError> {
+        let compiled = self.compiled();
+        let (i, _) = compiled.rule_named(rule)?;
+        let key = compiled.built_key(i, key)?;
+        let now = now_ms();
+        compiled
+            .runtime
+            .read(|e| {
+                let o = e.overrides.get(rule)?.get(&key)?;
+                (o.expires_at_ms.is_none_or(|t| t > now)).then(|| OverrideView {
+                    key: key.clone(),
+                    quotas_json: o.quotas_json.clone(),
+                    expires_at_ms: o.expires_at_ms,
+                })
+            })
+            .ok_or(OpError::NotFound)
+    }
+
+    /// `rule`'s run-time overrides in force, by key.
+    pub(crate) fn list_overrides(&self, rule: &str) -> Result<Vec<OverrideView>, OpError> {
+        let compiled = self.compiled();
+        compiled.rule_named(rule)?;
+        let now = now_ms();
+        let mut list = compiled.runtime.read(|e| {
+            (e.overrides.get(rule).into_iter().flatten())
+                .filter(|(_, o)| o.expires_at_ms.is_none_or(|t| t > now))
+                .map(|(k, o)| OverrideView {
+                    key: k.clone(),
+                    quotas_json: o.quotas_json.clone(),
+                    expires_at_ms: o.expires_at_ms,
+                })
+                .collect::<Vec<_>>()
+        });
+        list.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(list)
+    }
+
+    /// Removes `key`'s run-time override on `rule` (or its block, with
+    /// `kind` 'b').
+    pub(crate) async fn delete_entry(
+        &self,
+        kind: char,
+        rule: &str,
+        key: &str,
+    ) -> Result<String, OpError> {
+        let compiled = self.compiled();
+        let (i, r) = compiled.rule_named(rule)?;
+        let key = compiled.built_key(i, key)?;
+        let held = compiled.runtime.read(|e| match kind {
+            'o' => e.overrides.get(rule).is_some_and(|m| m.contains_key(&key)),
+            _ => e.blocks.get(rule).is_some_and(|m| m.contains_key(&key)),
+        });
+        #[cfg(feature = "redis")]
+        if let AnyBackend::Redis(redis) = &compiled.backend {
+            (redis.store_write("del", &field(kind, rule, &key), "").await)
+                .map_err(backend_error)?;
+        }
+        let removed = compiled.runtime.change(|e| {
+            let map = if kind == 'o' {
+                None
+            } else {
+                Some(&mut e.blocks)
+            };
+            match map {
+                Some(blocks) => blocks.get_mut(rule).and_then(|m| m.remove(&key)).is_some(),
+                None => (e.overrides.get_mut(rule))
+                    .and_then(|m| m.remove(&key))
+                    .is_some(),
+            }
+        });
+        if !(held || removed) {
+            return Err(OpError::NotFound);
+        }
+        // A lifted key starts its penalty count afresh: its next refusal
+        // is its first, not the one that blocks it again.
+        if let (Some(p), 'b') = (&r.penalty, kind) {
+            p.counter.reset(&key).await.map_err(backend_error)?;
+        }
+        Ok(key)
+    }
+
+    /// Blocks `key` of `rule` for `span`: every request of it answered 429
+    /// with a Retry-After of what is left.
+    pub(crate) async fn block(
+        &self,
+        rule: &str,
+        key: &str,
+        span: Duration,
+        penalty: bool,
+    ) -> Result<(String, u64), OpError> {
+        let compiled = self.compiled();
+        let (i, _) = compiled.rule_named(rule)?;
+        let key = if penalty {
+            key.to_owned()
+        } else {
+            compiled.built_key(i, key)?
+        };
+        let until_ms = now_ms().saturating_add(millis(span));
+        store_block(&compiled, rule, &key, until_ms, penalty).await?;
+        Ok((key, until_ms))
+    }
+
+    /// `rule`'s top `n` keys: refused ones (`refused`) or admitted ones,
+    /// with the decisions counted. Keys as the logs show them unless raw
+    /// keys are logged.
+    pub(crate) fn top(
+        &self,
+        rule: &str,
+        n: usize,
+        refused: bool,
+    ) -> Result<(Vec<super::top::Heavy>, u64), OpError> {
+        let compiled = self.compiled();
+        let (_, r) = compiled.rule_named(rule)?;
+        let (mut top, total) = r.top.top(n, refused);
+        for h in &mut top {
+            h.key = compiled
+                .respond
+                .logged_key(&crate::key::Key::from(std::mem::take(&mut h.key)));
+        }
+        Ok((top, total))
+    }
+
+    /// Whether keys are shown as they are (see [`Rules::log_raw_keys`]).
+    pub(crate) fn raw_keys_shown(&self) -> bool {
+        self.inner.raw_keys_logged.load(Ordering::Relaxed)
+    }
+}
+
+/// Stores a block: in Redis first when the rules are there, then here.
+pub(super) async fn store_block(
+    compiled: &Compiled,
+    rule: &str,
+    key: &str,
+    until_ms: u64,
+    penalty: bool,
+) -> Result<(), OpError> {
+    let full = compiled.runtime.read(|e| {
+        e.count_blocks() >= MAX_ENTRIES && !e.blocks.get(rule).is_some_and(|m| m.contains_key(key))
+    });
+    if full {
+        return Err(OpError::Full);
+    }
+    #[cfg(feature = "redis")]
+    if let AnyBackend::Redis(redis) = &compiled.backend {
+        let value = format!("{until_ms}\n{}", u8::from(penalty));
+        (redis
+            .store_write("set", &field('b', rule, key), &value)
+            .await)
+            .map_err(backend_error)?;
+    }
+    compiled.runtime.change(|e| {
+        let block = Block { until_ms, penalty };
+        (e.blocks.entry(rule.to_owned()).or_default()).insert(key.to_owned(), block);
+    });
+    Ok(())
+}
+
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
