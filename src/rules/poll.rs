@@ -27,14 +27,26 @@ impl Rules {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // Whether the last poll failed: a store down is logged once
+            // when it goes and once when it comes back, not every poll.
+            #[cfg(feature = "redis")]
+            let mut failing = false;
             loop {
                 tick.tick().await;
                 let Some(inner) = weak.upgrade() else { return };
                 let rules = Rules { inner };
                 #[cfg(feature = "redis")]
                 {
-                    if let Err(e) = rules.poll().await {
-                        tracing::warn!(error = %e, "tollgate: the shared overrides store could not be read");
+                    match rules.poll().await {
+                        Err(e) if !failing => {
+                            failing = true;
+                            tracing::warn!(error = %e, "tollgate: the shared overrides store could not be read; overrides and blocks stay as last read");
+                        }
+                        Ok(()) if failing => {
+                            failing = false;
+                            tracing::info!("tollgate: the shared overrides store is read again");
+                        }
+                        _ => {}
                     }
                     if !matches!(rules.compiled().backend, AnyBackend::Redis(_)) {
                         return;
