@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Waiting one's turn (examples/bench_outbound.rs): tollgate's pacer in memory
+# Waiting one's turn (benches/outbound_load.rs): tollgate's pacer in memory
 # and on a Redis started here, beside governor's until_key_ready. Prints a
 # Markdown table (BENCHMARKS.md, "Outbound: waiting one's turn").
 # PROFILE=debug runs the debug build (no release build of the dependencies).
@@ -16,5 +16,7 @@ trap 'kill $redis; rm -rf "$dir"' EXIT
 for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 release=--release
 [ "${PROFILE:-release}" = debug ] && release=
-cargo run -q $release --features redis --example bench_outbound -- \
+bin=$(cargo build -q $release --features redis --bench outbound_load --message-format=json |
+  grep -o '"executable":"[^"]*outbound_load[^"]*"' | tail -n1 | sed 's/.*:"//; s/"$//')
+"$bin" \
   --redis "redis://127.0.0.1:$port" --rate "${RATE:-200}" --seconds "${SECONDS_EACH:-3}"
