@@ -70,6 +70,8 @@ pub struct Quota {
     /// several, which quotas report numbers derived when read), worked out
     /// once, so that choosing the path costs a request one comparison.
     pub(crate) path: Path,
+    /// The calendar whose periods are the windows (fixed window only).
+    pub(crate) calendar: Option<Arc<crate::calendar::Calendar>>,
 }
 
 /// How the memory backend keeps and decides a quota alone in its set; in
@@ -177,6 +179,12 @@ impl Quota {
     /// Whether rejected attempts are counted (sliding log only).
     pub fn counts_rejected(&self) -> bool {
         self.count_rejected
+    }
+
+    /// The calendar whose periods are this fixed window's windows, if any
+    /// ([`QuotaBuilder::calendar`](super::QuotaBuilder::calendar)).
+    pub fn calendar(&self) -> Option<&crate::calendar::Calendar> {
+        self.calendar.as_deref()
     }
 
     /// The largest cost one request can have: more can never be admitted.

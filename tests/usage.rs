@@ -1,0 +1,146 @@
+//! Usage-based limits: costs known from the response (LLM tokens) and
+//! calendar quotas, through the builder, the layer and real gateways on
+//! memory and on Redis.
+
+#![cfg(feature = "gateway")]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+
+/// A fake LLM API on plain TCP, written by hand so that the test controls
+/// every byte: each request's `x-tokens` header is the usage its answer
+/// reports in `x-usage-total-tokens`. With `x-stream: trailer` the answer
+/// is chunked and the count comes in the trailer instead (as an HTTP/2 or
+/// gRPC server sends it at the end of a stream); with `x-stream: hang` it
+/// sends its head and one chunk, then holds the connection until the
+/// client goes away (a stream the client drops).
+struct FakeLlm {
+    addr: SocketAddr,
+    /// Requests answered (or begun, for a hanging stream).
+    served: Arc<AtomicUsize>,
+}
+
+async fn fake_llm() -> FakeLlm {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&served);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                let _ = answer_all(socket, count).await;
+            });
+        }
+    });
+    FakeLlm { addr, served }
+}
+
+/// Answers the requests of one connection (kept alive) until it closes.
+async fn answer_all(
+    socket: tokio::net::TcpStream,
+    served: Arc<AtomicUsize>,
+) -> std::io::Result<()> {
+    let (read, mut write) = socket.into_split();
+    let mut read = BufReader::new(read);
+    loop {
+        let mut tokens = 0u64;
+        let mut stream = String::new();
+        let mut length = 0usize;
+        let mut first = true;
+        loop {
+            let mut line = String::new();
+            if read.read_line(&mut line).await? == 0 {
+                return Ok(());
+            }
+            let line = line.trim_end();
+            if line.is_empty() {
+                if first {
+                    continue;
+                }
+                break;
+            }
+            first = false;
+            if let Some((name, value)) = line.split_once(':') {
+                let value = value.trim();
+                match name.to_ascii_lowercase().as_str() {
+                    "x-tokens" => tokens = value.parse().unwrap_or(0),
+                    "x-stream" => stream = value.to_owned(),
+                    "content-length" => length = value.parse().unwrap_or(0),
+                    _ => {}
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        read.read_exact(&mut body).await?;
+        served.fetch_add(1, Ordering::SeqCst);
+        match stream.as_str() {
+            "trailer" => {
+                let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-usage-total-tokens\r\ncontent-type: text/plain\r\n\r\n";
+                let chunk = "5\r\nhello\r\n";
+                let end = format!("0\r\nx-usage-total-tokens: {tokens}\r\n\r\n");
+                write
+                    .write_all(format!("{head}{chunk}{end}").as_bytes())
+                    .await?;
+            }
+            "hang" => {
+                let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/plain\r\n\r\n5\r\nhello\r\n";
+                write.write_all(head.as_bytes()).await?;
+                // Until the client hangs up: a read of 0 bytes or an error.
+                let mut rest = [0u8; 64];
+                while matches!(read.read(&mut rest).await, Ok(n) if n > 0) {}
+                return Ok(());
+            }
+            _ => {
+                let body = "{\"answer\":\"hello\"}";
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nx-usage-total-tokens: {tokens}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                write.write_all(head.as_bytes()).await?;
+            }
+        }
+    }
+}
+
+/// One request to the fake upstream straight, no gateway: it answers as
+/// the gateway tests expect it to.
+#[tokio::test]
+async fn the_fake_llm_reports_usage_in_a_header_and_a_trailer() {
+    let llm = fake_llm().await;
+    let mut socket = tokio::net::TcpStream::connect(llm.addr).await.unwrap();
+    socket
+        .write_all(
+            b"POST /v1/chat HTTP/1.1\r\nhost: x\r\nx-tokens: 321\r\ncontent-length: 2\r\n\r\n{}",
+        )
+        .await
+        .unwrap();
+    let mut got = vec![0; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), socket.read(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&got[..n]);
+    assert!(text.contains("x-usage-total-tokens: 321"), "{text}");
+    socket
+        .write_all(b"GET /s HTTP/1.1\r\nhost: x\r\nx-tokens: 7\r\nx-stream: trailer\r\n\r\n")
+        .await
+        .unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(5), socket.read(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&got[..n]);
+    assert!(
+        text.ends_with("0\r\nx-usage-total-tokens: 7\r\n\r\n"),
+        "{text}"
+    );
+    assert_eq!(llm.served.load(Ordering::SeqCst), 2);
+}
