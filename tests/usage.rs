@@ -6,6 +6,9 @@
 
 mod support;
 
+use proptest::prelude::*;
+use tollgate::{Algorithm, Limiter, ManualClock, MemoryBackend, Quota, Settle, Timestamp};
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -143,4 +146,122 @@ async fn the_fake_llm_reports_usage_in_a_header_and_a_trailer() {
         "{text}"
     );
     assert_eq!(llm.served.load(Ordering::SeqCst), 2);
+}
+
+/// 2026-11-26T12:00:00Z: a moment in the middle of a minute-long window.
+const NOON: u64 = 1_795_176_000_000_000 + 6 * 86_400_000_000 + 30_000_000;
+
+fn memory(quota: Quota) -> (Limiter<MemoryBackend<ManualClock>>, ManualClock) {
+    let clock = ManualClock::new(Timestamp::from_micros(NOON));
+    let backend = MemoryBackend::builder().clock(clock.clone()).build();
+    (Limiter::new(backend, quota), clock)
+}
+
+/// An answer that took more than its reservation puts the key in debt:
+/// the next request is refused, and its Retry-After covers the debt.
+#[tokio::test]
+async fn an_under_estimate_puts_the_key_in_debt_and_retry_after_covers_it() {
+    // 1 000 tokens a minute: one token each 60 ms.
+    let (tokens, clock) = memory(Quota::gcra(1_000, Duration::from_secs(60)).build().unwrap());
+    let answer = tokens.reserve("key", 100).await.unwrap();
+    assert!(answer.decision().allowed());
+    let left = answer.settle(Settle::Actual(1_500)).await.unwrap().unwrap();
+    assert_eq!(left.remaining(), 0);
+    let refused = tokens.check("key", 1).await.unwrap();
+    assert!(!refused.allowed());
+    // 1 500 tokens spent of a 1 000 burst: one more fits once 501 have
+    // come back, 30.06 s.
+    let wait = refused.retry_after().unwrap();
+    assert!(wait >= Duration::from_millis(30_060), "{wait:?}");
+    clock.advance(wait - Duration::from_millis(1));
+    assert!(!tokens.check("key", 1).await.unwrap().allowed());
+    clock.advance(Duration::from_millis(1));
+    assert!(tokens.check("key", 1).await.unwrap().allowed());
+}
+
+/// Debt on a fixed window lasts to the window's end, which Retry-After says.
+#[tokio::test]
+async fn a_fixed_window_in_debt_refuses_until_its_end() {
+    let (tokens, clock) = memory(
+        Quota::fixed_window(1_000, Duration::from_secs(60))
+            .build()
+            .unwrap(),
+    );
+    let answer = tokens.reserve("key", 500).await.unwrap();
+    answer.settle(Settle::Actual(4_000)).await.unwrap();
+    let refused = tokens.check("key", 1).await.unwrap();
+    assert!(!refused.allowed());
+    // NOON is 30 s into its minute.
+    assert_eq!(refused.retry_after(), Some(Duration::from_secs(30)));
+    clock.advance(Duration::from_secs(30));
+    assert!(tokens.check("key", 1).await.unwrap().allowed());
+}
+
+/// Below the reservation, the rest goes back; equal, nothing changes; a
+/// refused reservation was not served, and settling it changes nothing.
+#[tokio::test]
+async fn an_over_estimate_gives_the_rest_back() {
+    let (tokens, _clock) = memory(
+        Quota::fixed_window(1_000, Duration::from_secs(60))
+            .build()
+            .unwrap(),
+    );
+    let a = tokens.reserve("key", 500).await.unwrap();
+    let left = a.settle(Settle::Actual(120)).await.unwrap().unwrap();
+    assert_eq!(left.remaining(), 880);
+    let b = tokens.reserve("key", 80).await.unwrap();
+    assert_eq!(b.settle(Settle::Actual(80)).await.unwrap(), None);
+    assert_eq!(tokens.peek("key", 0).await.unwrap().remaining(), 800);
+    let refused = tokens.reserve("key", 900).await.unwrap();
+    assert!(!refused.decision().allowed());
+    assert_eq!(refused.settle(Settle::Actual(5_000)).await.unwrap(), None);
+    assert_eq!(tokens.peek("key", 0).await.unwrap().remaining(), 800);
+}
+
+fn quota_of(algorithm: Algorithm, capacity: u64) -> Quota {
+    Quota::builder(algorithm, capacity, Duration::from_secs(3_600))
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Settling never loses or creates units: at one moment, what the
+    /// quota has spent is what the admitted requests really cost
+    /// (reserved - returned + extra = charged), up to the capacity, past
+    /// which the key is in debt and has nothing left.
+    #[test]
+    fn settle_never_loses_or_creates_units(
+        algorithm in prop::sample::select(vec![
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::SlidingLog,
+            Algorithm::TokenBucket,
+            Algorithm::Gcra,
+        ]),
+        steps in prop::collection::vec((1u64..400, 0u64..700), 1..40),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let capacity = 5_000;
+            let (limiter, _clock) = memory(quota_of(algorithm, capacity));
+            let mut charged = 0u64;
+            for (reserve, actual) in steps {
+                let r = limiter.reserve("k", reserve).await.unwrap();
+                let admitted = r.decision().allowed();
+                r.settle(Settle::Actual(actual)).await.unwrap();
+                if admitted {
+                    charged += actual;
+                }
+                let left = limiter.peek("k", 0).await.unwrap().remaining();
+                prop_assert_eq!(
+                    capacity - left,
+                    charged.min(capacity),
+                    "{:?} after reserving {} and using {}", algorithm, reserve, actual
+                );
+            }
+            Ok(())
+        })?;
+    }
 }

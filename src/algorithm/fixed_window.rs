@@ -97,6 +97,12 @@ fn new_window(p: &Params, now: u64) -> Window {
 }
 
 impl Counted {
+    /// The window that holds, with what it has counted.
+    #[inline]
+    pub(crate) fn window(&self) -> Window {
+        self.window
+    }
+
     /// Microseconds until the same request would pass: none if it fits,
     /// else until the window's end, when the whole quota returns.
     #[inline]

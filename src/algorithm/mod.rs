@@ -6,6 +6,7 @@
 //! [`EXACT_MAX`]) so the Redis scripts can mirror it
 //! exactly.
 
+pub(crate) mod charge;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 mod kind;
