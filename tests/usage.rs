@@ -4,6 +4,8 @@
 
 #![cfg(feature = "gateway")]
 
+#[path = "support/redis.rs"]
+mod redis_support;
 mod support;
 
 use proptest::prelude::*;
@@ -263,5 +265,73 @@ proptest! {
             }
             Ok(())
         })?;
+    }
+}
+
+fn redis_on(server: &redis_support::RedisServer, clock: &ManualClock) -> tollgate::RedisBackend {
+    tollgate::RedisBackend::from_url(server.url())
+        .prefix("usage:")
+        .clock(clock.clone())
+        .denial_cache(0)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("build the Redis backend")
+}
+
+/// What a decision says, as the traces compare it.
+fn seen(d: &tollgate::Decision) -> (bool, u64, Option<Duration>, Option<Duration>) {
+    let reset = d.quotas().first().map(|q| q.reset());
+    (d.allowed(), d.remaining(), d.retry_after(), reset)
+}
+
+/// Reservations settled above, at and below their estimate, on the same
+/// timeline, give the same decisions in memory and on Redis, for every
+/// algorithm: the charge past the limit and its debt mean the same in
+/// both.
+#[tokio::test]
+async fn settling_traces_match_in_memory_and_on_redis() {
+    let server = redis_support::RedisServer::start();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for algorithm in Algorithm::ALL {
+        let quota = Quota::builder(algorithm, 1_000, Duration::from_secs(60))
+            .name("tokens")
+            .build()
+            .unwrap();
+        let set = tollgate::QuotaSet::new(format!("t-{}", algorithm.name()), [quota]).unwrap();
+        let clock = ManualClock::new(Timestamp::from_micros(NOON));
+        let memory = Limiter::new(
+            MemoryBackend::builder().clock(clock.clone()).build(),
+            set.clone(),
+        );
+        let redis = Limiter::new(redis_on(&server, &clock), set);
+        for step in 0..60 {
+            let (reserve, actual) = (1 + next(300), next(900));
+            let m = memory.reserve("k", reserve).await.unwrap();
+            let r = redis.reserve("k", reserve).await.unwrap();
+            assert_eq!(
+                seen(m.decision()),
+                seen(r.decision()),
+                "{algorithm} step {step}: reserve {reserve}"
+            );
+            let m = m.settle(Settle::Actual(actual)).await.unwrap();
+            let r = r.settle(Settle::Actual(actual)).await.unwrap();
+            assert_eq!(
+                m.as_ref().map(seen),
+                r.as_ref().map(seen),
+                "{algorithm} step {step}: used {actual}"
+            );
+            let (m, r) = (
+                memory.peek("k", 1).await.unwrap(),
+                redis.peek("k", 1).await.unwrap(),
+            );
+            assert_eq!(seen(&m), seen(&r), "{algorithm} step {step}: after");
+            clock.advance(Duration::from_millis(next(9_000)));
+        }
     }
 }

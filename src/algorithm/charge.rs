@@ -7,6 +7,11 @@
 use super::{Algorithm, State, Update, fixed_window, sliding_window, token_bucket};
 use crate::quota::Params;
 
+/// The furthest a debt reaches, in microseconds (2^40, some 12 days): an
+/// arrival time past it would leave the exact range of the Redis script's
+/// doubles. Its twin is `DEBT_HORIZON` in charge.lua.
+const DEBT_HORIZON: u64 = 1 << 40;
+
 /// The state after `cost` units are spent at `now` on `state`, however
 /// few are left.
 pub(crate) fn charge(
@@ -28,16 +33,17 @@ pub(crate) fn charge(
                 _ => 0,
             };
             let next = tat.max(now).saturating_add(cost.saturating_mul(p.interval));
-            Update::Set(State::Word(next))
+            Update::Set(State::Word(next.min(now + DEBT_HORIZON)))
         }
         Algorithm::TokenBucket => {
             if token_bucket::kept_as_arrival(p) {
                 let full_at = token_bucket::full_at(state, p).unwrap_or(0);
                 let next = full_at.max(now).saturating_add(cost.saturating_mul(p.unit));
-                return Update::Set(State::Word(next));
+                return Update::Set(State::Word(next.min(now + DEBT_HORIZON)));
             }
-            // A level below zero cannot be a bucket: the moment the bucket
-            // is full again can, and the check reads it as the deficit.
+            // A level below zero cannot be stored as a level: the bucket is
+            // stored as measured later, when it has climbed back to
+            // `level`, which the check reads as the same deficit exactly.
             let full = p.capacity * p.unit;
             let deficit = match state {
                 Some(State::TokenBucket(b)) => {
@@ -51,8 +57,21 @@ pub(crate) fn charge(
                 Some(State::Word(full_at)) => full_at.saturating_sub(now).saturating_mul(p.refill),
                 _ => 0,
             };
-            let after = deficit.saturating_add(cost.saturating_mul(p.unit));
-            Update::Set(State::Word(now.saturating_add(after.div_ceil(p.refill))))
+            let after = deficit
+                .saturating_add(cost.saturating_mul(p.unit))
+                .min(DEBT_HORIZON.saturating_mul(p.refill));
+            if after <= full {
+                return Update::Set(State::TokenBucket(token_bucket::Bucket {
+                    level: full - after,
+                    at: now,
+                }));
+            }
+            let over = after - full;
+            let later = over.div_ceil(p.refill);
+            Update::Set(State::TokenBucket(token_bucket::Bucket {
+                level: later * p.refill - over,
+                at: now + later,
+            }))
         }
         Algorithm::FixedWindow => {
             let window = fixed_window::count(state, p, 0, now).window();

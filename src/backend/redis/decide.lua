@@ -22,6 +22,15 @@ if giving_back then
   cost = 0
 end
 
+-- Usage beyond a reservation, charged on every quota whatever is left;
+-- then what is left, as a peek at cost 0 (QuotaSet::charge_in).
+if charging then
+  for i = 1, #KEYS do
+    charge[quotas[i].algorithm](KEYS[i], quotas[i])
+  end
+  cost = 0
+end
+
 -- Units an earlier lease left unspent go back before this request, which
 -- may need them.
 if commit and given_back > 0 then

@@ -12,7 +12,8 @@
 -- ARGV[2]: the cost.  ARGV[3]: '1' to commit, '0' to peek, '2' to give
 -- back a reservation of the cost made at ARGV[7] (Redis time), on the
 -- quotas whose ARGV[7 + 9 * #KEYS + i] is the moment the reservation left
--- them full again ('' for the quotas it did not spend).
+-- them full again ('' for the quotas it did not spend), '3' to charge the
+-- cost whatever is left (usage beyond a reservation).
 -- ARGV[4]: milliseconds added to every expiry (0 unless a test clock is used).
 -- ARGV[5]: the units wanted (a lease when more than the cost).
 -- ARGV[6], ARGV[7]: units of an earlier lease given back, and when (Redis
@@ -58,6 +59,7 @@ end
 local cost = tonumber(ARGV[2])
 local commit = ARGV[3] == '1'
 local giving_back = ARGV[3] == '2'
+local charging = ARGV[3] == '3'
 local slack_ms = tonumber(ARGV[4])
 local want = tonumber(ARGV[5])
 local given_back = tonumber(ARGV[6])

@@ -18,6 +18,7 @@ pub(crate) const SOURCE: &str = concat!(
     include_str!("fixed_window.lua"),
     include_str!("sliding_window.lua"),
     include_str!("sliding_log.lua"),
+    include_str!("charge.lua"),
     include_str!("decide.lua"),
 );
 
@@ -149,6 +150,26 @@ pub(crate) fn give_back_arguments(
             _ => String::new(),
         });
     }
+    args
+}
+
+/// The script's arguments to charge `cost` whatever is left (usage beyond
+/// a reservation): mode '3'.
+pub(crate) fn charge_arguments(
+    quotas: &QuotaSet,
+    now: Option<u64>,
+    cost: u64,
+    slack_ms: u64,
+) -> Vec<String> {
+    let mut args = Vec::with_capacity(HEAD + PER_QUOTA * quotas.quotas().len());
+    args.push(now.map_or_else(String::new, |n| n.to_string()));
+    args.push(cost.to_string());
+    args.push("3".to_owned());
+    args.push(slack_ms.to_string());
+    args.push(cost.to_string());
+    args.push("0".to_owned());
+    args.push("0".to_owned());
+    push_quotas(&mut args, quotas, false);
     args
 }
 
