@@ -12,7 +12,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::civil::Date;
@@ -157,6 +157,13 @@ impl PartialEq for Calendar {
 
 impl Eq for Calendar {}
 
+impl std::hash::Hash for Calendar {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.period.hash(state);
+        self.zone_name.hash(state);
+    }
+}
+
 impl Calendar {
     /// `period` in the IANA time zone `time_zone` (`Europe/Paris`, `UTC`),
     /// looked up in the database built into the crate.
@@ -257,6 +264,81 @@ impl Calendar {
         u64::try_from(micros)
             .ok()
             .map(crate::Timestamp::from_micros)
+    }
+}
+
+/// A calendar as the fixed window counts by it: one per distinct calendar
+/// for the life of the process, so that quotas' parameters stay plain
+/// `Copy` numbers with a reference beside them, and with the window that
+/// held last remembered, so that a check works out the bounds with the
+/// time zone rules once a period, not once a request.
+#[derive(Debug)]
+pub(crate) struct Windows {
+    pub calendar: Calendar,
+    /// The last window looked up: its first microsecond and its end.
+    last: Mutex<(u64, u64)>,
+}
+
+impl PartialEq for Windows {
+    fn eq(&self, other: &Self) -> bool {
+        self.calendar == other.calendar
+    }
+}
+
+impl Eq for Windows {}
+
+impl std::hash::Hash for Windows {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.calendar.hash(state);
+    }
+}
+
+impl Windows {
+    /// The one `Windows` of `calendar`. Kept for the life of the process:
+    /// there are at most some ten thousand calendars (4 units, 31 first
+    /// days, the zones), and a reloaded rules file finds its own again.
+    pub(crate) fn of(calendar: &Calendar) -> &'static Windows {
+        static ALL: Mutex<Vec<&'static Windows>> = Mutex::new(Vec::new());
+        let mut all = ALL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(found) = all.iter().find(|w| w.calendar == *calendar) {
+            return found;
+        }
+        let windows: &'static Windows = Box::leak(Box::new(Windows {
+            calendar: calendar.clone(),
+            last: Mutex::new((0, 0)),
+        }));
+        all.push(windows);
+        windows
+    }
+
+    /// The window holding the instant `t` (microseconds since the epoch):
+    /// its first microsecond and its end. Past the calendar's range (the
+    /// year 9999), windows of the longest period since the epoch.
+    pub(crate) fn at(&self, t: u64) -> (u64, u64) {
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.0 <= t && t < last.1 {
+            return *last;
+        }
+        let window = match self.calendar.bounds(crate::Timestamp::from_micros(t)) {
+            Some((start, end)) => (start.as_micros(), end.as_micros()),
+            None => {
+                let longest = crate::clock::micros(self.calendar.longest());
+                let start = t - t % longest;
+                (start, start + longest)
+            }
+        };
+        *last = window;
+        window
+    }
+
+    /// The end of the window that starts at `start`.
+    pub(crate) fn end_of(&self, start: u64) -> u64 {
+        self.at(start).1
     }
 }
 

@@ -390,6 +390,11 @@ fn fingerprint(set: &str, q: &Quota) -> u64 {
     ] {
         eat(&n.to_le_bytes());
     }
+    // Another calendar counts other windows: its own state.
+    if let Some(c) = q.calendar() {
+        eat(format!("{:?}", c.period()).as_bytes());
+        eat(c.time_zone().as_bytes());
+    }
     h
 }
 

@@ -45,7 +45,10 @@ impl State {
         match self {
             State::TokenBucket(b) => b.full_at(p),
             State::Word(n) => *n,
-            State::FixedWindow(w) => w.start.saturating_add(p.period.get()),
+            State::FixedWindow(w) => match p.calendar {
+                Some(c) => c.end_of(w.start),
+                None => w.start.saturating_add(p.period.get()),
+            },
             State::SlidingWindow(c) => c.expires_at(p.period.get()),
             State::SlidingLog(log) => log.back().map_or(0, |t| t.saturating_add(p.period.get())),
         }

@@ -226,6 +226,7 @@ impl QuotaBuilder {
             None => format!("{}-per-{}", self.limit, period_label(self.period)).into(),
         });
         let params = Params {
+            calendar: self.calendar.as_ref().map(crate::calendar::Windows::of),
             period: nonzero_period,
             limit,
             capacity,
@@ -248,7 +249,6 @@ impl QuotaBuilder {
             mode: self.mode,
             count_rejected: self.count_rejected,
             params,
-            calendar: self.calendar.map(Arc::new),
         })
     }
 }

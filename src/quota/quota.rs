@@ -70,8 +70,6 @@ pub struct Quota {
     /// several, which quotas report numbers derived when read), worked out
     /// once, so that choosing the path costs a request one comparison.
     pub(crate) path: Path,
-    /// The calendar whose periods are the windows (fixed window only).
-    pub(crate) calendar: Option<Arc<crate::calendar::Calendar>>,
 }
 
 /// How the memory backend keeps and decides a quota alone in its set; in
@@ -184,7 +182,7 @@ impl Quota {
     /// The calendar whose periods are this fixed window's windows, if any
     /// ([`QuotaBuilder::calendar`](super::QuotaBuilder::calendar)).
     pub fn calendar(&self) -> Option<&crate::calendar::Calendar> {
-        self.calendar.as_deref()
+        self.params.calendar.map(|w| &w.calendar)
     }
 
     /// The largest cost one request can have: more can never be admitted.

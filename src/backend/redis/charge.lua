@@ -36,14 +36,9 @@ charge.token_bucket = function(key, p)
 end
 
 charge.fixed_window = function(key, p)
-  local current = now - math.fmod(now, p.period)
-  local start, count = current, 0
-  local stored = redis.call('HMGET', key, 's', 'c')
-  if stored[1] and tonumber(stored[1]) >= current then
-    start, count = tonumber(stored[1]), tonumber(stored[2])
-  end
+  local start, ends, count = current_window(key, p)
   redis.call('HSET', key, 's', int(start), 'c', int(count + cost))
-  expire(key, start + p.period)
+  expire(key, ends)
 end
 
 charge.sliding_window = function(key, p)

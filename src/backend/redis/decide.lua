@@ -14,7 +14,7 @@ end
 -- give_back; then what is left, as a peek at cost 0 (QuotaSet::give_back).
 if giving_back then
   for i = 1, #KEYS do
-    local full_at = ARGV[7 + 9 * #KEYS + i]
+    local full_at = ARGV[7 + 12 * #KEYS + i]
     if full_at and full_at ~= '' then
       give_back_reserved[quotas[i].algorithm](KEYS[i], quotas[i], given_back_since, tonumber(full_at))
     end
