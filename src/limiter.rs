@@ -403,6 +403,25 @@ impl<B: Backend> Limiter<B> {
         Ok(self.backend.give_back(request).await?)
     }
 
+    /// Settles `reserved`, made for `key` and `cost`, with the request's
+    /// real cost `actual` ([`Settle::Actual`]).
+    pub(crate) async fn settle_reserved(
+        &self,
+        key: &str,
+        cost: u64,
+        reserved: &Reserved,
+        actual: u64,
+    ) -> Result<Option<Decision>, Error> {
+        if !reserved.decision().allowed() || actual == cost {
+            return Ok(None);
+        }
+        if actual < cost {
+            let back = cost - actual;
+            return self.give_back_reserved(key, back, reserved).await.map(Some);
+        }
+        self.charge(key, actual - cost).await.map(Some)
+    }
+
     /// Spends `cost` on `key`'s quotas whatever is left (usage beyond a
     /// reservation; see [`Backend::charge`]); no cost is too high, as the
     /// units were used already.
@@ -703,17 +722,7 @@ impl<B: Backend> Reservation<'_, B> {
                     cost,
                     reserved,
                 } = self;
-                if !reserved.decision().allowed() || actual == cost {
-                    return Ok(None);
-                }
-                if actual < cost {
-                    let back = cost - actual;
-                    return limiter
-                        .give_back_reserved(&key, back, &reserved)
-                        .await
-                        .map(Some);
-                }
-                limiter.charge(&key, actual - cost).await.map(Some)
+                limiter.settle_reserved(&key, cost, &reserved, actual).await
             }
         }
     }

@@ -17,8 +17,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use axum::routing::get;
+use axum::{Extension, Router};
+use http::HeaderName;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
+use tollgate::key::HeaderKey;
+use tollgate::layer::{CostFromResponse, RateLimitLayer, Usage};
 
 /// A fake LLM API on plain TCP, written by hand so that the test controls
 /// every byte: each request's `x-tokens` header is the usage its answer
@@ -492,5 +497,152 @@ async fn calendar_traces_match_in_memory_and_on_redis() {
             );
             clock.advance(Duration::from_secs(next(step_secs)));
         }
+    }
+}
+
+// ---- The layer: cost from the response --------------------------------
+
+/// 10 000 tokens an hour per API key, on a manual clock; 500 reserved a
+/// request unless it says `x-max-tokens`.
+fn token_layer(
+    clock: &ManualClock,
+) -> (
+    Limiter<MemoryBackend<ManualClock>>,
+    RateLimitLayer<tollgate::layer::LimitPolicy<MemoryBackend<ManualClock>, HeaderKey>>,
+) {
+    let limiter = Limiter::new(
+        MemoryBackend::builder().clock(clock.clone()).build(),
+        Quota::fixed_window(10_000, Duration::from_secs(3_600))
+            .build()
+            .unwrap(),
+    );
+    let from = CostFromResponse::header(HeaderName::from_static("x-usage-total-tokens"), 500)
+        .reserve_header(HeaderName::from_static("x-max-tokens"));
+    let layer = RateLimitLayer::builder(
+        limiter.clone(),
+        HeaderKey::new(HeaderName::from_static("x-api-key")),
+    )
+    .cost_from_response(from)
+    .build();
+    (limiter, layer)
+}
+
+/// What is left for `key`, once it is `expected` (the settle runs in a task
+/// of its own after the body ends): polled, at most five seconds.
+async fn left_becomes(limiter: &Limiter<MemoryBackend<ManualClock>>, key: &str, expected: u64) {
+    let mut left = 0;
+    for _ in 0..500 {
+        left = limiter.peek(key, 0).await.unwrap().remaining();
+        if left == expected {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{key}: {left} left, not {expected}");
+}
+
+/// The handler's answer carries the tokens it "used" (from `x-tokens`).
+async fn answer_with_usage(headers: http::HeaderMap) -> impl axum::response::IntoResponse {
+    let tokens = headers
+        .get("x-tokens")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("0")
+        .to_owned();
+    ([("x-usage-total-tokens", tokens)], "hello")
+}
+
+#[tokio::test]
+async fn the_layer_settles_with_the_usage_the_response_reports() {
+    let clock = ManualClock::new(Timestamp::from_micros(NOON));
+    let (limiter, layer) = token_layer(&clock);
+    let reported = |Extension(usage): Extension<Usage>| async move {
+        usage.report(42);
+        "done"
+    };
+    let app = Router::new()
+        .route("/chat", get(answer_with_usage))
+        .route("/reported", get(reported))
+        .layer(layer);
+    let addr = support::serve(app).await;
+    let client = support::client();
+    // Used 700 of the 500 reserved: 700 charged.
+    let r = support::get(
+        &client,
+        addr,
+        "/chat",
+        &[("x-api-key", b"a"), ("x-tokens", b"700")],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    left_becomes(&limiter, "key:a", 9_300).await;
+    // Reserved 2 000 (its own estimate), used 150: 1 850 back.
+    let r = support::get(
+        &client,
+        addr,
+        "/chat",
+        &[
+            ("x-api-key", b"a"),
+            ("x-tokens", b"150"),
+            ("x-max-tokens", b"2000"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    left_becomes(&limiter, "key:a", 9_150).await;
+    // The handler's own report.
+    let r = support::get(&client, addr, "/reported", &[("x-api-key", b"b")]).await;
+    assert_eq!(r.status, 200);
+    left_becomes(&limiter, "key:b", 10_000 - 42).await;
+    // A response that says nothing of its usage keeps the reservation; so
+    // does one whose header is not a plain number.
+    let r = support::get(
+        &client,
+        addr,
+        "/chat",
+        &[("x-api-key", b"c"), ("x-tokens", b"-5")],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    left_becomes(&limiter, "key:c", 9_500).await;
+}
+
+/// The count in the body's trailers (as an HTTP/2 or gRPC server sends
+/// it) settles the reservation.
+#[tokio::test]
+async fn the_layer_reads_the_usage_in_the_trailers() {
+    let clock = ManualClock::new(Timestamp::from_micros(NOON));
+    let (limiter, layer) = token_layer(&clock);
+    let stream = || async {
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-usage-total-tokens", "1234".parse().unwrap());
+        axum::body::Body::new(Frames(
+            [
+                http_body::Frame::data(bytes::Bytes::from_static(b"hel")),
+                http_body::Frame::data(bytes::Bytes::from_static(b"lo")),
+                http_body::Frame::trailers(trailers),
+            ]
+            .into(),
+        ))
+    };
+    let app = Router::new().route("/stream", get(stream)).layer(layer);
+    let addr = support::serve(app).await;
+    let r = support::get(&support::client(), addr, "/stream", &[("x-api-key", b"t")]).await;
+    assert_eq!(r.body, "hello");
+    left_becomes(&limiter, "key:t", 10_000 - 1_234).await;
+}
+
+/// A body of ready frames, in order.
+struct Frames(std::collections::VecDeque<http_body::Frame<bytes::Bytes>>);
+
+impl http_body::Body for Frames {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(Ok))
     }
 }

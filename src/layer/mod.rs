@@ -46,7 +46,7 @@ pub(crate) mod problem;
 mod reason;
 pub(crate) mod respond;
 mod service;
-mod usage;
+pub(crate) mod usage;
 pub(crate) mod verdict;
 
 pub use body::ResponseBody;

@@ -139,7 +139,6 @@ pub(crate) type SettleWith = Box<dyn FnOnce(u64) + Send>;
 /// The watch over one response for its real cost: fed its headers and
 /// trailers, it settles when the body ends. Dropped before that (the client
 /// went away, the body failed), it settles nothing: the reservation stands.
-#[allow(dead_code, reason = "wired into the response body next")]
 pub(crate) struct UsageWatch {
     from: Arc<CostFromResponse>,
     usage: Usage,
@@ -156,6 +155,11 @@ impl UsageWatch {
             found: None,
             settle: Some(settle),
         }
+    }
+
+    /// The report the handler may fill in.
+    pub(crate) fn usage(&self) -> &Usage {
+        &self.usage
     }
 
     /// The response's headers are known.

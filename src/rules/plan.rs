@@ -126,6 +126,7 @@ impl Compiled {
                     key,
                     cost: rule.cost,
                     count_status: rule.count_status.as_ref(),
+                    cost_from_response: None,
                     concurrency: rule.concurrency.as_ref(),
                 });
             }
