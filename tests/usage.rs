@@ -646,3 +646,106 @@ impl http_body::Body for Frames {
         std::task::Poll::Ready(self.0.pop_front().map(Ok))
     }
 }
+
+/// 50 requests at once, each reserving 500 of 10 000 tokens and held in
+/// the handler until all have been decided: exactly 20 pass, and once they
+/// report 400 each, the rest is back.
+#[tokio::test]
+async fn fifty_concurrent_requests_never_pass_more_than_the_reservations_allow() {
+    let clock = ManualClock::new(Timestamp::from_micros(NOON));
+    let (limiter, layer) = token_layer(&clock);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = Arc::clone(&gate);
+    let handler = move || {
+        let held = Arc::clone(&held);
+        async move {
+            let _ = held.acquire().await.map(|p| p.forget());
+            ([("x-usage-total-tokens", "400")], "ok")
+        }
+    };
+    let app = Router::new().route("/chat", get(handler)).layer(layer);
+    let addr = support::serve(app).await;
+    let client = support::client();
+    let mut calls = Vec::new();
+    for _ in 0..50 {
+        let client = client.clone();
+        calls.push(tokio::spawn(async move {
+            support::get(&client, addr, "/chat", &[("x-api-key", b"same")])
+                .await
+                .status
+        }));
+    }
+    // Every request decided: 20 reservations hold all 10 000 tokens.
+    left_becomes(&limiter, "key:same", 0).await;
+    let mut refused = 0;
+    for _ in 0..200 {
+        refused = calls.iter().filter(|c| c.is_finished()).count();
+        if refused == 30 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        refused, 30,
+        "the 30 beyond the reservations are answered at once"
+    );
+    gate.add_permits(50);
+    let mut passed = 0;
+    for call in calls {
+        match tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .unwrap()
+            .unwrap()
+            .as_u16()
+        {
+            200 => passed += 1,
+            429 => {}
+            other => panic!("status {other}"),
+        }
+    }
+    assert_eq!(passed, 20);
+    left_becomes(&limiter, "key:same", 10_000 - 20 * 400).await;
+}
+
+/// A stream the client drops before its end keeps its reservation: its
+/// usage is not known, even with a count in its headers.
+#[tokio::test]
+async fn a_dropped_stream_keeps_its_reservation() {
+    let clock = ManualClock::new(Timestamp::from_micros(NOON));
+    let (limiter, layer) = token_layer(&clock);
+    struct Endless;
+    impl http_body::Body for Endless {
+        type Data = bytes::Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+            std::task::Poll::Pending
+        }
+    }
+    let stream = || async {
+        http::Response::builder()
+            .header("x-usage-total-tokens", "10")
+            .body(axum::body::Body::new(Endless))
+            .unwrap()
+    };
+    let app = Router::new().route("/stream", get(stream)).layer(layer);
+    let addr = support::serve(app).await;
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(b"GET /stream HTTP/1.1\r\nhost: x\r\nx-api-key: d\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = vec![0; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), socket.read(&mut head))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"));
+    drop(socket);
+    // The server notices the client gone and drops the body; the 500
+    // reserved stand, not the 10 in the headers.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    left_becomes(&limiter, "key:d", 9_500).await;
+}
