@@ -749,3 +749,130 @@ async fn a_dropped_stream_keeps_its_reservation() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     left_becomes(&limiter, "key:d", 9_500).await;
 }
+
+// ---- The gateway: a rule's cost from the response ----------------------
+
+/// 5 requests and 1 000 tokens a minute per API key: two rules on the same
+/// requests, the second taking its cost from the fake LLM's answer.
+const LLM_RULES: &str = r#"
+matching: all
+rules:
+  - name: requests
+    key: header:x-api-key
+    quotas: [{ name: requests, algorithm: fixed_window, limit: 5, period: 1m }]
+  - name: tokens
+    key: header:x-api-key
+    cost_from_response: { header: x-usage-total-tokens, reserve: 500, reserve_header: x-max-tokens }
+    quotas: [{ name: tokens, algorithm: fixed_window, limit: 1000, period: 1m }]
+"#;
+
+/// One call through a gateway: its status and Retry-After.
+async fn call(
+    gw: &support::gateway::Gateway,
+    key: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Option<u64>) {
+    use http_body_util::BodyExt;
+    let client = support::client();
+    let mut req =
+        http::Request::get(format!("http://{}/v1/chat", gw.addr)).header("x-api-key", key);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(req.body(http_body_util::Empty::new()).unwrap()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let status = resp.status().as_u16();
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    resp.into_body().collect().await.unwrap();
+    (status, retry)
+}
+
+/// Both limits hold through `gateways` (taken in turn): a key spending
+/// little runs into the request limit, one spending 300 tokens a call
+/// (its estimate exact) into the token limit.
+async fn five_requests_and_a_thousand_tokens(gateways: &[&support::gateway::Gateway]) {
+    let mut passed = 0;
+    for i in 0..7 {
+        let (status, _) = call(
+            gateways[i % gateways.len()],
+            "small",
+            &[("x-tokens", "10"), ("x-max-tokens", "10")],
+        )
+        .await;
+        passed += usize::from(status == 200);
+    }
+    assert_eq!(passed, 5, "five requests a minute");
+    let mut passed = 0;
+    for i in 0..5 {
+        let (status, _) = call(
+            gateways[i % gateways.len()],
+            "big",
+            &[("x-tokens", "300"), ("x-max-tokens", "300")],
+        )
+        .await;
+        passed += usize::from(status == 200);
+    }
+    assert_eq!(passed, 3, "three answers of 300 tokens in 1 000");
+}
+
+/// After an answer that took far more than reserved, calls of one token
+/// pass until the settle lands, then are refused; the refusal's
+/// Retry-After is the rest of the window (the debt lasts as long).
+async fn an_under_estimate_is_refused_after(
+    gw: &support::gateway::Gateway,
+    headers: &[(&str, &str)],
+) {
+    let (status, _) = call(gw, "debtor", headers).await;
+    assert_eq!(status, 200);
+    for _ in 0..4 {
+        let (status, retry) = call(gw, "debtor", &[("x-tokens", "1"), ("x-max-tokens", "1")]).await;
+        if status == 429 {
+            let retry = retry.expect("a Retry-After");
+            assert!((1..=60).contains(&retry), "{retry}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the usage beyond the reservation was never charged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_on_memory_holds_requests_and_tokens_a_minute() {
+    let llm = fake_llm().await;
+    let rules = support::gateway::RulesFile::new("usage-memory", LLM_RULES);
+    let gw = support::gateway::Gateway::start(&rules.0, Some(llm.addr), &[]);
+    five_requests_and_a_thousand_tokens(&[&gw]).await;
+    an_under_estimate_is_refused_after(&gw, &[("x-tokens", "1500"), ("x-max-tokens", "100")]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_redis_share_requests_and_tokens() {
+    let redis = redis_support::RedisServer::start();
+    let llm = fake_llm().await;
+    let rules = support::gateway::RulesFile::new("usage-redis", LLM_RULES);
+    let url = redis.url();
+    let a = support::gateway::Gateway::start(&rules.0, Some(llm.addr), &["--redis", &url]);
+    let b = support::gateway::Gateway::start(&rules.0, Some(llm.addr), &["--redis", &url]);
+    five_requests_and_a_thousand_tokens(&[&a, &b]).await;
+    // The count in a trailer, at the end of a chunked answer.
+    an_under_estimate_is_refused_after(
+        &b,
+        &[
+            ("x-tokens", "1500"),
+            ("x-max-tokens", "100"),
+            ("x-stream", "trailer"),
+        ],
+    )
+    .await;
+    let served = llm.served.load(Ordering::SeqCst);
+    assert!(served >= 5 + 3 + 1, "{served}");
+}

@@ -55,20 +55,6 @@ struct WrittenQuota {
     elastic_percent: Option<u16>,
     #[serde(default)]
     count_rejected: bool,
-    /// On a rule with `cost_from_response`: whether this quota counts the
-    /// response's cost (the default there) or requests (the rule's `cost`).
-    #[serde(default)]
-    counts: Option<Counts>,
-}
-
-/// What a quota counts on a rule whose cost comes from the response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Counts {
-    /// The rule's `cost` a request (1 unless set).
-    Requests,
-    /// The cost the response reports.
-    Response,
 }
 
 impl WrittenQuota {
@@ -209,11 +195,6 @@ impl QuotaConfig {
         self.written.build(by)
     }
 
-    /// What this quota counts, as written (none: the rule decides).
-    pub(crate) fn counts(&self) -> Option<Counts> {
-        self.written.counts
-    }
-
     /// Where `mode: elastic` was written, if this quota is elastic.
     pub(crate) fn elastic_at(&self) -> Option<&At<String>> {
         let elastic = matches!(self.quota.mode(), Mode::Elastic { .. });
@@ -346,14 +327,5 @@ mod tests {
             let err = quota(yaml).expect_err(yaml);
             assert!(err.contains(says), "{yaml}: {err}");
         }
-    }
-
-    #[test]
-    fn what_a_quota_counts() {
-        let q = quota("{ algorithm: gcra, limit: 5, period: 1m, counts: requests }").unwrap();
-        assert_eq!(q.counts(), Some(Counts::Requests));
-        let q = quota("{ algorithm: gcra, limit: 1000, period: 1m, counts: response }").unwrap();
-        assert_eq!(q.counts(), Some(Counts::Response));
-        assert!(quota("{ algorithm: gcra, limit: 5, period: 1m, counts: bytes }").is_err());
     }
 }
