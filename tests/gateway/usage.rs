@@ -4,9 +4,8 @@
 
 #![cfg(feature = "gateway")]
 
-#[path = "support/redis.rs"]
-mod redis_support;
-mod support;
+use crate::support;
+use crate::support::redis as redis_support;
 
 use proptest::prelude::*;
 use tollgate::calendar::{Calendar, CalendarPeriod, Weekday};
