@@ -18,7 +18,8 @@ use super::names::MatchMode;
 use crate::key::{ClientIp, ExtensionKey, GlobalKey, HeaderKey, KeyExtractor, PeerIp, UserId};
 use crate::layer::pipeline::{DEFAULT_NEAR_LIMIT, Limit};
 use crate::layer::{
-    ConcurrencyQuota, CostFromResponse, CountStatus, MeasuredLoad, OnMissingKey, Priority, ResponsePolicy, Shedding,
+    ConcurrencyQuota, CostFromResponse, CountStatus, MeasuredLoad, OnMissingKey, Priority,
+    ResponsePolicy, Shedding,
 };
 use crate::limiter::Limiter;
 use crate::metrics::ReasonMetrics;
