@@ -33,7 +33,7 @@ pub enum Weekday {
 
 impl Weekday {
     /// Days since Monday: 0 to 6.
-    fn from_monday(self) -> i8 {
+    fn days_from_monday(self) -> i8 {
         self as i8
     }
 
@@ -235,7 +235,7 @@ impl Calendar {
             CalendarPeriod::Day => Some((date, date.tomorrow().ok()?)),
             CalendarPeriod::Week { starts_on } => {
                 let today = date.weekday().to_monday_zero_offset();
-                let back = (today - starts_on.from_monday()).rem_euclid(7);
+                let back = (today - starts_on.days_from_monday()).rem_euclid(7);
                 let first = date.checked_sub(jiff::Span::new().days(back)).ok()?;
                 Some((first, first.checked_add(jiff::Span::new().days(7)).ok()?))
             }

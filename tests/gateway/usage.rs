@@ -503,12 +503,11 @@ async fn calendar_traces_match_in_memory_and_on_redis() {
 
 /// 10 000 tokens an hour per API key, on a manual clock; 500 reserved a
 /// request unless it says `x-max-tokens`.
-fn token_layer(
-    clock: &ManualClock,
-) -> (
-    Limiter<MemoryBackend<ManualClock>>,
-    RateLimitLayer<tollgate::layer::LimitPolicy<MemoryBackend<ManualClock>, HeaderKey>>,
-) {
+type TokenLimiter = Limiter<MemoryBackend<ManualClock>>;
+type TokenLayer =
+    RateLimitLayer<tollgate::layer::LimitPolicy<MemoryBackend<ManualClock>, HeaderKey>>;
+
+fn token_layer(clock: &ManualClock) -> (TokenLimiter, TokenLayer) {
     let limiter = Limiter::new(
         MemoryBackend::builder().clock(clock.clone()).build(),
         Quota::fixed_window(10_000, Duration::from_secs(3_600))
@@ -873,5 +872,6 @@ async fn two_gateways_on_redis_share_requests_and_tokens() {
     )
     .await;
     let served = llm.served.load(Ordering::SeqCst);
-    assert!(served >= 5 + 3 + 1, "{served}");
+    // Five small answers, three of 300 tokens, the one in debt.
+    assert!(served > 5 + 3, "{served}");
 }

@@ -412,7 +412,7 @@ mod calendar_tests {
                 "fixed_window only",
             ),
         ] {
-            let err = limit(bad).err().expect(bad);
+            let err = limit(bad).expect_err(bad);
             assert!(err.contains(says), "{bad}: {err}");
         }
     }
