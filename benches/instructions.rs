@@ -5,16 +5,44 @@
 //! `instructions <case> <checks>`; with other arguments (as `cargo bench`
 //! passes) it does nothing.
 
+use std::future::Future;
 use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use tollgate::{Algorithm, Limiter, MemoryBackend, Quota, QuotaSet};
+use tollgate::{Algorithm, Limiter, MemoryBackend, Quota, QuotaSet, Settle};
 
 #[path = "support/peers.rs"]
 mod peers;
 
 fn tollgate(quotas: QuotaSet) -> Limiter<MemoryBackend> {
     Limiter::new(MemoryBackend::new(), quotas)
+}
+
+/// The output of a future the memory backend has ready at once: polled
+/// once, no runtime to count.
+fn ready<F: Future>(f: F) -> F::Output {
+    match pin!(f).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("the memory backend never waits"),
+    }
+}
+
+/// A reservation of 2 on GCRA and its settle, each check: `keep`, the
+/// real cost below (1: one unit given back) or above (3: one more charged).
+fn reserve_and_settle(how: &str, checks: u64, key: &str) {
+    let settle = match how {
+        "keep" => Settle::Keep,
+        "below" => Settle::Actual(1),
+        "above" => Settle::Actual(3),
+        _ => return eprintln!("unknown case reserve_settle_{how}"),
+    };
+    let limiter = tollgate(peers::admitting(Algorithm::Gcra));
+    for _ in 0..checks {
+        let reservation = ready(limiter.reserve(black_box(key), 2)).expect("reserved");
+        let _ = black_box(ready(reservation.settle(settle)));
+    }
 }
 
 fn main() {
@@ -32,6 +60,9 @@ fn main() {
             let _ = black_box(gov.check_key(black_box(&key)));
         }
         return;
+    }
+    if let Some(how) = case.strip_prefix("tollgate/reserve_settle_") {
+        return reserve_and_settle(how, checks, &key);
     }
     let quotas = match case.strip_prefix("tollgate/") {
         Some("three_quotas") => peers::three_quotas(),

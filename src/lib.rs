@@ -80,6 +80,7 @@
 pub mod admin;
 mod algorithm;
 pub mod backend;
+pub mod calendar;
 mod clock;
 mod decision;
 pub mod guide;

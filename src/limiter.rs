@@ -403,6 +403,40 @@ impl<B: Backend> Limiter<B> {
         Ok(self.backend.give_back(request).await?)
     }
 
+    /// Settles `reserved`, made for `key` and `cost`, with the request's
+    /// real cost `actual` ([`Settle::Actual`]).
+    pub(crate) async fn settle_reserved(
+        &self,
+        key: &str,
+        cost: u64,
+        reserved: &Reserved,
+        actual: u64,
+    ) -> Result<Option<Decision>, Error> {
+        if !reserved.decision().allowed() || actual == cost {
+            return Ok(None);
+        }
+        if actual < cost {
+            let back = cost - actual;
+            return self.give_back_reserved(key, back, reserved).await.map(Some);
+        }
+        self.charge(key, actual - cost).await.map(Some)
+    }
+
+    /// Spends `cost` on `key`'s quotas whatever is left (usage beyond a
+    /// reservation; see [`Backend::charge`]); no cost is too high, as the
+    /// units were used already.
+    pub(crate) async fn charge(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        let request = CheckRequest {
+            key,
+            quotas: &self.quotas,
+            cost,
+            commit: true,
+            room: false,
+            started: Stopwatch::start(),
+        };
+        Ok(self.backend.charge(request).await?)
+    }
+
     fn request<'a>(
         &'a self,
         key: &'a str,
@@ -611,6 +645,13 @@ pub enum Settle {
     /// reservation had not happened (as far as that is still known: a
     /// window that has rolled over since gives nothing back).
     GiveBack,
+    /// The request's real cost, known once it was served (the tokens an
+    /// LLM answer took): what was reserved beyond it goes back (as
+    /// [`GiveBack`](Settle::GiveBack) gives back), and what it took beyond
+    /// the reservation is charged even past the limit, putting the key in
+    /// debt: it is refused until the debt has returned, with a
+    /// `Retry-After` that covers it ([`Backend::charge`]).
+    Actual(u64),
 }
 
 impl<B> fmt::Debug for Reservation<'_, B> {
@@ -645,12 +686,44 @@ impl<B: Backend> Reservation<'_, B> {
         limiter.give_back_reserved(&key, cost, &reserved).await
     }
 
-    /// Ends the reservation as `how` says: `None` when kept, else what is
-    /// left once given back (see [`give_back`](Reservation::give_back)).
+    /// Ends the reservation as `how` says: `None` when the units stay as
+    /// they are (kept, or an actual cost equal to the reservation's), else
+    /// what is left once given back or charged. A refused reservation
+    /// spent nothing and was not served: settling it changes nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Limiter, MemoryBackend, Quota, Settle};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 1 000 tokens a minute; 500 reserved for an answer not yet written.
+    /// let tokens = Limiter::new(
+    ///     MemoryBackend::new(),
+    ///     Quota::fixed_window(1_000, Duration::from_secs(60)).build()?,
+    /// );
+    /// let answer = tokens.reserve("key", 500).await?;
+    /// assert!(answer.decision().allowed());
+    /// // It took 1 200: the 700 beyond are charged, past the limit.
+    /// let left = answer.settle(Settle::Actual(1_200)).await?.expect("charged");
+    /// assert_eq!(left.remaining(), 0);
+    /// assert!(!tokens.check("key", 1).await?.allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn settle(self, how: Settle) -> Result<Option<Decision>, Error> {
         match how {
             Settle::Keep => Ok(None),
             Settle::GiveBack => self.give_back().await.map(Some),
+            Settle::Actual(actual) => {
+                let Reservation {
+                    limiter,
+                    key,
+                    cost,
+                    reserved,
+                } = self;
+                limiter.settle_reserved(&key, cost, &reserved, actual).await
+            }
         }
     }
 }

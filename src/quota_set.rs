@@ -299,6 +299,24 @@ impl QuotaSet {
         }
     }
 
+    /// Spends `cost` on every quota whatever is left, at `now`, on the
+    /// states a store keeps for the key (see
+    /// [`Backend::charge`](crate::Backend::charge)); returns what is left
+    /// then, as a peek at cost 0 reports it.
+    pub(crate) fn charge_in(
+        &self,
+        states: &mut (impl States + ?Sized),
+        cost: u64,
+        now: u64,
+    ) -> Decision {
+        for (i, quota) in self.quotas.iter().enumerate() {
+            let (algorithm, p) = (quota.algorithm(), &quota.params);
+            let update = states.with(i, |s| algorithm::charge::charge(algorithm, s, p, cost, now));
+            states.store(i, update, p);
+        }
+        self.evaluate(states, 0, Timestamp::from_micros(now), false, false)
+    }
+
     /// The first quota that could never admit `cost`, if any: one
     /// comparison, inline, for the costs every quota admits.
     #[inline]
@@ -371,6 +389,11 @@ fn fingerprint(set: &str, q: &Quota) -> u64 {
         u64::from(p.count_rejected),
     ] {
         eat(&n.to_le_bytes());
+    }
+    // Another calendar counts other windows: its own state.
+    if let Some(c) = q.calendar() {
+        eat(format!("{:?}", c.period()).as_bytes());
+        eat(c.time_zone().as_bytes());
     }
     h
 }

@@ -25,7 +25,18 @@ pub(crate) struct Window {
 /// docs.
 #[inline]
 pub(crate) fn kept_as_one_number(p: &Params) -> bool {
-    p.capacity < p.period.get()
+    // A calendar's window ends where the time zone's calendar says, not on
+    // a multiple of the period.
+    p.capacity < p.period.get() && p.calendar.is_none()
+}
+
+/// The end of the window that starts at `start`.
+#[inline]
+fn end_of(p: &Params, start: u64) -> u64 {
+    match p.calendar {
+        Some(c) => c.end_of(start),
+        None => start.saturating_add(p.period.get()),
+    }
 }
 
 /// The outcome of a request of `cost` at `now` on the stored `state` (see
@@ -64,7 +75,7 @@ pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> C
     // at or after the current one: the current start, a division, is only
     // worked out for a new window.
     let window = match state {
-        Some(State::FixedWindow(w)) if w.start.saturating_add(p.period.get()) > now => *w,
+        Some(State::FixedWindow(w)) if end_of(p, w.start) > now => *w,
         // A word at or before `now` ends before it: no division to know.
         Some(&State::Word(end_and_count)) if end_and_count > now => {
             let count = end_and_count % p.period;
@@ -82,7 +93,7 @@ pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> C
     };
     Counted {
         window,
-        end: window.start + p.period.get() - now,
+        end: end_of(p, window.start) - now,
         allowed: window.count + cost <= p.capacity,
     }
 }
@@ -90,13 +101,20 @@ pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> C
 /// The window that holds at `now`, with nothing counted yet.
 #[inline]
 fn new_window(p: &Params, now: u64) -> Window {
-    Window {
-        start: now - now % p.period,
-        count: 0,
-    }
+    let start = match p.calendar {
+        Some(c) => c.at(now).0,
+        None => now - now % p.period,
+    };
+    Window { start, count: 0 }
 }
 
 impl Counted {
+    /// The window that holds, with what it has counted.
+    #[inline]
+    pub(crate) fn window(&self) -> Window {
+        self.window
+    }
+
     /// Microseconds until the same request would pass: none if it fits,
     /// else until the window's end, when the whole quota returns.
     #[inline]
@@ -138,9 +156,8 @@ impl Counted {
 /// window that still holds are uncounted; a window that has ended since
 /// took them with it.
 pub(crate) fn give_back(state: Option<&State>, p: &Params, spent: Spent, now: u64) -> Update {
-    let period = p.period.get();
-    let start = spent.at - spent.at % p.period;
-    let end = start.saturating_add(period);
+    let start = new_window(p, spent.at).start;
+    let end = end_of(p, start);
     if end <= now {
         return Update::Keep;
     }

@@ -6,6 +6,7 @@
 //! [`EXACT_MAX`]) so the Redis scripts can mirror it
 //! exactly.
 
+pub(crate) mod charge;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 mod kind;
@@ -44,7 +45,10 @@ impl State {
         match self {
             State::TokenBucket(b) => b.full_at(p),
             State::Word(n) => *n,
-            State::FixedWindow(w) => w.start.saturating_add(p.period.get()),
+            State::FixedWindow(w) => match p.calendar {
+                Some(c) => c.end_of(w.start),
+                None => w.start.saturating_add(p.period.get()),
+            },
             State::SlidingWindow(c) => c.expires_at(p.period.get()),
             State::SlidingLog(log) => log.back().map_or(0, |t| t.saturating_add(p.period.get())),
         }

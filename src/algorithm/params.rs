@@ -14,6 +14,10 @@ pub(crate) const EXACT_MAX: u64 = 1 << 53;
 /// when there is no room (see `Quota::check`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Params {
+    /// Fixed window: windows that are a calendar's periods rather than
+    /// multiples of `period` (then the longest such period) since the
+    /// epoch.
+    pub calendar: Option<&'static crate::calendar::Windows>,
     /// The period in microseconds, never 0: a division by it needs no
     /// check.
     pub period: NonZeroU64,

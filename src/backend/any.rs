@@ -158,6 +158,14 @@ impl Backend for AnyBackend {
         }
     }
 
+    async fn charge(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
+        match self {
+            AnyBackend::Memory(m) => m.charge(request).await,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(r) => r.charge(request).await,
+        }
+    }
+
     fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
         match self {
             AnyBackend::Memory(m) => m.check_now(request),

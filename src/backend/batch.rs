@@ -510,6 +510,15 @@ impl<B: Backend> Backend for BatchBackend<B> {
         self.inner.give_back(request)
     }
 
+    // Usage beyond a reservation goes to the store, past any batch: it was
+    // spent already, whatever a batch holds.
+    fn charge<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        self.inner.charge(request)
+    }
+
     fn shared(&self) -> bool {
         self.inner.shared()
     }

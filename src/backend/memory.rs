@@ -355,6 +355,28 @@ impl<C: Clock> MemoryBackend<C> {
     /// Gives back a reservation made here, under the shard's write lock
     /// (which also keeps out the compare-and-swap of one-number states).
     /// Returns what is left then (a peek at cost 0).
+    /// [`Backend::charge`] without waiting: under the key's lock, as a
+    /// give-back is.
+    pub(crate) fn charge_now(&self, request: CheckRequest<'_>) -> Decision {
+        let inner = &*self.inner;
+        let (key, quotas) = (request.key, request.quotas);
+        let now = self.now(&request).as_micros();
+        let mut shard = inner.table.lock(key);
+        let mut positions = SmallVec::<[Option<Position>; 4]>::new();
+        for &id in quotas.state_ids() {
+            positions.push(shard.position_in_set(id, key));
+        }
+        let mut stored = Stored {
+            shard: &mut shard,
+            positions: &positions,
+            new: SmallVec::new(),
+            metrics: &inner.metrics,
+            request: &request,
+            now,
+        };
+        quotas.charge_in(&mut stored, request.cost, now)
+    }
+
     pub(crate) fn give_back_now(&self, request: GiveBackRequest<'_>) -> Decision {
         let reserved = request.reserved;
         let inner = &*self.inner;
@@ -401,6 +423,13 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         request: GiveBackRequest<'a>,
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
         ready(Ok(self.give_back_now(request)))
+    }
+
+    fn charge<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        ready(Ok(self.charge_now(request)))
     }
 
     fn check<'a>(

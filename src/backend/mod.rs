@@ -226,6 +226,25 @@ pub trait Backend: Send + Sync + 'static {
         )))
     }
 
+    /// Spends `request.cost` on every quota of the key whatever is left,
+    /// atomically: usage reported beyond a reservation (an LLM answer that
+    /// took more tokens than reserved), which was served and so counts. A
+    /// quota taken past its limit is in debt: it refuses until the debt
+    /// has returned, and says how long in its reset. Returns the decision
+    /// the charge leaves (as a peek at cost 0 would report it). The
+    /// default cannot, and says so with a
+    /// [`BackendErrorKind::Unsupported`] error.
+    fn charge<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        let _ = request;
+        std::future::ready(Err(BackendError::new(
+            BackendErrorKind::Unsupported,
+            "this backend cannot charge usage beyond a reservation (Backend::charge is not implemented)",
+        )))
+    }
+
     /// Whether other processes read and write this backend's state (Redis
     /// does; memory does not, nor the default). A limiter refuses a
     /// [`QuotaSet`] without a name on a shared backend, since such a set's

@@ -8,6 +8,7 @@
 //! | [`keys`] | limit per client IP (behind proxies too), API key, user or route |
 //! | [`headers`] | know what a client is told: 429, `Retry-After`, the `RateLimit` fields, problem details, failures |
 //! | [`algorithms`] | pick an algorithm and a quota: bursts, costs, several quotas, modes, minimum intervals |
+//! | [`usage`] | limit costs known only from the response (LLM tokens): reserve, then settle with the real cost |
 //! | [`routes`] | give routes their own limits, costs read from the request, and limits that count only some responses (failed logins) |
 //! | [`redis`] | keep limits in memory, or share them across a fleet through Redis, with leases |
 //! | [`rules`] | write limits in a YAML file, reloaded live |
@@ -35,6 +36,9 @@ pub mod algorithms {}
 
 #[doc = include_str!("routes.md")]
 pub mod routes {}
+
+#[doc = include_str!("usage.md")]
+pub mod usage {}
 
 // Chapters whose examples need a feature show a pointer without it, so that
 // `cargo test --doc` passes with any set of features; docs.rs builds with

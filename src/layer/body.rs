@@ -55,8 +55,24 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().inner.project() {
-            InnerProj::Service { body, held } => {
-                let frame = body.poll_frame(cx);
+            InnerProj::Service { mut body, held } => {
+                let frame = body.as_mut().poll_frame(cx);
+                let usage = held.as_mut().and_then(|h| h.usage.as_mut());
+                // The body ended, not failed: the usage is known. A server
+                // stops polling at the end it can see (the trailers, the
+                // last byte of a known length), so that is the end here too.
+                match (&frame, usage) {
+                    (Poll::Ready(Some(Ok(f))), Some(watch)) => {
+                        if let Some(trailers) = f.trailers_ref() {
+                            watch.trailers(trailers);
+                            watch.ended();
+                        } else if body.is_end_stream() {
+                            watch.ended();
+                        }
+                    }
+                    (Poll::Ready(None), Some(watch)) => watch.ended(),
+                    _ => {}
+                }
                 // The body is over (ended or failed): give back what the
                 // request held now rather than when the connection drops it.
                 if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
@@ -70,7 +86,11 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
 
     fn is_end_stream(&self) -> bool {
         match &self.inner {
-            Inner::Service { body, .. } => body.is_end_stream(),
+            // A body watched for its usage is polled to its end, empty or
+            // not, so that the end settles the reservation.
+            Inner::Service { body, held } => {
+                body.is_end_stream() && held.as_ref().is_none_or(|h| h.usage.is_none())
+            }
             Inner::Own { body } => body.is_none(),
         }
     }

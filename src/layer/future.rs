@@ -121,6 +121,9 @@ where
                     held,
                 } => {
                     let mut response = ready!(future.poll(cx))?;
+                    if let Some(watch) = held.as_mut().and_then(|h| h.usage.as_mut()) {
+                        watch.headers(response.headers());
+                    }
                     let headers = std::mem::take(headers);
                     let settle = held.as_mut().and_then(|h| h.settle.take());
                     if let Some(settling) = settle.and_then(|s| s(response.status())) {

@@ -221,6 +221,44 @@ impl<B: Backend, K: KeyExtractor> RateLimitLayerBuilder<B, K> {
         self
     }
 
+    /// Takes each request's cost from its response, for usage known only
+    /// once served (the tokens of an LLM answer): the estimate `from` says
+    /// is reserved before the request, and the reservation is settled with
+    /// the real cost when the response body ends (see
+    /// [`CostFromResponse`](super::CostFromResponse)); the handler finds a
+    /// [`Usage`](super::Usage) in the request's extensions to report it
+    /// itself. Replaces [`cost`](Self::cost) and
+    /// [`count_status`](Self::count_status) for this limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::HeaderName;
+    /// use tollgate::key::HeaderKey;
+    /// use tollgate::layer::{CostFromResponse, RateLimitLayer};
+    /// use tollgate::{Limiter, MemoryBackend, Quota};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 100 000 tokens a minute per API key.
+    /// let limiter = Limiter::new(
+    ///     MemoryBackend::new(),
+    ///     Quota::gcra(100_000, Duration::from_secs(60)).build()?,
+    /// );
+    /// let key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+    /// let tokens = RateLimitLayer::builder(limiter, key)
+    /// .cost_from_response(CostFromResponse::header(
+    ///     HeaderName::from_static("x-usage-total-tokens"),
+    ///     500,
+    /// ))
+    /// .build();
+    /// # let _ = tokens;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cost_from_response(mut self, from: super::CostFromResponse) -> Self {
+        self.policy.cost_from_response = Some(Arc::new(from));
+        self
+    }
+
     /// Hands each passed request's [`Decision`](crate::Decision) to the
     /// inner service, in the request's extensions, so a handler can read
     /// what is left (axum: `Extension<Decision>`, or

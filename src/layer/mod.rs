@@ -46,6 +46,7 @@ pub(crate) mod problem;
 mod reason;
 pub(crate) mod respond;
 mod service;
+pub(crate) mod usage;
 pub(crate) mod verdict;
 
 pub use body::ResponseBody;
@@ -59,6 +60,7 @@ pub use problem::{QUOTA_EXCEEDED, problem_response};
 pub use reason::Reason;
 pub use respond::{OnBackendError, OnDelay, Refused, Rejection};
 pub use service::RateLimit;
+pub use usage::{CostFromResponse, Usage};
 pub use verdict::Verdict;
 // Server protection lives in `crate::protect`; its public types keep
 // their paths here, where users name them.

@@ -26,6 +26,7 @@ use super::policy::OnMissingKey;
 use super::problem::problem;
 use super::reason::Reason;
 use super::respond::ResponsePolicy;
+use super::usage::{CostFromResponse, SettleWith, Usage, UsageWatch};
 use super::verdict::Verdict;
 use crate::backend::{Backend, BackendError, BackendErrorKind, Reserved};
 use crate::decision::Decision;
@@ -51,6 +52,9 @@ pub(crate) struct Check<'a, B> {
     /// Response-aware: reserve now, keep for these statuses after the
     /// response, give back for the others.
     pub count_status: Option<&'a CountStatus>,
+    /// The cost known from the response: `cost` is the estimate reserved
+    /// now, settled with the real cost when the response body ends.
+    pub cost_from_response: Option<&'a Arc<CostFromResponse>>,
     /// A concurrency quota: a slot taken before any rate check.
     pub concurrency: Option<&'a Protection>,
     /// Told of the limit's decision (the rules' top offenders and penalty
@@ -106,7 +110,10 @@ impl Pipeline<'_> {
     /// follows.
     pub(crate) fn decide_now<B: Backend>(&self, checks: &[Check<'_, B>]) -> Option<Verdict> {
         // A response-aware limit reserves and settles, both awaited.
-        if checks.iter().any(|c| c.count_status.is_some()) {
+        if checks
+            .iter()
+            .any(|c| c.count_status.is_some() || c.cost_from_response.is_some())
+        {
             return None;
         }
         let mut limits = checks.iter().filter_map(|c| c.limit.as_deref());
@@ -182,6 +189,29 @@ impl Pipeline<'_> {
             let room = limit.room(self.protect);
             let (limiter, key, cost) = (&limit.limiter, &check.key, check.cost);
             let judged = match check.count_status {
+                _ if check.cost_from_response.is_some() => {
+                    let made = reserve_within(limiter, key, cost, timeout, room).await;
+                    let made = match made {
+                        Ok(made) => made,
+                        Err(e) => {
+                            return self.finish(admissions, self.judge(limit, key, Err(e), false));
+                        }
+                    };
+                    let judged = self.judge(limit, key, Ok(made.decision().clone()), false);
+                    match check.cost_from_response {
+                        Some(from) if made.decision().allowed() => {
+                            reserved.push((limit, key, cost, made.clone()));
+                            let settle =
+                                Arc::clone(limit).settle_with(key.clone(), cost, made, timeout);
+                            judged.watching(UsageWatch::new(
+                                Arc::clone(from),
+                                Usage::default(),
+                                settle,
+                            ))
+                        }
+                        _ => judged,
+                    }
+                }
                 None => {
                     let outcome = check_within(limiter, key, cost, timeout, room).await;
                     if let (Some(watch), Ok(decision)) = (check.watch, &outcome) {
@@ -445,6 +475,44 @@ impl<B> Limit<B> {
                 let left = limit.give_back(&key, cost, &reserved, timeout).await?;
                 Some(respond.headers(&limit.policy_header, &key, &left, None))
             }))
+        })
+    }
+
+    /// Settles `reserved`, spent for `key` and `cost`, with the real cost
+    /// once the response body ends: in a task of its own, as a body's end
+    /// cannot wait for the store. A failure is logged, and the reservation
+    /// stands: the strict side when usage was below it, and what is known
+    /// when it was above.
+    pub(crate) fn settle_with(
+        self: Arc<Self>,
+        key: Key,
+        cost: u64,
+        reserved: Reserved,
+        timeout: Duration,
+    ) -> SettleWith
+    where
+        B: Backend,
+    {
+        Box::new(move |actual| {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                tracing::warn!("no runtime to settle a reservation with its usage; it stands");
+                return;
+            };
+            runtime.spawn(async move {
+                let settle = self
+                    .limiter
+                    .settle_reserved(key.as_str(), cost, &reserved, actual);
+                let error = match tokio::time::timeout(timeout, settle).await {
+                    Ok(Ok(_)) => return,
+                    Ok(Err(error)) => error,
+                    Err(_) => timed_out(timeout),
+                };
+                // Not the key: it may be a credential (an API key header).
+                tracing::warn!(
+                    error = error.to_string().as_str(),
+                    "could not settle a reservation with its usage; it stands"
+                );
+            });
         })
     }
 

@@ -12,6 +12,7 @@ use super::pipeline::{
     Check, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, LimitRef, Pipeline, admit_key,
 };
 use super::respond::ResponsePolicy;
+use super::usage::CostFromResponse;
 use super::verdict::Verdict;
 use crate::backend::Backend;
 use crate::key::{Key, KeyError, KeyExtractor};
@@ -69,6 +70,9 @@ pub struct LimitPolicy<B, K> {
     /// Whether a passed request carries its decision in its extensions.
     pub(crate) decision_in_extensions: bool,
     pub(crate) reasons: ReasonMetrics,
+    /// The cost known from the response: an estimate reserved, settled
+    /// with the real cost when the response body ends.
+    pub(crate) cost_from_response: Option<Arc<CostFromResponse>>,
 }
 
 impl<B, K> LimitPolicy<B, K> {
@@ -85,6 +89,7 @@ impl<B, K> LimitPolicy<B, K> {
             protect: Protection::default(),
             decision_in_extensions: false,
             reasons: ReasonMetrics::new(),
+            cost_from_response: None,
         }
     }
 
@@ -94,6 +99,9 @@ impl<B, K> LimitPolicy<B, K> {
     }
 
     fn cost(&self, parts: &Parts) -> u64 {
+        if let Some(from) = &self.cost_from_response {
+            return from.estimate(&parts.headers);
+        }
         self.cost.as_ref().map_or(1, |f| f(parts))
     }
 
@@ -125,6 +133,7 @@ impl<B, K> LimitPolicy<B, K> {
             },
             key,
             count_status: self.count_status.as_ref(),
+            cost_from_response: self.cost_from_response.as_ref(),
             concurrency: self.protect.concurrency.as_ref().map(|_| &self.protect),
         })
     }

@@ -130,6 +130,9 @@ fn hand_over(parts: &mut Parts, verdict: &mut Verdict) {
         }
         parts.extensions.insert(reason);
     }
+    if let Some(usage) = verdict.usage() {
+        parts.extensions.insert(usage);
+    }
 }
 
 /// A verdict for a gRPC call: the layer's own answers in gRPC's terms. The

@@ -105,6 +105,26 @@ impl Verdict {
         self
     }
 
+    /// This verdict, settling its reservation with the cost the response
+    /// reports if it passes (a refusal drops it: nothing was spent).
+    pub(crate) fn watching(mut self, watch: super::usage::UsageWatch) -> Self {
+        if let VerdictKind::Pass { held, .. } = &mut self.0 {
+            held.get_or_insert_default().usage = Some(watch);
+        }
+        self
+    }
+
+    /// The usage report the inner service may fill in, if the verdict
+    /// watches for one.
+    pub(crate) fn usage(&self) -> Option<super::usage::Usage> {
+        match &self.0 {
+            VerdictKind::Pass {
+                held: Some(held), ..
+            } => held.usage.as_ref().map(|w| w.usage().clone()),
+            _ => None,
+        }
+    }
+
     /// This verdict, handing `decision` to the inner service if it passes.
     pub(crate) fn with_decision(mut self, decision: Decision) -> Self {
         if let VerdictKind::Pass { held, .. } = &mut self.0 {

@@ -28,6 +28,9 @@ pub(crate) struct Held {
     /// Whether the decision (if any) and the reason go in the request's
     /// extensions for the inner service.
     pub hand_over: bool,
+    /// A cost known from the response: the watch that settles the
+    /// reservation when the body ends.
+    pub usage: Option<crate::layer::usage::UsageWatch>,
 }
 
 impl Held {
@@ -37,6 +40,7 @@ impl Held {
         self.in_flight = self.in_flight.or(more.in_flight);
         self.decision = self.decision.or(more.decision);
         self.hand_over |= more.hand_over;
+        self.usage = self.usage.or(more.usage);
         self.settle = self.settle.into_iter().chain(more.settle).reduce(both);
         self
     }

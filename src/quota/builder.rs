@@ -9,6 +9,7 @@ use super::error::QuotaError;
 use super::quota::{Path, Quota};
 use crate::algorithm::{Algorithm, Mode};
 use crate::algorithm::{EXACT_MAX, Params};
+use crate::calendar::Calendar;
 use crate::clock::micros;
 
 impl Quota {
@@ -48,6 +49,22 @@ impl Quota {
         QuotaBuilder::new(algorithm, limit, period)
     }
 
+    /// A fixed window of `limit` per calendar period (a day, week, month or
+    /// year in a time zone): see [`QuotaBuilder::calendar`].
+    ///
+    /// ```
+    /// use tollgate::calendar::{Calendar, CalendarPeriod};
+    /// use tollgate::Quota;
+    ///
+    /// let billing = Calendar::new(CalendarPeriod::Month { starts_on: 15 }, "Asia/Seoul")?;
+    /// let quota = Quota::per_calendar(10_000, billing).build()?;
+    /// assert_eq!(quota.name(), "10000-per-month");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn per_calendar(limit: u64, calendar: Calendar) -> QuotaBuilder {
+        QuotaBuilder::new(Algorithm::FixedWindow, limit, calendar.longest()).calendar(calendar)
+    }
+
     /// At least `interval` between two admitted actions: GCRA with one unit
     /// per interval and no burst.
     pub fn min_interval(interval: Duration) -> QuotaBuilder {
@@ -81,6 +98,7 @@ pub struct QuotaBuilder {
     named: bool,
     mode: Mode,
     count_rejected: bool,
+    calendar: Option<Calendar>,
 }
 
 impl QuotaBuilder {
@@ -94,6 +112,7 @@ impl QuotaBuilder {
             named: false,
             mode: Mode::Enforce,
             count_rejected: false,
+            calendar: None,
         }
     }
 
@@ -127,6 +146,18 @@ impl QuotaBuilder {
         self
     }
 
+    /// Fixed window only: windows that are `calendar`'s periods (a local
+    /// day, a week from a weekday, a month from a day of the month, a year)
+    /// rather than multiples of the period since the epoch. The period
+    /// given to the constructor is replaced by the longest such period.
+    /// [`build`](Self::build) refuses it for the other algorithms
+    /// ([`QuotaError::CalendarNotApplicable`]).
+    pub fn calendar(mut self, calendar: Calendar) -> Self {
+        self.period = calendar.longest();
+        self.calendar = Some(calendar);
+        self
+    }
+
     /// Validates the quota.
     pub fn build(self) -> Result<Quota, QuotaError> {
         let a = self.algorithm;
@@ -147,6 +178,9 @@ impl QuotaBuilder {
         }
         if self.burst.is_some() && !a.has_burst() {
             return Err(QuotaError::BurstNotApplicable(a));
+        }
+        if self.calendar.is_some() && a != Algorithm::FixedWindow {
+            return Err(QuotaError::CalendarNotApplicable(a));
         }
         if self.count_rejected && a != Algorithm::SlidingLog {
             return Err(QuotaError::CountRejectedNotApplicable(a));
@@ -187,10 +221,12 @@ impl QuotaBuilder {
         if too_large {
             return Err(QuotaError::TooLarge);
         }
-        let name = self
-            .name
-            .unwrap_or_else(|| format!("{}-per-{}", self.limit, period_label(self.period)).into());
+        let name = self.name.unwrap_or_else(|| match &self.calendar {
+            Some(c) => format!("{}-per-{}", self.limit, c.period().unit()).into(),
+            None => format!("{}-per-{}", self.limit, period_label(self.period)).into(),
+        });
         let params = Params {
+            calendar: self.calendar.as_ref().map(crate::calendar::Windows::of),
             period: nonzero_period,
             limit,
             capacity,

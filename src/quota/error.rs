@@ -33,6 +33,8 @@ pub enum QuotaError {
     /// A quota name that clients could not be sent: 1 to 64 printable ASCII
     /// characters are allowed.
     InvalidName(String),
+    /// A calendar was given to an algorithm other than the fixed window.
+    CalendarNotApplicable(Algorithm),
     /// An elastic concurrency quota's ceiling is below its limit.
     CeilingBelowLimit {
         /// The limit.
@@ -60,6 +62,9 @@ impl fmt::Display for QuotaError {
                 f,
                 "{limit} per {period:?} is more than one per microsecond, the most GCRA and the leaky bucket can space (1 000 000 a second); the token bucket and the windows count exactly up to 2^53 per period, so use one of them (a token bucket with the same burst enforces the same rate)"
             ),
+            QuotaError::CalendarNotApplicable(a) => {
+                write!(f, "calendar periods apply to fixed_window only, not {a}")
+            }
             QuotaError::TooLarge => f.write_str(
                 "burst x period is too large to compute exactly; use a smaller burst or period",
             ),

@@ -179,6 +179,12 @@ impl Quota {
         self.count_rejected
     }
 
+    /// The calendar whose periods are this fixed window's windows, if any
+    /// ([`QuotaBuilder::calendar`](super::QuotaBuilder::calendar)).
+    pub fn calendar(&self) -> Option<&crate::calendar::Calendar> {
+        self.params.calendar.map(|w| &w.calendar)
+    }
+
     /// The largest cost one request can have: more can never be admitted.
     pub fn max_cost(&self) -> u64 {
         self.params.capacity

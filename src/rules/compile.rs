@@ -18,7 +18,8 @@ use super::names::MatchMode;
 use crate::key::{ClientIp, ExtensionKey, GlobalKey, HeaderKey, KeyExtractor, PeerIp, UserId};
 use crate::layer::pipeline::{DEFAULT_NEAR_LIMIT, Limit};
 use crate::layer::{
-    ConcurrencyQuota, CountStatus, MeasuredLoad, OnMissingKey, Priority, ResponsePolicy, Shedding,
+    ConcurrencyQuota, CostFromResponse, CountStatus, MeasuredLoad, OnMissingKey, Priority,
+    ResponsePolicy, Shedding,
 };
 use crate::limiter::Limiter;
 use crate::metrics::ReasonMetrics;
@@ -61,6 +62,9 @@ pub(super) struct Rule {
     pub cost: u64,
     /// Response-aware: count only responses with these statuses.
     pub count_status: Option<CountStatus>,
+    /// The cost known from the response: reserve an estimate, settle
+    /// with the real cost.
+    pub cost_from_response: Option<Arc<CostFromResponse>>,
     /// The rate quotas' limiter; `None` for a rule with only a concurrency
     /// limit.
     pub limit: Option<Arc<Limit<AnyBackend>>>,
@@ -301,6 +305,7 @@ fn rule(
             .collect(),
         cost: rc.cost.value,
         count_status: rc.count_status.as_ref().map(|c| c.0.clone()),
+        cost_from_response: cost_from_response(rc)?,
         limit,
         overrides,
         concurrency: None,
@@ -390,6 +395,35 @@ fn concurrency(
         signal: file.signal.clone(),
         ..Protection::default()
     }))
+}
+
+/// A rule's `cost_from_response`, refused beside another way of costing a
+/// request or without rate quotas to count against.
+fn cost_from_response(rc: &RuleConfig) -> Result<Option<Arc<CostFromResponse>>, String> {
+    let Some(from) = &rc.cost_from_response else {
+        return Ok(None);
+    };
+    let name = &rc.name.value.0;
+    let clash = if rc.count_status.is_some() {
+        Some("count_status")
+    } else if rc.cost.value != 1 {
+        Some("cost")
+    } else if rc.quotas.0.is_empty() {
+        Some("no rate quotas")
+    } else {
+        None
+    };
+    if let Some(clash) = clash {
+        return Err(from.error(format_args!(
+            "rule {name}: cost_from_response takes each request's cost from its response, which leaves no place for {clash}; a second rule on the same requests can count them"
+        )));
+    }
+    let c = &from.value;
+    let mut made = CostFromResponse::header(c.header.0.clone(), c.reserve);
+    if let Some(h) = &c.reserve_header {
+        made = made.reserve_header(h.0.clone());
+    }
+    Ok(Some(Arc::new(made)))
 }
 
 /// Refuses a rule that limits nothing, and what needs rate quotas on a

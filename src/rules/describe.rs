@@ -184,13 +184,19 @@ impl fmt::Display for RulesFile {
 }
 
 fn describe(q: &Quota) -> String {
-    let mut s = format!(
-        "{:?}: {} {} per {:?}",
-        q.name(),
-        q.algorithm(),
-        q.limit(),
-        q.period()
-    );
+    let per = match q.calendar() {
+        Some(c) => match c.period() {
+            crate::calendar::CalendarPeriod::Week { starts_on } => {
+                format!("week from {} in {}", starts_on.as_str(), c.time_zone())
+            }
+            crate::calendar::CalendarPeriod::Month { starts_on } => {
+                format!("month from day {starts_on} in {}", c.time_zone())
+            }
+            p => format!("{} in {}", p.unit(), c.time_zone()),
+        },
+        None => format!("{:?}", q.period()),
+    };
+    let mut s = format!("{:?}: {} {} per {per}", q.name(), q.algorithm(), q.limit());
     if q.algorithm().has_burst() && q.burst() != q.limit() {
         s.push_str(&format!(", burst {}", q.burst()));
     }

@@ -308,6 +308,10 @@ pub(crate) struct RuleConfig {
     /// Response-aware: count only responses with these statuses.
     #[serde(default)]
     pub count_status: Option<CountStatusConfig>,
+    /// Usage known from the response (LLM tokens): reserve an estimate,
+    /// settle with the real cost the response reports.
+    #[serde(default)]
+    pub cost_from_response: Option<At<CostFromResponseConfig>>,
     /// Rate quotas; none for a rule with only a concurrency limit.
     #[serde(default)]
     pub quotas: QuotaList,
@@ -322,6 +326,23 @@ pub(crate) struct RuleConfig {
     /// The penalty box: so many refusals within a time block the key.
     #[serde(default)]
     pub penalty: Option<super::penalty::PenaltyConfig>,
+}
+
+/// `cost_from_response`: where the real cost is read, and what is reserved
+/// until it is known.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CostFromResponseConfig {
+    /// The response header (or HTTP/2 / gRPC trailer) that carries the
+    /// real cost, a decimal integer.
+    pub header: HeaderNameConfig,
+    /// What is reserved before the response, unless `reserve_header`
+    /// gives it.
+    pub reserve: u64,
+    /// A request header with the estimate (such as the `max_tokens` a
+    /// client asks for); missing or not a number, `reserve` holds.
+    #[serde(default)]
+    pub reserve_header: Option<HeaderNameConfig>,
 }
 
 fn one() -> At<u64> {
@@ -421,4 +442,35 @@ pub(crate) struct OverrideConfig {
     /// Or replace the quotas.
     #[serde(default)]
     pub quotas: Option<QuotaList>,
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    #[test]
+    fn cost_from_response_as_written() {
+        let c: CostFromResponseConfig =
+            serde_saphyr::from_str("{ header: x-usage-total-tokens, reserve: 500 }").unwrap();
+        assert_eq!(c.header.0, "x-usage-total-tokens");
+        assert_eq!(c.reserve, 500);
+        assert!(c.reserve_header.is_none());
+        let c: CostFromResponseConfig = serde_saphyr::from_str(
+            "{ header: x-usage-total-tokens, reserve: 500, reserve_header: x-max-tokens }",
+        )
+        .unwrap();
+        assert_eq!(c.reserve_header.unwrap().0, "x-max-tokens");
+        for bad in [
+            "{ header: x-usage-total-tokens }",
+            "{ reserve: 500 }",
+            "{ header: \"bad header\", reserve: 500 }",
+            "{ header: x-usage-total-tokens, reserve: -1 }",
+            "{ header: x-usage-total-tokens, reserve: 500, extra: 1 }",
+        ] {
+            assert!(
+                serde_saphyr::from_str::<CostFromResponseConfig>(bad).is_err(),
+                "{bad}"
+            );
+        }
+    }
 }

@@ -57,6 +57,45 @@ impl<'de> Deserialize<'de> for Period {
     }
 }
 
+/// A calendar period's unit as written: `day`, `week`, `month`, `year`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CalendarUnit {
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl CalendarUnit {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CalendarUnit::Day => "day",
+            CalendarUnit::Week => "week",
+            CalendarUnit::Month => "month",
+            CalendarUnit::Year => "year",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CalendarUnit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        [
+            CalendarUnit::Day,
+            CalendarUnit::Week,
+            CalendarUnit::Month,
+            CalendarUnit::Year,
+        ]
+        .into_iter()
+        .find(|u| u.as_str() == s)
+        .ok_or_else(|| {
+            de::Error::custom(format!(
+                "{s:?} is not a calendar period; write day, week, month or year"
+            ))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -124,8 +124,13 @@ impl Compiled {
                     watch: Some(rule),
                     limit,
                     key,
-                    cost: rule.cost,
+                    // A cost from the response reserves its estimate.
+                    cost: match &rule.cost_from_response {
+                        Some(from) => from.estimate(&parts.headers),
+                        None => rule.cost,
+                    },
                     count_status: rule.count_status.as_ref(),
+                    cost_from_response: rule.cost_from_response.as_ref(),
                     concurrency: rule.concurrency.as_ref(),
                 });
             }

@@ -5,7 +5,8 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
 use super::at::At;
-use super::period::Period;
+use super::period::{CalendarUnit, Period};
+use crate::calendar::{Calendar, CalendarPeriod, StartsOn, Weekday};
 use crate::quota::{Algorithm, Mode, Quota};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,7 +36,15 @@ struct WrittenQuota {
     name: Option<String>,
     algorithm: AlgorithmName,
     limit: u64,
-    period: Period,
+    /// Either a period, or a calendar with its time zone and first day.
+    #[serde(default)]
+    period: Option<Period>,
+    #[serde(default)]
+    calendar: Option<CalendarUnit>,
+    #[serde(default)]
+    time_zone: Option<String>,
+    #[serde(default)]
+    starts_on: Option<StartsOn>,
     #[serde(default)]
     burst: Option<u64>,
     #[serde(default)]
@@ -92,15 +101,77 @@ impl WrittenQuota {
         self.build_as(mode, scale)
     }
 
+    /// The calendar written, if any: `calendar` with `time_zone` (UTC
+    /// unless given) and `starts_on`, or none with a `period`.
+    fn calendar(&self) -> Result<Option<Calendar>, String> {
+        let Some(unit) = self.calendar else {
+            if self.period.is_none() {
+                return Err(
+                    "a quota needs a period (such as 1m) or a calendar (day, week, month or year)"
+                        .into(),
+                );
+            }
+            if self.time_zone.is_some() || self.starts_on.is_some() {
+                return Err(
+                    "time_zone and starts_on go with calendar: day, week, month or year".into(),
+                );
+            }
+            return Ok(None);
+        };
+        if self.period.is_some() {
+            return Err(format!(
+                "a quota has a period or a calendar, not both: remove period, its length is the calendar's {}",
+                unit.as_str()
+            ));
+        }
+        if self.algorithm.0 != Algorithm::FixedWindow {
+            return Err(format!(
+                "calendar periods apply to fixed_window only, not {}",
+                self.algorithm.0
+            ));
+        }
+        let period = match (unit, &self.starts_on) {
+            (CalendarUnit::Week, None) => CalendarPeriod::Week {
+                starts_on: Weekday::Monday,
+            },
+            (CalendarUnit::Week, Some(StartsOn::Weekday(d))) => {
+                CalendarPeriod::Week { starts_on: *d }
+            }
+            (CalendarUnit::Month, None) => CalendarPeriod::Month { starts_on: 1 },
+            (CalendarUnit::Month, Some(StartsOn::Day(d))) => {
+                CalendarPeriod::Month { starts_on: *d }
+            }
+            (CalendarUnit::Week, Some(StartsOn::Day(_))) => {
+                return Err("a week starts on a day of the week: starts_on: monday".into());
+            }
+            (CalendarUnit::Month, Some(StartsOn::Weekday(_))) => {
+                return Err("a month starts on a day of the month, 1 to 31: starts_on: 15".into());
+            }
+            (CalendarUnit::Day, None) => CalendarPeriod::Day,
+            (CalendarUnit::Year, None) => CalendarPeriod::Year,
+            (CalendarUnit::Day | CalendarUnit::Year, Some(_)) => {
+                return Err(format!(
+                    "starts_on applies to week and month, not {}",
+                    unit.as_str()
+                ));
+            }
+        };
+        let zone = self.time_zone.as_deref().unwrap_or("UTC");
+        Calendar::new(period, zone)
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+
     /// The quota in `mode`, with limit and burst multiplied by `scale`.
     fn build_as(&self, mode: Mode, scale: u64) -> Result<Quota, String> {
-        let mut b = Quota::builder(
-            self.algorithm.0,
-            self.limit.saturating_mul(scale),
-            self.period.0,
-        )
-        .mode(mode)
-        .count_rejected(self.count_rejected);
+        let calendar = self.calendar()?;
+        let period = self.period.map_or(std::time::Duration::ZERO, |p| p.0);
+        let mut b = Quota::builder(self.algorithm.0, self.limit.saturating_mul(scale), period)
+            .mode(mode)
+            .count_rejected(self.count_rejected);
+        if let Some(calendar) = calendar {
+            b = b.calendar(calendar);
+        }
         if let Some(burst) = self.burst {
             b = b.burst(burst.saturating_mul(scale));
         }
@@ -159,5 +230,102 @@ impl<'de> Deserialize<'de> for QuotaList {
             }
         }
         Ok(QuotaList(list))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quota(yaml: &str) -> Result<QuotaConfig, String> {
+        serde_saphyr::from_str::<QuotaConfig>(yaml).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn calendar_quotas_as_written() {
+        let q = quota("{ algorithm: fixed_window, limit: 10000, calendar: month, time_zone: Asia/Seoul, starts_on: 15 }").unwrap();
+        let cal = q.quota.calendar().expect("a calendar");
+        assert_eq!(cal.period(), CalendarPeriod::Month { starts_on: 15 });
+        assert_eq!(cal.time_zone(), "Asia/Seoul");
+        assert_eq!(q.quota.name(), "10000-per-month");
+        let q = quota("{ algorithm: fixed_window, limit: 5, calendar: week, starts_on: sunday }")
+            .unwrap();
+        let cal = q.quota.calendar().unwrap();
+        assert_eq!(
+            cal.period(),
+            CalendarPeriod::Week {
+                starts_on: Weekday::Sunday
+            }
+        );
+        assert_eq!(cal.time_zone(), "UTC");
+        let q = quota(
+            "{ algorithm: fixed_window, limit: 5, calendar: day, time_zone: America/New_York }",
+        )
+        .unwrap();
+        assert_eq!(q.quota.calendar().unwrap().period(), CalendarPeriod::Day);
+        // Tiers scale a calendar quota and keep its calendar.
+        let scaled = q.scaled(3).unwrap();
+        assert_eq!(scaled.limit(), 15);
+        assert_eq!(scaled.calendar(), q.quota.calendar());
+        // A plain quota has none.
+        let q = quota("{ algorithm: fixed_window, limit: 5, period: 1m }").unwrap();
+        assert!(q.quota.calendar().is_none());
+    }
+
+    #[test]
+    fn calendar_mistakes_are_refused_with_a_reason() {
+        for (yaml, says) in [
+            (
+                "{ algorithm: fixed_window, limit: 5 }",
+                "a period (such as 1m) or a calendar",
+            ),
+            (
+                "{ algorithm: fixed_window, limit: 5, period: 1m, calendar: day }",
+                "not both",
+            ),
+            (
+                "{ algorithm: gcra, limit: 5, calendar: day }",
+                "fixed_window only",
+            ),
+            (
+                "{ algorithm: fixed_window, limit: 5, calendar: fortnight }",
+                "not a calendar period",
+            ),
+            (
+                "{ algorithm: fixed_window, limit: 5, calendar: day, time_zone: Mars/Olympus }",
+                "not an IANA time zone",
+            ),
+            (
+                "{ algorithm: fixed_window, limit: 5, calendar: month, starts_on: 32 }",
+                "1 to 31",
+            ),
+            (
+                "{ algorithm: fixed_window, limit: 5, calendar: month, starts_on: 0 }",
+                "1 to 31",
+            ),
+            (
+                "{ algorithm: fixed_window, limit: 5, calendar: month, starts_on: monday }",
+                "day of the month",
+            ),
+            (
+                "{ algorithm: fixed_window, limit: 5, calendar: week, starts_on: 3 }",
+                "day of the week",
+            ),
+            (
+                "{ algorithm: fixed_window, limit: 5, calendar: week, starts_on: someday }",
+                "not a day of the week",
+            ),
+            (
+                "{ algorithm: fixed_window, limit: 5, calendar: day, starts_on: 3 }",
+                "applies to week and month",
+            ),
+            (
+                "{ algorithm: fixed_window, limit: 5, period: 1m, time_zone: UTC }",
+                "go with calendar",
+            ),
+        ] {
+            let err = quota(yaml).expect_err(yaml);
+            assert!(err.contains(says), "{yaml}: {err}");
+        }
     }
 }

@@ -16,3 +16,4 @@ mod logs;
 mod metrics;
 mod protect;
 mod redis;
+mod usage;

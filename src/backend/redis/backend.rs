@@ -431,6 +431,32 @@ impl RedisBackend {
         }
     }
 
+    /// Charges usage beyond a reservation on Redis, within the timeout
+    /// (see [`Backend::charge`]).
+    async fn charge_usage(&self, request: CheckRequest<'_>) -> Result<Decision, BackendError> {
+        let inner = &*self.inner;
+        let (key, quotas, cost) = (request.key, request.quotas, request.cost);
+        if inner.breaker.is_open() {
+            return Err(BackendError::new(
+                BackendErrorKind::Unavailable,
+                "Redis failed repeatedly; the circuit breaker is open",
+            ));
+        }
+        let keys = script::redis_keys(&inner.prefix, key, quotas);
+        let (now, slack) = inner.script_time();
+        let args = script::charge_arguments(quotas, now, cost, slack);
+        match tokio::time::timeout(inner.timeout, self.run(quotas, &keys, &args, cost)).await {
+            Ok(reply) => reply.map(|reply| quotas.decision_from(&reply.verdicts)),
+            Err(_) => {
+                inner.connections.forget(None);
+                Err(BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("Redis did not answer within {:?}", inner.timeout),
+                ))
+            }
+        }
+    }
+
     /// Runs the script on `keys` with `args`; a reply that says more than
     /// `asked` units were spent is a lie.
     ///
@@ -579,6 +605,13 @@ impl Backend for RedisBackend {
         request: GiveBackRequest<'a>,
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
         self.give_back_reserved(request)
+    }
+
+    fn charge<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        self.charge_usage(request)
     }
 
     /// With leases on: the decision when this process can make it alone,

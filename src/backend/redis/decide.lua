@@ -14,10 +14,19 @@ end
 -- give_back; then what is left, as a peek at cost 0 (QuotaSet::give_back).
 if giving_back then
   for i = 1, #KEYS do
-    local full_at = ARGV[7 + 9 * #KEYS + i]
+    local full_at = ARGV[7 + 12 * #KEYS + i]
     if full_at and full_at ~= '' then
       give_back_reserved[quotas[i].algorithm](KEYS[i], quotas[i], given_back_since, tonumber(full_at))
     end
+  end
+  cost = 0
+end
+
+-- Usage beyond a reservation, charged on every quota whatever is left;
+-- then what is left, as a peek at cost 0 (QuotaSet::charge_in).
+if charging then
+  for i = 1, #KEYS do
+    charge[quotas[i].algorithm](KEYS[i], quotas[i])
   end
   cost = 0
 end

@@ -1,14 +1,28 @@
 -- Fixed window (src/algorithm/fixed_window.rs). A hash: s = the window's
 -- first microsecond, c = its count.
-algorithms.fixed_window = function(key, p)
-  local current = now - math.fmod(now, p.period)
-  local start, count = current, 0
-  local stored = redis.call('HMGET', key, 's', 'c')
-  -- A window newer than the clock (it stepped back) still holds.
-  if stored[1] and tonumber(stored[1]) >= current then
-    start, count = tonumber(stored[1]), tonumber(stored[2])
+-- The window holding now (a Redis clock behind the caller's, across a
+-- calendar boundary, counts in the caller's), and whether the stored one,
+-- if newer (the clock stepped back), still holds: its start, end and count.
+local function current_window(key, p)
+  local current, ends = window_of(p, now)
+  if not current then
+    current, ends = p.cal_start, p.cal_end
   end
-  local window_end = start + p.period - now
+  local stored = redis.call('HMGET', key, 's', 'c')
+  if stored[1] and tonumber(stored[1]) >= current then
+    local start = tonumber(stored[1])
+    if start > current then
+      local _, later = window_of(p, start)
+      ends = later or ends
+    end
+    return start, ends, tonumber(stored[2])
+  end
+  return current, ends, 0
+end
+
+algorithms.fixed_window = function(key, p)
+  local start, ends, count = current_window(key, p)
+  local window_end = ends - now
   local refuse = {
     remaining = math.max(p.capacity - count, 0),
     reset = window_end,
@@ -24,7 +38,7 @@ algorithms.fixed_window = function(key, p)
       replenish = window_end,
       write = function()
         redis.call('HSET', key, 's', int(start), 'c', int(count + cost))
-        expire(key, start + p.period)
+        expire(key, ends)
       end,
     }
     local step = allow(0, admit, refuse)
@@ -41,7 +55,7 @@ give_back.fixed_window = function(key, p, units, since)
   local stored = redis.call('HMGET', key, 's', 'c')
   if stored[1] then
     local start = tonumber(stored[1])
-    if since >= start and since < start + p.period then
+    if window_of(p, since) == start then
       redis.call('HSET', key, 'c', int(math.max(tonumber(stored[2]) - units, 0)))
     end
   end
@@ -50,8 +64,8 @@ end
 -- A reservation's units go back (algorithm/fixed_window.rs give_back) to
 -- the window they were counted in, while it holds.
 give_back_reserved.fixed_window = function(key, p, at, full_at)
-  local start = at - math.fmod(at, p.period)
-  if start + p.period <= now then
+  local start, ends = window_of(p, at)
+  if not start or ends <= now then
     return
   end
   local stored = redis.call('HMGET', key, 's', 'c')

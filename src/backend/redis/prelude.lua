@@ -11,13 +11,14 @@
 -- ARGV[1]: the time in microseconds, or '' to read Redis's TIME.
 -- ARGV[2]: the cost.  ARGV[3]: '1' to commit, '0' to peek, '2' to give
 -- back a reservation of the cost made at ARGV[7] (Redis time), on the
--- quotas whose ARGV[7 + 9 * #KEYS + i] is the moment the reservation left
--- them full again ('' for the quotas it did not spend).
+-- quotas whose ARGV[7 + 12 * #KEYS + i] is the moment the reservation left
+-- them full again ('' for the quotas it did not spend), '3' to charge the
+-- cost whatever is left (usage beyond a reservation).
 -- ARGV[4]: milliseconds added to every expiry (0 unless a test clock is used).
 -- ARGV[5]: the units wanted (a lease when more than the cost).
 -- ARGV[6], ARGV[7]: units of an earlier lease given back, and when (Redis
 -- time) they were taken.
--- ARGV[8 + 9 * (i - 1) ...]: quota i's parameters (see params below).
+-- ARGV[8 + 12 * (i - 1) ...]: quota i's parameters (see params below).
 --
 -- Returns, per quota: allowed (1/0), remaining, reset, retry-after, delay,
 -- the wait until one more unit frees when this admission left the quota
@@ -58,13 +59,14 @@ end
 local cost = tonumber(ARGV[2])
 local commit = ARGV[3] == '1'
 local giving_back = ARGV[3] == '2'
+local charging = ARGV[3] == '3'
 local slack_ms = tonumber(ARGV[4])
 local want = tonumber(ARGV[5])
 local given_back = tonumber(ARGV[6])
 local given_back_since = tonumber(ARGV[7])
 
 local function params(i)
-  local base = 7 + 9 * (i - 1)
+  local base = 7 + 12 * (i - 1)
   return {
     algorithm = ARGV[base + 1],
     period = tonumber(ARGV[base + 2]),
@@ -76,7 +78,30 @@ local function params(i)
     shadow = ARGV[base + 8] == '1',
     -- Elastic mode without room: units the request must leave unspent.
     margin = tonumber(ARGV[base + 9]),
+    -- A calendar quota's windows, worked out in Rust for the caller's
+    -- clock: the period holding it, and the next one's end (0: none).
+    cal_start = tonumber(ARGV[base + 10]),
+    cal_end = tonumber(ARGV[base + 11]),
+    cal_next = tonumber(ARGV[base + 12]),
   }
+end
+
+-- The fixed window holding `t`: its first microsecond and its end. A
+-- calendar quota's come from Rust: the period holding the caller's clock,
+-- or the next one if Redis's clock has already crossed into it; nil for a
+-- moment before them (an earlier period, not known here).
+local function window_of(p, t)
+  if p.cal_end > 0 then
+    if t >= p.cal_end then
+      return p.cal_end, p.cal_next
+    end
+    if t >= p.cal_start then
+      return p.cal_start, p.cal_end
+    end
+    return nil
+  end
+  local start = t - math.fmod(t, p.period)
+  return start, start + p.period
 end
 
 -- Keeps `key` until `expires_at` (the moment its state means the same as no

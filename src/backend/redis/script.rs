@@ -18,6 +18,7 @@ pub(crate) const SOURCE: &str = concat!(
     include_str!("fixed_window.lua"),
     include_str!("sliding_window.lua"),
     include_str!("sliding_log.lua"),
+    include_str!("charge.lua"),
     include_str!("decide.lua"),
 );
 
@@ -26,7 +27,7 @@ pub(crate) static SHA1: LazyLock<String> =
     LazyLock::new(|| Script::new(SOURCE).get_hash().to_owned());
 
 /// ARGV slots per quota (see prelude.lua).
-const PER_QUOTA: usize = 9;
+const PER_QUOTA: usize = 12;
 /// ARGV slots before the quotas' (see prelude.lua).
 const HEAD: usize = 7;
 /// Numbers returned per quota (see decide.lua).
@@ -100,12 +101,14 @@ pub(crate) fn arguments(
     let (back, since) = ask.give_back.unwrap_or((0, 0));
     args.push(back.to_string());
     args.push(since.to_string());
-    push_quotas(&mut args, quotas, room);
+    push_quotas(&mut args, quotas, room, now);
     args
 }
 
-/// Each quota's parameters, as prelude.lua reads them.
-fn push_quotas(args: &mut Vec<String>, quotas: &QuotaSet, room: bool) {
+/// Each quota's parameters, as prelude.lua reads them. A calendar quota's
+/// windows are worked out here, for `now` (the script's time, else this
+/// machine's clock): the Lua has no time zone rules.
+fn push_quotas(args: &mut Vec<String>, quotas: &QuotaSet, room: bool, now: Option<u64>) {
     for q in quotas.quotas() {
         let p = &q.params;
         args.push(q.algorithm().name().to_owned());
@@ -115,6 +118,19 @@ fn push_quotas(args: &mut Vec<String>, quotas: &QuotaSet, room: bool) {
         args.push(if p.count_rejected { "1" } else { "0" }.to_owned());
         args.push(if p.shadow { "1" } else { "0" }.to_owned());
         args.push(if room { 0 } else { p.elastic_margin }.to_string());
+        let [start, end, next] = match p.calendar {
+            Some(c) => {
+                let t = now.unwrap_or_else(|| {
+                    crate::clock::Clock::now(&crate::clock::SystemClock).as_micros()
+                });
+                let (start, end) = c.at(t);
+                [start, end, c.end_of(end)]
+            }
+            None => [0, 0, 0],
+        };
+        for n in [start, end, next] {
+            args.push(n.to_string());
+        }
     }
 }
 
@@ -139,7 +155,7 @@ pub(crate) fn give_back_arguments(
     args.push(cost.to_string());
     args.push("0".to_owned());
     args.push(at.to_string());
-    push_quotas(&mut args, quotas, false);
+    push_quotas(&mut args, quotas, false, now);
     let answers = decision.quotas();
     for i in 0..n {
         args.push(match answers.get(i) {
@@ -149,6 +165,26 @@ pub(crate) fn give_back_arguments(
             _ => String::new(),
         });
     }
+    args
+}
+
+/// The script's arguments to charge `cost` whatever is left (usage beyond
+/// a reservation): mode '3'.
+pub(crate) fn charge_arguments(
+    quotas: &QuotaSet,
+    now: Option<u64>,
+    cost: u64,
+    slack_ms: u64,
+) -> Vec<String> {
+    let mut args = Vec::with_capacity(HEAD + PER_QUOTA * quotas.quotas().len());
+    args.push(now.map_or_else(String::new, |n| n.to_string()));
+    args.push(cost.to_string());
+    args.push("3".to_owned());
+    args.push(slack_ms.to_string());
+    args.push(cost.to_string());
+    args.push("0".to_owned());
+    args.push("0".to_owned());
+    push_quotas(&mut args, quotas, false, now);
     args
 }
 

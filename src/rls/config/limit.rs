@@ -91,7 +91,7 @@ impl Limit {
 
 /// A quota's name as the `RateLimit` header fields show it: printable
 /// ASCII, other characters as `_`.
-fn quota_name(path: &str) -> String {
+pub(super) fn quota_name(path: &str) -> String {
     path.chars()
         .map(|c| {
             if c.is_ascii_graphic() || c == ' ' {

@@ -14,7 +14,11 @@ use std::sync::Arc;
 
 use serde_saphyr::Spanned;
 
+use crate::calendar::{Calendar, CalendarPeriod, Weekday};
 use crate::quota::Algorithm;
+use crate::quota::Quota;
+use crate::quota_set::QuotaSet;
+use limit::quota_name;
 pub(crate) use limit::{Limit, LimitKind};
 use model::{DescriptorYaml, FileYaml, RateLimitYaml};
 pub(crate) use tree::{Domain, Matched};
@@ -240,7 +244,28 @@ fn compile_limit(
         })?,
     };
     let path: Arc<str> = path.into();
+    let calendar = calendar_of(r, parsed)?;
     let mut limit = match parsed {
+        Some(unit) if calendar.is_some() && r.requests_per_unit > 0 => {
+            if r.algorithm.as_deref().is_some_and(|a| a != "fixed_window") {
+                return Err("time_zone counts calendar periods with fixed_window only".into());
+            }
+            let mut limit = Limit::counted(
+                Arc::clone(&path),
+                r.requests_per_unit,
+                Unit::Second,
+                Algorithm::FixedWindow,
+            )?;
+            let quota =
+                Quota::per_calendar(u64::from(r.requests_per_unit), calendar.expect("some"))
+                    .name(quota_name(&path))
+                    .build()
+                    .map_err(|e| e.to_string())?;
+            let set = QuotaSet::new(path, [quota]).map_err(|e| e.to_string())?;
+            limit.kind = LimitKind::Counted(Arc::new(set));
+            limit.unit = unit;
+            limit
+        }
         Some(unit) => Limit::counted(path, r.requests_per_unit, unit, algorithm)?,
         None => Limit::unlimited(path),
     };
@@ -269,6 +294,40 @@ fn check_cost(cost: Option<u64>, limit: &Limit) -> Result<u64, String> {
         )),
         LimitKind::Counted(_) | LimitKind::Blocked => Ok(cost),
     }
+}
+
+/// The calendar of a limit with tollgate's `time_zone` (and `starts_on`),
+/// whose unit is a day, week, month or year.
+fn calendar_of(r: &RateLimitYaml, unit: Option<Unit>) -> Result<Option<Calendar>, String> {
+    use crate::calendar::StartsOn;
+    let Some(zone) = r.time_zone.as_deref() else {
+        if r.starts_on.is_some() {
+            return Err("starts_on goes with time_zone (calendar periods)".into());
+        }
+        return Ok(None);
+    };
+    let period = match (unit, r.starts_on) {
+        (Some(Unit::Day), None) => CalendarPeriod::Day,
+        (Some(Unit::Year), None) => CalendarPeriod::Year,
+        (Some(Unit::Week), None) => CalendarPeriod::Week {
+            starts_on: Weekday::Monday,
+        },
+        (Some(Unit::Week), Some(StartsOn::Weekday(starts_on))) => {
+            CalendarPeriod::Week { starts_on }
+        }
+        (Some(Unit::Month), None) => CalendarPeriod::Month { starts_on: 1 },
+        (Some(Unit::Month), Some(StartsOn::Day(starts_on))) => CalendarPeriod::Month { starts_on },
+        (Some(Unit::Day | Unit::Week | Unit::Month | Unit::Year), Some(_)) => {
+            return Err(
+                "starts_on is a weekday for a week, a day of the month (1 to 31) for a month"
+                    .into(),
+            );
+        }
+        _ => return Err("time_zone applies to the units day, week, month and year".into()),
+    };
+    Calendar::new(period, zone)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 /// The files a path names, with their texts: the file itself, or a
@@ -302,4 +361,59 @@ pub(crate) fn read_all(path: &Path) -> Result<Vec<(String, String)>, RlsConfigEr
                 .map_err(|e| RlsConfigError::new(&shown, e))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod calendar_tests {
+    use super::*;
+
+    fn limit(yaml: &str) -> Result<Limit, String> {
+        let r: Spanned<RateLimitYaml> = serde_saphyr::from_str(yaml).map_err(|e| e.to_string())?;
+        let d: DescriptorYaml = serde_saphyr::from_str("{ key: k }").unwrap();
+        compile_limit(&r, "d.k", &d, Algorithm::FixedWindow)
+    }
+
+    #[test]
+    fn time_zone_makes_units_calendar_periods() {
+        let l =
+            limit("{ unit: month, requests_per_unit: 100, time_zone: Asia/Seoul, starts_on: 15 }")
+                .unwrap();
+        assert_eq!(l.unit, Unit::Month);
+        let LimitKind::Counted(set) = &l.kind else {
+            panic!("counted")
+        };
+        let cal = set.quotas()[0].calendar().expect("a calendar");
+        assert_eq!(cal.period(), CalendarPeriod::Month { starts_on: 15 });
+        // Without the extension, the reference's fixed 30 days.
+        let l = limit("{ unit: month, requests_per_unit: 100 }").unwrap();
+        let LimitKind::Counted(set) = &l.kind else {
+            panic!("counted")
+        };
+        assert!(set.quotas()[0].calendar().is_none());
+        for (bad, says) in [
+            (
+                "{ unit: second, requests_per_unit: 1, time_zone: UTC }",
+                "day, week, month and year",
+            ),
+            (
+                "{ unit: day, requests_per_unit: 1, starts_on: 2 }",
+                "goes with time_zone",
+            ),
+            (
+                "{ unit: week, requests_per_unit: 1, time_zone: UTC, starts_on: 2 }",
+                "weekday",
+            ),
+            (
+                "{ unit: day, requests_per_unit: 1, time_zone: Nowhere/Land }",
+                "IANA",
+            ),
+            (
+                "{ unit: day, requests_per_unit: 1, time_zone: UTC, algorithm: gcra }",
+                "fixed_window only",
+            ),
+        ] {
+            let err = limit(bad).expect_err(bad);
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
 }

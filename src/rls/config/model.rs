@@ -72,6 +72,15 @@ pub(super) struct RateLimitYaml {
     /// tollgate's extension: the units one hit spends (1 when absent).
     #[serde(default)]
     pub cost: Option<u64>,
+    /// tollgate's extension: a day, week, month or year of this IANA time
+    /// zone's calendar rather than the reference's fixed 86 400 s, 30 days
+    /// or 365 days since the epoch.
+    #[serde(default)]
+    pub time_zone: Option<String>,
+    /// tollgate's extension, with `time_zone`: a week's first weekday, a
+    /// month's first day.
+    #[serde(default)]
+    pub starts_on: Option<crate::calendar::StartsOn>,
 }
 
 /// One entry of `replaces`.
