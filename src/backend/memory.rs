@@ -24,14 +24,17 @@ mod entry;
 /// Rate-limit state in this process's memory.
 ///
 /// - **Concurrent**: keys are spread over many shards, each behind its own
-///   read-write lock. A key with one GCRA or leaky-bucket quota, one token
-///   bucket whose token is a whole number of microseconds (100 a second,
-///   not 3 per 10 s), or one fixed window under a million a second, once
-///   stored, is decided under the read lock: its one number is updated by
-///   compare-and-swap, so threads on the same key or shard never wait for
-///   each other. Other decisions take the write lock for the few hundred
-///   nanoseconds they last; a hot key stalls only the keys of its shard. All
-///   quotas of one key live in one shard, so a multi-quota decision is
+///   read-write lock. A key with one quota of any algorithm but the sliding
+///   log, once stored, is decided under the read lock, so threads on the
+///   same key or shard never wait for each other: GCRA, the leaky bucket, a
+///   token bucket whose token is a whole number of microseconds (100 a
+///   second, not 3 per 10 s) and a fixed window under a million a second
+///   keep one number, updated by compare-and-swap; any other token bucket
+///   or fixed window, and a sliding window counting under 2^32, keep two,
+///   updated by a 128-bit compare-and-swap. A sliding log, a set of several
+///   quotas and a new key take the write lock for the few hundred
+///   nanoseconds they last; a hot key stalls only the keys of its shard.
+///   All quotas of one key live in one shard, so a multi-quota decision is
 ///   atomic.
 /// - **Bounded**: at most [`max_keys`](MemoryBackendBuilder::max_keys) states
 ///   (one per key and quota; 1 000 000 by default). State that has expired
@@ -52,7 +55,8 @@ mod entry;
 /// a second, whose state is one number kept in a 40-byte entry (state id,
 /// the key inline up to 24 bytes, the number), and about 105 bytes for the
 /// other fixed-size algorithms, whose 72-byte entry also holds an expiry
-/// and a 32-byte state. Entries are in vectors grown by halves, plus a
+/// and a 32-byte state (a state of two numbers: a 48-byte entry). Entries
+/// are in vectors grown by halves, plus a
 /// 4-byte position in the index with its control byte and slack. At the
 /// bound, with IP keys, that is about 51 and 83 bytes (`cargo bench --bench
 /// memory`). A key longer than 24 bytes adds its own
