@@ -148,7 +148,10 @@ fn main() {
         ),
     ];
     for (name, quota) in two_numbers {
-        if only.as_deref().is_none_or(|o| o.split(',').any(|n| n == name)) {
+        if only
+            .as_deref()
+            .is_none_or(|o| o.split(',').any(|n| n == name))
+        {
             let set = QuotaSet::single(quota.build().expect("valid quota"));
             cases.push((name.into(), Box::new(move || quota_set(set.clone()))));
         }
