@@ -30,7 +30,7 @@ impl Counters {
 impl Counters {
     /// The counters as two numbers: their expiry, and both counts in 32
     /// bits each; `None` where a count does not fit.
-    pub(crate) fn to_pair(&self, p: &Params) -> Option<(u64, u64)> {
+    pub(crate) fn to_pair(self, p: &Params) -> Option<(u64, u64)> {
         let (prev, curr) = (
             u32::try_from(self.prev).ok()?,
             u32::try_from(self.curr).ok()?,

@@ -43,7 +43,7 @@ impl Bucket {
     /// The bucket as two numbers: the moment it is full again, and the
     /// units refilled past full by then (`r`, less than `refill`), which
     /// say exactly what it lacked before. `None` where it does not fit.
-    pub(crate) fn to_pair(&self, p: &Params) -> Option<(u64, u64)> {
+    pub(crate) fn to_pair(self, p: &Params) -> Option<(u64, u64)> {
         let full = p.capacity * p.unit;
         let lacking = full.saturating_sub(self.level);
         let steps = lacking.div_ceil(p.refill);

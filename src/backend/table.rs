@@ -68,6 +68,9 @@ pub(crate) struct Shard<V, N, P> {
     rng: u64,
 }
 
+/// Where an insert puts an entry: its kind's vector.
+type Column<V, N, P, T> = fn(&mut Entries<V, N, P>) -> &mut Vec<Entry<T>>;
+
 /// A shard's entries, wide, narrow and pairs.
 struct Entries<V, N, P> {
     wide: Vec<Entry<V>>,
@@ -366,7 +369,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Locked<'_, V, N, P> {
         key: &str,
         value: T,
         now: u64,
-        column: fn(&mut Entries<V, N, P>) -> &mut Vec<Entry<T>>,
+        column: Column<V, N, P, T>,
         kind: u32,
     ) -> isize {
         let shard = &mut *self.shard;
