@@ -53,13 +53,14 @@ mod entry;
 /// eight bytes, 64-bit target), the key included: about 61 bytes for GCRA,
 /// the leaky bucket, such a token bucket and a fixed window under a million
 /// a second, whose state is one number kept in a 40-byte entry (state id,
-/// the key inline up to 24 bytes, the number), and about 105 bytes for the
-/// other fixed-size algorithms, whose 72-byte entry also holds an expiry
-/// and a 32-byte state (a state of two numbers: a 48-byte entry). Entries
-/// are in vectors grown by halves, plus a
-/// 4-byte position in the index with its control byte and slack. At the
-/// bound, with IP keys, that is about 51 and 83 bytes (`cargo bench --bench
-/// memory`). A key longer than 24 bytes adds its own
+/// the key inline up to 24 bytes, the number); a state of two numbers (any
+/// other token bucket or fixed window, a sliding window counting under
+/// 2^32) is kept in a 48-byte entry; and about 105 bytes for a sliding
+/// window counting more, whose 72-byte entry also holds an expiry and a
+/// 32-byte state. Entries are in vectors grown by halves, plus a 4-byte
+/// position in the index with its control byte and slack. At the bound,
+/// with IP keys, that is about 51 and 83 bytes for the 40- and 72-byte
+/// entries (`cargo bench --bench memory`). A key longer than 24 bytes adds its own
 /// allocation, and a sliding log one of eight bytes per logged entry (at
 /// most `limit`).
 ///
