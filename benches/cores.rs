@@ -15,7 +15,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use tollgate::backend::BatchBackend;
-use tollgate::{Algorithm, Limiter, MemoryBackend};
+use tollgate::{Algorithm, Limiter, MemoryBackend, Quota, QuotaSet};
 
 #[path = "support/peers.rs"]
 mod peers;
@@ -67,6 +67,14 @@ fn cell(threads: usize, cell: Duration, hot: bool, keys: &Arc<Vec<String>>, chec
 fn plain(algorithm: Algorithm) -> Check {
     let backend = MemoryBackend::builder().max_keys(4 * KEYS).build();
     let limiter = Limiter::new(backend, peers::admitting(algorithm));
+    Arc::new(move |key| {
+        black_box(limiter.check_now(key, 1));
+    })
+}
+
+fn quota_set(set: QuotaSet) -> Check {
+    let backend = MemoryBackend::builder().max_keys(4 * KEYS).build();
+    let limiter = Limiter::new(backend, set);
     Arc::new(move |key| {
         black_box(limiter.check_now(key, 1));
     })
@@ -124,6 +132,29 @@ fn main() {
             format!("{name} batched"),
             Box::new(move || batched(algorithm)),
         ));
+    }
+    // States of two numbers, swapped by a 128-bit compare-and-swap: a
+    // sliding window whose counts stay under 2^32 (the admitting quota
+    // above counts past it, so it is decided under the write lock), and a
+    // token bucket refilling more than one unit a microsecond.
+    let two_numbers = [
+        (
+            "sliding_window_u32",
+            Quota::sliding_window(u64::from(u32::MAX), Duration::from_secs(1_000_000)),
+        ),
+        (
+            "token_bucket_fractional",
+            Quota::token_bucket(3_000_000, Duration::from_secs(1)).burst(1 << 40),
+        ),
+    ];
+    for (name, quota) in two_numbers {
+        if only
+            .as_deref()
+            .is_none_or(|o| o.split(',').any(|n| n == name))
+        {
+            let set = QuotaSet::single(quota.build().expect("valid quota"));
+            cases.push((name.into(), Box::new(move || quota_set(set.clone()))));
+        }
     }
     cases.push(("governor".into(), Box::new(governor)));
 

@@ -55,6 +55,77 @@ impl State {
     }
 }
 
+/// A state of two numbers, swapped together by a backend (a 128-bit
+/// compare-and-swap): the low 64 bits are the state's expiry, with the
+/// algorithm's tag in the top byte, the high 64 bits the algorithm's second
+/// number. Each algorithm owns its codec (`to_pair`, `from_pair`).
+pub(crate) type Pair = u128;
+
+/// The tags of a [`Pair`]'s top byte.
+const PAIR_TOKEN_BUCKET: u64 = 1;
+const PAIR_FIXED_WINDOW: u64 = 2;
+const PAIR_SLIDING_WINDOW: u64 = 3;
+/// The expiry's bits below the tag.
+const PAIR_EXPIRY: u64 = (1 << 56) - 1;
+
+/// A pair of `tag`, `expiry` and `second`; `None` when the expiry does not
+/// fit below the tag.
+#[inline]
+fn pair(tag: u64, expiry: u64, second: u64) -> Option<Pair> {
+    (expiry <= PAIR_EXPIRY).then(|| u128::from(tag << 56 | expiry) | u128::from(second) << 64)
+}
+
+/// A pair's expiry (the moment after which it means no state).
+#[inline]
+pub(crate) fn pair_expiry(pair: Pair) -> u64 {
+    pair as u64 & PAIR_EXPIRY
+}
+
+impl State {
+    /// The state as two numbers swapped together, if it is one of the
+    /// states kept so and fits.
+    #[inline]
+    pub(crate) fn to_pair(&self, p: &Params) -> Option<Pair> {
+        match self {
+            State::TokenBucket(b) => {
+                let (expiry, second) = b.to_pair(p)?;
+                pair(PAIR_TOKEN_BUCKET, expiry, second)
+            }
+            State::FixedWindow(w) => pair(
+                PAIR_FIXED_WINDOW,
+                w.start.checked_add(p.period.get())?,
+                w.count,
+            ),
+            State::SlidingWindow(c) => {
+                let (expiry, second) = c.to_pair(p)?;
+                pair(PAIR_SLIDING_WINDOW, expiry, second)
+            }
+            State::Word(_) | State::SlidingLog(_) => None,
+        }
+    }
+
+    /// The state a [`Pair`] holds, for a quota of `p`; `None` for numbers
+    /// that no state of `p` makes.
+    #[inline]
+    pub(crate) fn from_pair(pair: Pair, p: &Params) -> Option<State> {
+        let (first, second) = (pair as u64, (pair >> 64) as u64);
+        let expiry = first & PAIR_EXPIRY;
+        Some(match first >> 56 {
+            PAIR_TOKEN_BUCKET => {
+                State::TokenBucket(token_bucket::Bucket::from_pair(expiry, second, p)?)
+            }
+            PAIR_FIXED_WINDOW => State::FixedWindow(fixed_window::Window {
+                start: expiry.checked_sub(p.period.get())?,
+                count: second,
+            }),
+            PAIR_SLIDING_WINDOW => {
+                State::SlidingWindow(sliding_window::Counters::from_pair(expiry, second, p)?)
+            }
+            _ => return None,
+        })
+    }
+}
+
 /// The change a decision makes to the stored state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Update {
@@ -352,6 +423,7 @@ mod tests {
     use super::testing::{S, Sim};
     use super::*;
     use crate::quota::Quota;
+    use std::time::Duration;
 
     /// Each algorithm's give-back on a timeline: what a reservation spent
     /// comes back while it still counts, not after its window rolled over
@@ -359,7 +431,6 @@ mod tests {
     #[test]
     fn a_give_back_returns_what_still_counts_and_never_more() {
         use super::Algorithm;
-        use std::time::Duration;
         let t0 = 1_000 * 60 * S;
         for a in Algorithm::ALL {
             let quota = Quota::builder(a, 4, Duration::from_secs(60))
@@ -403,5 +474,55 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A state kept as two numbers decides, read back, exactly as the
+    /// state did, at every moment (a clock behind it included); numbers
+    /// no state makes are refused, never a panic.
+    #[test]
+    fn two_numbers_decide_as_the_state_they_hold() {
+        let t0 = 1_000 * 60 * S;
+        let quotas = [
+            Quota::token_bucket(3, Duration::from_secs(10)).burst(5),
+            Quota::fixed_window(2_000_000, Duration::from_secs(1)),
+            Quota::sliding_window(7, Duration::from_secs(60)),
+        ];
+        for q in quotas {
+            let quota = q.build().unwrap();
+            let (a, p) = (quota.algorithm(), quota.params);
+            let mut sim = Sim::new(quota);
+            for (i, cost) in [1, 2, 1, 3, 1, 1, 2].into_iter().enumerate() {
+                sim.at(t0 + i as u64 * 1_234_567, cost);
+                let state = sim.state.clone().unwrap();
+                let numbers = state.to_pair(&p).expect("fits two numbers");
+                let read = State::from_pair(numbers, &p).unwrap();
+                assert_eq!(read.expires_at(&p), state.expires_at(&p), "{a}");
+                assert_eq!(pair_expiry(numbers), state.expires_at(&p), "{a}");
+                for now in [t0, t0 + i as u64 * 1_234_567 + 1, t0 + 9 * S, t0 + 200 * S] {
+                    for cost in [0, 1, 4] {
+                        let was = check(a, Some(&state), &p, cost, now, false);
+                        let is = check(a, Some(&read), &p, cost, now, false);
+                        assert_eq!(was.allowed, is.allowed, "{a} {now} {cost}");
+                        assert_eq!(was.wait, is.wait, "{a} {now} {cost}");
+                        assert_eq!(was.refuse.remaining, is.refuse.remaining, "{a}");
+                        assert_eq!(was.refuse.reset, is.refuse.reset, "{a}");
+                    }
+                }
+            }
+            for garbage in [0, u128::MAX, 1 << 56, 3 << 56, u128::from(u64::MAX) << 64] {
+                let _ = State::from_pair(garbage, &p);
+            }
+        }
+        // Counts of 2^32 and more do not fit: such a window stays wide.
+        let p = Quota::sliding_window(1 << 40, Duration::from_secs(1))
+            .build()
+            .unwrap()
+            .params;
+        let big = sliding_window::Counters {
+            start: t0,
+            prev: 0,
+            curr: 1 << 32,
+        };
+        assert_eq!(State::SlidingWindow(big).to_pair(&p), None);
     }
 }

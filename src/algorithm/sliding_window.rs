@@ -27,6 +27,28 @@ impl Counters {
     }
 }
 
+impl Counters {
+    /// The counters as two numbers: their expiry, and both counts in 32
+    /// bits each; `None` where a count does not fit.
+    pub(crate) fn to_pair(self, p: &Params) -> Option<(u64, u64)> {
+        let (prev, curr) = (
+            u32::try_from(self.prev).ok()?,
+            u32::try_from(self.curr).ok()?,
+        );
+        let expiry = self.start.checked_add(p.period.get().checked_mul(2)?)?;
+        Some((expiry, u64::from(prev) << 32 | u64::from(curr)))
+    }
+
+    /// The counters [`to_pair`](Counters::to_pair) made two numbers of.
+    pub(crate) fn from_pair(expiry: u64, counts: u64, p: &Params) -> Option<Counters> {
+        Some(Counters {
+            start: expiry.checked_sub(p.period.get().checked_mul(2)?)?,
+            prev: counts >> 32,
+            curr: counts & u64::from(u32::MAX),
+        })
+    }
+}
+
 /// `floor(prev * remaining_share / period)`, in the script's float arithmetic.
 /// The quotient is never negative, so the cast's truncation is the floor,
 /// without `f64::floor`'s call into libm (the default x86-64 target has no

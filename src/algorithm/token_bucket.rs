@@ -39,6 +39,37 @@ impl Bucket {
     }
 }
 
+impl Bucket {
+    /// The bucket as two numbers: the moment it is full again, and the
+    /// units refilled past full by then (`r`, less than `refill`), which
+    /// say exactly what it lacked before. `None` where it does not fit.
+    pub(crate) fn to_pair(self, p: &Params) -> Option<(u64, u64)> {
+        let full = p.capacity * p.unit;
+        let lacking = full.saturating_sub(self.level);
+        let steps = lacking.div_ceil(p.refill);
+        let r = steps.checked_mul(p.refill)? - lacking;
+        Some((self.at.checked_add(steps)?, r))
+    }
+
+    /// The bucket [`to_pair`](Bucket::to_pair) made `(full_at, r)` of,
+    /// measured one microsecond before it is full (`r` 0: when it is full),
+    /// which decides every later moment as the bucket did; `None` for
+    /// numbers it never makes.
+    pub(crate) fn from_pair(full_at: u64, r: u64, p: &Params) -> Option<Bucket> {
+        let full = p.capacity * p.unit;
+        if r == 0 {
+            return Some(Bucket {
+                level: full,
+                at: full_at,
+            });
+        }
+        Some(Bucket {
+            level: full.checked_sub(p.refill.checked_sub(r)?)?,
+            at: full_at.checked_sub(1)?,
+        })
+    }
+}
+
 /// Whether the bucket is kept as the moment it is full again: see the
 /// module's docs.
 #[inline]

@@ -6,29 +6,35 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use entry::{Entries, Stored, Wide, Word, lend, store_new, update_found, word_of};
+use entry::{
+    Entries, Pair, Stored, Wide, Word, lend, pair_of, store_new, update, update_found, word_of,
+};
 
 use super::table::{Found, Position, Table};
 use super::{Backend, BackendError, CheckRequest, GiveBackRequest, Reserved};
+use crate::algorithm::Algorithm;
 use crate::algorithm::State;
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
-use crate::quota::{Params, Path};
+use crate::quota::Path;
 
 mod entry;
 
 /// Rate-limit state in this process's memory.
 ///
 /// - **Concurrent**: keys are spread over many shards, each behind its own
-///   read-write lock. A key with one GCRA or leaky-bucket quota, one token
-///   bucket whose token is a whole number of microseconds (100 a second,
-///   not 3 per 10 s), or one fixed window under a million a second, once
-///   stored, is decided under the read lock: its one number is updated by
-///   compare-and-swap, so threads on the same key or shard never wait for
-///   each other. Other decisions take the write lock for the few hundred
-///   nanoseconds they last; a hot key stalls only the keys of its shard. All
-///   quotas of one key live in one shard, so a multi-quota decision is
+///   read-write lock. A key with one quota of any algorithm but the sliding
+///   log, once stored, is decided under the read lock, so threads on the
+///   same key or shard never wait for each other: GCRA, the leaky bucket, a
+///   token bucket whose token is a whole number of microseconds (100 a
+///   second, not 3 per 10 s) and a fixed window under a million a second
+///   keep one number, updated by compare-and-swap; any other token bucket
+///   or fixed window, and a sliding window counting under 2^32, keep two,
+///   updated by a 128-bit compare-and-swap. A sliding log, a set of several
+///   quotas and a new key take the write lock for the few hundred
+///   nanoseconds they last; a hot key stalls only the keys of its shard.
+///   All quotas of one key live in one shard, so a multi-quota decision is
 ///   atomic.
 /// - **Bounded**: at most [`max_keys`](MemoryBackendBuilder::max_keys) states
 ///   (one per key and quota; 1 000 000 by default). State that has expired
@@ -47,12 +53,14 @@ mod entry;
 /// eight bytes, 64-bit target), the key included: about 61 bytes for GCRA,
 /// the leaky bucket, such a token bucket and a fixed window under a million
 /// a second, whose state is one number kept in a 40-byte entry (state id,
-/// the key inline up to 24 bytes, the number), and about 105 bytes for the
-/// other fixed-size algorithms, whose 72-byte entry also holds an expiry
-/// and a 32-byte state. Entries are in vectors grown by halves, plus a
-/// 4-byte position in the index with its control byte and slack. At the
-/// bound, with IP keys, that is about 51 and 83 bytes (`cargo bench --bench
-/// memory`). A key longer than 24 bytes adds its own
+/// the key inline up to 24 bytes, the number); a state of two numbers (any
+/// other token bucket or fixed window, a sliding window counting under
+/// 2^32) is kept in a 48-byte entry; and about 105 bytes for a sliding
+/// window counting more, whose 72-byte entry also holds an expiry and a
+/// 32-byte state. Entries are in vectors grown by halves, plus a 4-byte
+/// position in the index with its control byte and slack. At the bound,
+/// with IP keys, that is about 51 and 83 bytes for the 40- and 72-byte
+/// entries (`cargo bench --bench memory`). A key longer than 24 bytes adds its own
 /// allocation, and a sliding log one of eight bytes per logged entry (at
 /// most `limit`).
 ///
@@ -63,7 +71,7 @@ pub struct MemoryBackend<C = SystemClock> {
 }
 
 struct Inner<C> {
-    table: Table<Wide, Word>,
+    table: Table<Wide, Word, Pair>,
     clock: C,
     metrics: MemoryMetrics,
 }
@@ -207,47 +215,54 @@ impl<C: Clock> MemoryBackend<C> {
             if quota.path == Path::Window {
                 return self.decide_fixed_window(request, now, *id);
             }
-            if quota.path == Path::SlidingWindow {
-                return self.decide_sliding_window(request, now, *id, &quota.params);
+            if matches!(
+                quota.algorithm(),
+                Algorithm::TokenBucket | Algorithm::FixedWindow | Algorithm::SlidingWindow
+            ) {
+                return self.decide_pair(request, now, *id);
             }
         }
         self.decide_locked(request, now, None, None)
     }
 
-    /// A one-quota sliding window found stored: an admission updates its
-    /// counters in place, and what it reports is computed only if read.
-    /// Anything else (a refusal: every request of a flood; a new key) is
-    /// left to `decide_locked`, with what the lookup found.
+    /// A one-quota state of two numbers (a token bucket, a fixed or a
+    /// sliding window) found stored: swapped by a 128-bit compare-and-swap
+    /// under the read lock. A sliding window's admission leaves what it
+    /// reports to be computed only if read. Anything else (a new key, a
+    /// state that no longer fits two numbers) takes the write lock.
     #[inline(never)]
-    fn decide_sliding_window(
-        &self,
-        request: CheckRequest<'_>,
-        now: Timestamp,
-        id: u64,
-        p: &Params,
-    ) -> Decision {
-        let mut shard = self.inner.table.lock(request.key);
-        let Some(at) = shard.position(id, request.key) else {
-            // A new key: looked up once, not again.
-            return self.decide_locked(request, now, Some(shard), Some(None));
-        };
-        if let Some(Found::Wide(slot)) = shard.at_mut(at) {
-            if let State::SlidingWindow(counters) = &mut slot.state {
-                let (cost, now) = (request.cost, now.as_micros());
-                let admitted = request
-                    .quotas
-                    .admit_sliding_window(Some(counters), cost, now);
-                if let Some((decision, after)) = admitted {
-                    if request.commit {
-                        // In place: the state stays a sliding window's.
-                        *counters = after;
-                        slot.expires_at = after.expires_at(p.period.get());
+    fn decide_pair(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
+        let shard = self.inner.table.read(request.key);
+        if let Some(pair) = shard.pair(id, request.key) {
+            let q = request.quotas;
+            let quota = &q.quotas()[0];
+            let (p, cost, now) = (&quota.params, request.cost, now.as_micros());
+            let (commit, room) = (request.commit, request.room);
+            let fast = quota.path == Path::SlidingWindow;
+            let decided = update(&pair.0, |numbers| {
+                let Some(state) = State::from_pair(numbers, p) else {
+                    return (None, None);
+                };
+                if let (true, State::SlidingWindow(c)) = (fast, &state) {
+                    if let Some((decision, after)) = q.admit_sliding_window(Some(c), cost, now) {
+                        if !commit {
+                            return (Some(decision), None);
+                        }
+                        let next = State::SlidingWindow(after).to_pair(p);
+                        return (next.map(|_| decision), next);
                     }
-                    return decision;
                 }
+                let (decision, update) = q.evaluate_one(Some(&state), cost, now, commit, room);
+                match pair_of(update, p) {
+                    Ok(next) => (Some(decision), next),
+                    Err(()) => (None, None),
+                }
+            });
+            if let Some(decision) = decided {
+                return decision;
             }
         }
-        self.decide_locked(request, now, Some(shard), Some(Some(at)))
+        self.decide_locked(request, now, Some(shard.write()), None)
     }
 
     /// A one-quota fixed window kept as one number: swapped under the read
@@ -288,7 +303,8 @@ impl<C: Clock> MemoryBackend<C> {
             let p = &quota.params;
             let at = found.unwrap_or_else(|| shard.position(*id, key));
             let found = at.and_then(|at| shard.at_mut(at));
-            let (decision, update) = lend(found.as_ref().map(Found::shared), |state| {
+            let found_state = found.as_ref().map(Found::shared);
+            let (decision, update) = lend(found_state, p, |state| {
                 let q = request.quotas;
                 q.evaluate_one(
                     state,

@@ -2,10 +2,10 @@
 //! expired and, when full, evicts fairly: what the memory backend keeps its
 //! states in, and the Redis backend its denials.
 //!
-//! Values come in two kinds, each in its own vector per shard: wide ones
-//! (`V`) and narrow ones (`N`, a state of one number in the memory
-//! backend), so that the common one-word value does not take the space of
-//! the widest. Entries are found through one index of positions per shard,
+//! Values come in three kinds, each in its own vector per shard: wide ones
+//! (`V`), narrow ones (`N`, a state of one number in the memory backend)
+//! and pairs (`P`, a state of two numbers swapped together), so that the
+//! common one-word value does not take the space of the widest. Entries are found through one index of positions per shard,
 //! so that a victim can be sampled at random positions (a hash table's own
 //! order would always offer the same first entries, which a flood fills).
 //!
@@ -30,9 +30,11 @@ const PURGE_EVERY: u64 = 1_000_000;
 /// hold the id to evict from.
 const SAMPLE: usize = 16;
 const MAX_SAMPLE: usize = 256;
-/// The bit of a position that says the entry is narrow; the rest is its
-/// place in its vector.
+/// The bits of a position that say the entry is narrow, or a pair; the
+/// rest is its place in its vector.
 const NARROW: u32 = 1 << 31;
+const PAIR: u32 = 1 << 30;
+const KIND: u32 = NARROW | PAIR;
 
 /// A value that stops mattering at a known moment.
 pub(crate) trait Expiring {
@@ -40,22 +42,22 @@ pub(crate) trait Expiring {
     fn expires_at(&self) -> u64;
 }
 
-pub(crate) struct Table<V, N = V> {
-    shards: Box<[Padded<ShardLock<V, N>>]>,
+pub(crate) struct Table<V, N = V, P = N> {
+    shards: Box<[Padded<ShardLock<V, N, P>>]>,
     hasher: foldhash::fast::RandomState,
     capacity: usize,
 }
 
-type ShardLock<V, N> = RwLock<Shard<V, N>>;
+type ShardLock<V, N, P> = RwLock<Shard<V, N, P>>;
 
 /// Keeps each shard's lock on its own cache line.
 #[repr(align(128))]
 struct Padded<T>(T);
 
-pub(crate) struct Shard<V, N> {
+pub(crate) struct Shard<V, N, P> {
     /// The most entries this shard keeps, of both kinds.
     bound: usize,
-    entries: Entries<V, N>,
+    entries: Entries<V, N, P>,
     /// [`Position`]s in `entries`, by the entry's hash.
     index: HashTable<u32>,
     /// Entries per id, for the eviction budget.
@@ -66,10 +68,14 @@ pub(crate) struct Shard<V, N> {
     rng: u64,
 }
 
-/// A shard's entries, wide and narrow.
-struct Entries<V, N> {
+/// Where an insert puts an entry: its kind's vector.
+type Column<V, N, P, T> = fn(&mut Entries<V, N, P>) -> &mut Vec<Entry<T>>;
+
+/// A shard's entries, wide, narrow and pairs.
+struct Entries<V, N, P> {
     wide: Vec<Entry<V>>,
     narrow: Vec<Entry<N>>,
+    pair: Vec<Entry<P>>,
 }
 
 struct Entry<V> {
@@ -85,26 +91,28 @@ struct Entry<V> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Position(u32);
 
-/// A value found in the table, of either kind.
-pub(crate) enum Found<W, N> {
+/// A value found in the table, of any kind.
+pub(crate) enum Found<W, N, P = N> {
     Wide(W),
     Narrow(N),
+    Pair(P),
 }
 
-impl<W, N> Found<&mut W, &mut N> {
+impl<W, N, P> Found<&mut W, &mut N, &mut P> {
     /// The same entry, to read.
-    pub(crate) fn shared(&self) -> Found<&W, &N> {
+    pub(crate) fn shared(&self) -> Found<&W, &N, &P> {
         match self {
             Found::Wide(w) => Found::Wide(w),
             Found::Narrow(n) => Found::Narrow(n),
+            Found::Pair(p) => Found::Pair(p),
         }
     }
 }
 
 /// One key's shard, locked to write: all of a key's ids live in the same
 /// shard, so a decision over several of them is atomic.
-pub(crate) struct Locked<'a, V, N = V> {
-    shard: RwLockWriteGuard<'a, Shard<V, N>>,
+pub(crate) struct Locked<'a, V, N = V, P = N> {
+    shard: RwLockWriteGuard<'a, Shard<V, N, P>>,
     hasher: &'a foldhash::fast::RandomState,
     key_hash: u64,
 }
@@ -112,9 +120,9 @@ pub(crate) struct Locked<'a, V, N = V> {
 /// One key's shard, locked to read: other readers of the shard go on at the
 /// same time, so a value that updates itself atomically (a compare-and-swap)
 /// is decided on without excluding anyone.
-pub(crate) struct Read<'a, V, N> {
-    shard: RwLockReadGuard<'a, Shard<V, N>>,
-    table: &'a Table<V, N>,
+pub(crate) struct Read<'a, V, N, P> {
+    shard: RwLockReadGuard<'a, Shard<V, N, P>>,
+    table: &'a Table<V, N, P>,
     index: usize,
     key_hash: u64,
 }
@@ -131,7 +139,7 @@ impl<V> Entry<V> {
     }
 }
 
-impl<V: Expiring, N: Expiring> Table<V, N> {
+impl<V: Expiring, N: Expiring, P: Expiring> Table<V, N, P> {
     /// A table of at most `capacity` entries (at least one) over `shards`
     /// shards (rounded up to a power of two, and down to at most
     /// `capacity`). The bound is exact: the shards' own bounds add up to it
@@ -145,10 +153,11 @@ impl<V: Expiring, N: Expiring> Table<V, N> {
             .map(|i| {
                 Padded(RwLock::new(Shard {
                     bound: (capacity / shards + usize::from(i < capacity % shards))
-                        .min(NARROW as usize - 1),
+                        .min(PAIR as usize - 1),
                     entries: Entries {
                         wide: Vec::new(),
                         narrow: Vec::new(),
+                        pair: Vec::new(),
                     },
                     index: HashTable::new(),
                     counts: HashMap::with_hasher(hasher.clone()),
@@ -190,13 +199,13 @@ impl<V: Expiring, N: Expiring> Table<V, N> {
 
     /// Locks the shard of `key` to write.
     #[inline]
-    pub(crate) fn lock(&self, key: &str) -> Locked<'_, V, N> {
+    pub(crate) fn lock(&self, key: &str) -> Locked<'_, V, N, P> {
         let (key_hash, index) = self.place(key);
         self.lock_at(index, key_hash)
     }
 
     #[inline]
-    fn lock_at(&self, index: usize, key_hash: u64) -> Locked<'_, V, N> {
+    fn lock_at(&self, index: usize, key_hash: u64) -> Locked<'_, V, N, P> {
         Locked {
             shard: write(&self.shards[index].0),
             hasher: &self.hasher,
@@ -206,7 +215,7 @@ impl<V: Expiring, N: Expiring> Table<V, N> {
 
     /// Locks the shard of `key` to read.
     #[inline]
-    pub(crate) fn read(&self, key: &str) -> Read<'_, V, N> {
+    pub(crate) fn read(&self, key: &str) -> Read<'_, V, N, P> {
         let (key_hash, index) = self.place(key);
         Read {
             shard: read(&self.shards[index].0),
@@ -217,7 +226,7 @@ impl<V: Expiring, N: Expiring> Table<V, N> {
     }
 }
 
-impl<'a, V: Expiring, N: Expiring> Read<'a, V, N> {
+impl<'a, V: Expiring, N: Expiring, P: Expiring> Read<'a, V, N, P> {
     /// The narrow entry of `(id, key)`, if there is one.
     ///
     /// Each hot path that reads one number calls its own instance, so
@@ -240,9 +249,20 @@ impl<'a, V: Expiring, N: Expiring> Read<'a, V, N> {
         Some(&entries.narrow.get(Position(*at).narrow()?)?.value)
     }
 
+    /// The pair entry of `(id, key)`, if there is one.
+    #[inline]
+    pub(crate) fn pair(&self, id: u64, key: &str) -> Option<&P> {
+        let shard = &*self.shard;
+        let entries = &shard.entries;
+        let at = shard
+            .index
+            .find(entry_hash(self.key_hash, id), |&at| entries.is(at, id, key))?;
+        Some(&entries.pair.get(Position(*at).pair()?)?.value)
+    }
+
     /// The same shard locked to write instead (another writer may come
     /// between): for a key whose entry must be made.
-    pub(crate) fn write(self) -> Locked<'a, V, N> {
+    pub(crate) fn write(self) -> Locked<'a, V, N, P> {
         let Read {
             shard,
             table,
@@ -254,7 +274,7 @@ impl<'a, V: Expiring, N: Expiring> Read<'a, V, N> {
     }
 }
 
-impl<V: Expiring, N: Expiring> Locked<'_, V, N> {
+impl<V: Expiring, N: Expiring, P: Expiring> Locked<'_, V, N, P> {
     /// Where `(id, key)`'s entry is, for [`at`](Self::at) and
     /// [`at_mut`](Self::at_mut).
     #[inline]
@@ -272,21 +292,25 @@ impl<V: Expiring, N: Expiring> Locked<'_, V, N> {
     }
 
     /// The entry at a position found since the last insert or removal.
-    pub(crate) fn at(&self, at: Position) -> Option<Found<&V, &N>> {
+    pub(crate) fn at(&self, at: Position) -> Option<Found<&V, &N, &P>> {
         let entries = &self.shard.entries;
-        Some(match at.narrow() {
-            None => Found::Wide(&entries.wide.get(at.place())?.value),
-            Some(i) => Found::Narrow(&entries.narrow.get(i)?.value),
+        let i = at.place();
+        Some(match at.0 & KIND {
+            NARROW => Found::Narrow(&entries.narrow.get(i)?.value),
+            PAIR => Found::Pair(&entries.pair.get(i)?.value),
+            _ => Found::Wide(&entries.wide.get(i)?.value),
         })
     }
 
     /// The entry at a position found since the last insert or removal.
     #[inline]
-    pub(crate) fn at_mut(&mut self, at: Position) -> Option<Found<&mut V, &mut N>> {
+    pub(crate) fn at_mut(&mut self, at: Position) -> Option<Found<&mut V, &mut N, &mut P>> {
         let entries = &mut self.shard.entries;
-        Some(match at.narrow() {
-            None => Found::Wide(&mut entries.wide.get_mut(at.place())?.value),
-            Some(i) => Found::Narrow(&mut entries.narrow.get_mut(i)?.value),
+        let i = at.place();
+        Some(match at.0 & KIND {
+            NARROW => Found::Narrow(&mut entries.narrow.get_mut(i)?.value),
+            PAIR => Found::Pair(&mut entries.pair.get_mut(i)?.value),
+            _ => Found::Wide(&mut entries.wide.get_mut(i)?.value),
         })
     }
 
@@ -295,7 +319,7 @@ impl<V: Expiring, N: Expiring> Locked<'_, V, N> {
     pub(crate) fn get(&self, id: u64, key: &str) -> Option<&V> {
         match self.at(self.position(id, key)?)? {
             Found::Wide(v) => Some(v),
-            Found::Narrow(_) => None,
+            Found::Narrow(_) | Found::Pair(_) => None,
         }
     }
 
@@ -305,7 +329,7 @@ impl<V: Expiring, N: Expiring> Locked<'_, V, N> {
     pub(crate) fn get_mut(&mut self, id: u64, key: &str) -> Option<&mut V> {
         match self.at_mut(self.position(id, key)?)? {
             Found::Wide(v) => Some(v),
-            Found::Narrow(_) => None,
+            Found::Narrow(_) | Found::Pair(_) => None,
         }
     }
 
@@ -334,13 +358,18 @@ impl<V: Expiring, N: Expiring> Locked<'_, V, N> {
         self.insert_in(id, key, value, now, |e| &mut e.narrow, NARROW)
     }
 
+    /// [`insert`](Self::insert), for a pair entry.
+    pub(crate) fn insert_pair(&mut self, id: u64, key: &str, value: P, now: u64) -> isize {
+        self.insert_in(id, key, value, now, |e| &mut e.pair, PAIR)
+    }
+
     fn insert_in<T>(
         &mut self,
         id: u64,
         key: &str,
         value: T,
         now: u64,
-        column: fn(&mut Entries<V, N>) -> &mut Vec<Entry<T>>,
+        column: Column<V, N, P, T>,
         kind: u32,
     ) -> isize {
         let shard = &mut *self.shard;
@@ -382,35 +411,47 @@ impl Position {
     /// The place in the narrow vector, if the entry is narrow.
     #[inline]
     fn narrow(self) -> Option<usize> {
-        (self.0 & NARROW != 0).then_some((self.0 & !NARROW) as usize)
+        (self.0 & KIND == NARROW).then_some((self.0 & !KIND) as usize)
+    }
+
+    /// The place in the pair vector, if the entry is a pair.
+    #[inline]
+    fn pair(self) -> Option<usize> {
+        (self.0 & KIND == PAIR).then_some((self.0 & !KIND) as usize)
     }
 
     /// The place in its vector.
     #[inline]
     fn place(self) -> usize {
-        (self.0 & !NARROW) as usize
+        (self.0 & !KIND) as usize
     }
 }
 
-impl<V: Expiring, N: Expiring> Entries<V, N> {
+impl<V: Expiring, N: Expiring, P: Expiring> Entries<V, N, P> {
     fn len(&self) -> usize {
-        self.wide.len() + self.narrow.len()
+        self.wide.len() + self.narrow.len() + self.pair.len()
     }
 
-    /// The position of the `i`th entry, wide ones counted first.
+    /// The position of the `i`th entry, wide ones counted first, then
+    /// narrow ones.
     fn nth(&self, i: usize) -> Position {
         match i.checked_sub(self.wide.len()) {
             None => Position(i as u32),
-            Some(n) => Position(NARROW | n as u32),
+            Some(n) => match n.checked_sub(self.narrow.len()) {
+                None => Position(NARROW | n as u32),
+                Some(n) => Position(PAIR | n as u32),
+            },
         }
     }
 
     /// Whether the entry at `at` is `(id, key)`'s.
     #[inline]
     fn is(&self, at: u32, id: u64, key: &str) -> bool {
-        match Position(at).narrow() {
-            None => self.wide.get(at as usize).is_some_and(|e| e.is(id, key)),
-            Some(i) => self.narrow.get(i).is_some_and(|e| e.is(id, key)),
+        let i = Position(at).place();
+        match at & KIND {
+            NARROW => self.narrow.get(i).is_some_and(|e| e.is(id, key)),
+            PAIR => self.pair.get(i).is_some_and(|e| e.is(id, key)),
+            _ => self.wide.get(i).is_some_and(|e| e.is(id, key)),
         }
     }
 
@@ -427,9 +468,11 @@ impl<V: Expiring, N: Expiring> Entries<V, N> {
         fn of<T: Expiring>(e: &Entry<T>) -> (u64, &str, u64) {
             (e.id, &e.key, e.value.expires_at())
         }
-        match at.narrow() {
-            None => self.wide.get(at.place()).map(of),
-            Some(i) => self.narrow.get(i).map(of),
+        let i = at.place();
+        match at.0 & KIND {
+            NARROW => self.narrow.get(i).map(of),
+            PAIR => self.pair.get(i).map(of),
+            _ => self.wide.get(i).map(of),
         }
     }
 
@@ -450,9 +493,11 @@ impl<V: Expiring, N: Expiring> Entries<V, N> {
             column.swap_remove(i);
             (i < column.len()).then_some(kind | column.len() as u32)
         }
-        match at.narrow() {
-            None => take(&mut self.wide, at.place(), 0),
-            Some(i) => take(&mut self.narrow, i, NARROW),
+        let i = at.place();
+        match at.0 & KIND {
+            NARROW => take(&mut self.narrow, i, NARROW),
+            PAIR => take(&mut self.pair, i, PAIR),
+            _ => take(&mut self.wide, i, 0),
         }
     }
 }
@@ -484,7 +529,7 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
 const ANY_CALLER: u8 = 0;
 const SET_LOOP: u8 = 1;
 
-impl<V: Expiring, N: Expiring> Shard<V, N> {
+impl<V: Expiring, N: Expiring, P: Expiring> Shard<V, N, P> {
     /// The position of `(id, key)`'s entry, whose index hash is `hash`.
     /// `SITE` sets apart a hot caller: each value is an instance of the
     /// index's search of its own, which with one caller LLVM inlines
@@ -522,7 +567,7 @@ impl<V: Expiring, N: Expiring> Shard<V, N> {
     }
 
     fn purge(&mut self, now: u64, hasher: &foldhash::fast::RandomState) {
-        for kind in [0, NARROW] {
+        for kind in [0, NARROW, PAIR] {
             let mut i = 0;
             while let Some((_, _, expires_at)) = self.entries.meta(Position(kind | i)) {
                 if expires_at <= now {

@@ -4,11 +4,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use portable_atomic::AtomicU128;
+
 use smallvec::SmallVec;
 
 use super::super::CheckRequest;
 use super::super::table::{Expiring, Found, Locked, Position};
-use crate::algorithm::{Params, State, Update};
+use crate::algorithm::{Pair as Numbers, Params, State, Update, pair_expiry};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
 use crate::quota_set::States;
@@ -78,25 +80,118 @@ impl Word {
         }
     }
 
-    /// The one compare-and-swap loop: `decide` reads the number stored and
-    /// returns its result and the number to store in its place (`None`:
-    /// leave it), which is swapped in only if nobody moved the number
-    /// meanwhile, else decided again on the newer one, as governor does.
-    /// Generic, and inlined into each caller, so each algorithm's decision
-    /// inlines into its own copy of the loop.
+    /// [`update`] of the number.
     #[inline(always)]
-    pub(super) fn update<R>(&self, mut decide: impl FnMut(u64) -> (R, Option<u64>)) -> R {
-        let mut n = self.0.load(Relaxed);
-        loop {
-            let (result, next) = decide(n);
-            let Some(next) = next else {
-                return result;
-            };
-            match self.0.compare_exchange_weak(n, next, Relaxed, Relaxed) {
-                Ok(_) => return result,
-                Err(moved) => n = moved,
-            }
+    pub(super) fn update<R>(&self, decide: impl FnMut(u64) -> (R, Option<u64>)) -> R {
+        update(&self.0, decide)
+    }
+}
+
+/// A word a compare-and-swap updates: one number, or two together.
+pub(super) trait Swapped {
+    type Value: Copy;
+    fn load(&self) -> Self::Value;
+    fn swap_if(&self, current: Self::Value, new: Self::Value) -> Result<(), Self::Value>;
+}
+
+impl Swapped for AtomicU64 {
+    type Value = u64;
+    #[inline(always)]
+    fn load(&self) -> u64 {
+        self.load(Relaxed)
+    }
+    #[inline(always)]
+    fn swap_if(&self, current: u64, new: u64) -> Result<(), u64> {
+        self.compare_exchange_weak(current, new, Relaxed, Relaxed)
+            .map(drop)
+    }
+}
+
+impl Swapped for AtomicU128 {
+    type Value = u128;
+    #[inline(always)]
+    fn load(&self) -> u128 {
+        self.load(Relaxed)
+    }
+    #[inline(always)]
+    fn swap_if(&self, current: u128, new: u128) -> Result<(), u128> {
+        self.compare_exchange_weak(current, new, Relaxed, Relaxed)
+            .map(drop)
+    }
+}
+
+/// The one compare-and-swap loop: `decide` reads the word stored and
+/// returns its result and the word to store in its place (`None`: leave
+/// it), which is swapped in only if nobody moved the word meanwhile, else
+/// decided again on the newer one, as governor does. Generic, and inlined
+/// into each caller, so each algorithm's decision inlines into its own
+/// copy of the loop.
+#[inline(always)]
+pub(super) fn update<A: Swapped, R>(
+    word: &A,
+    mut decide: impl FnMut(A::Value) -> (R, Option<A::Value>),
+) -> R {
+    let mut n = word.load();
+    loop {
+        let (result, next) = decide(n);
+        let Some(next) = next else {
+            return result;
+        };
+        match word.swap_if(n, next) {
+            Ok(()) => return result,
+            Err(moved) => n = moved,
         }
+    }
+}
+
+/// A state of two numbers (a token bucket whose token is not whole
+/// microseconds, a fixed window of a million a second or more, a sliding
+/// window counting under 2^32), as `State::to_pair` makes them: updated by
+/// a 128-bit compare-and-swap under the shard's read lock, as a [`Word`]
+/// is. Its first number is its expiry.
+pub(super) struct Pair(pub(super) AtomicU128);
+
+impl Expiring for Pair {
+    fn expires_at(&self) -> u64 {
+        pair_expiry(self.0.load(Relaxed))
+    }
+}
+
+impl Pair {
+    /// The state it holds, for a quota of `p`: `None` for numbers no such
+    /// quota makes (never stored), which then count as no state.
+    #[inline]
+    pub(super) fn state(&self, p: &Params) -> Option<State> {
+        State::from_pair(self.0.load(Relaxed), p)
+    }
+
+    /// Applies `update` under the write lock, if the result still fits
+    /// two numbers; else hands back the state it makes, to be stored wide.
+    fn apply(&mut self, update: Update, p: &Params) -> Option<State> {
+        if update == Update::Keep {
+            return None;
+        }
+        let mut state = State::from_pair(*self.0.get_mut(), p);
+        update.apply(&mut state, p);
+        let state = state?;
+        match state.to_pair(p) {
+            Some(numbers) => {
+                *self.0.get_mut() = numbers;
+                None
+            }
+            None => Some(state),
+        }
+    }
+}
+
+/// The two numbers a decision on a state of two numbers stores: `None` to
+/// keep them, `Err` for a state they cannot hold (left to the write lock).
+#[inline(always)]
+pub(super) fn pair_of(update: Update, p: &Params) -> Result<Option<Numbers>, ()> {
+    match update {
+        Update::Keep => Ok(None),
+        Update::Set(state) => state.to_pair(p).map(Some).ok_or(()),
+        Update::Log { .. } => Err(()),
     }
 }
 
@@ -110,12 +205,12 @@ pub(super) fn word_of((decision, update): (Decision, Update)) -> (Decision, Opti
     }
 }
 
-pub(super) type Entries<'a> = Locked<'a, Wide, Word>;
+pub(super) type Entries<'a> = Locked<'a, Wide, Word, Pair>;
 
 /// Stores the first state of a key's quota, if the update makes one: one
-/// number narrow, anything else wide. `replaces`: the quota has a
-/// narrow entry that the state no longer fits (its algorithm changed),
-/// removed first.
+/// number narrow, two numbers a pair, anything else wide. `replaces`: the
+/// quota has a narrow or pair entry that the state no longer fits (its
+/// algorithm changed, or a count grew), removed first.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn store_new(
     shard: &mut Entries<'_>,
@@ -136,6 +231,9 @@ pub(super) fn store_new(
     }
     let gained = match state {
         Some(State::Word(n)) => shard.insert_narrow(id, key, Word(AtomicU64::new(n)), now),
+        Some(state) if let Some(numbers) = state.to_pair(p) => {
+            shard.insert_pair(id, key, Pair(AtomicU128::new(numbers)), now)
+        }
         Some(state) => {
             let expires_at = state.expires_at(p);
             shard.insert(id, key, Wide { expires_at, state }, now)
@@ -186,7 +284,11 @@ impl States for Stored<'_, '_> {
     #[inline]
     fn with<R>(&self, i: usize, f: impl FnOnce(Option<&State>) -> R) -> R {
         let at = self.positions.get(i).copied().flatten();
-        lend(at.and_then(|at| self.shard.at(at)), f)
+        let found = at.and_then(|at| self.shard.at(at));
+        match self.request.quotas.quotas().get(i) {
+            Some(quota) => lend(found, &quota.params, f),
+            None => f(None),
+        }
     }
 
     #[inline]
@@ -209,7 +311,8 @@ impl States for Stored<'_, '_> {
 /// narrow entry's number made into one.
 #[inline]
 pub(super) fn lend<R>(
-    found: Option<Found<&Wide, &Word>>,
+    found: Option<Found<&Wide, &Word, &Pair>>,
+    p: &Params,
     f: impl FnOnce(Option<&State>) -> R,
 ) -> R {
     let word;
@@ -220,6 +323,13 @@ pub(super) fn lend<R>(
             word = n.state();
             Some(&word)
         }
+        Some(Found::Pair(pair)) => match pair.state(p) {
+            Some(state) => {
+                word = state;
+                Some(&word)
+            }
+            None => None,
+        },
         None => None,
     };
     f(state)
@@ -230,7 +340,7 @@ pub(super) fn lend<R>(
 /// replaces the narrow entry found (one whose algorithm changed).
 #[inline]
 pub(super) fn update_found(
-    found: Option<Found<&mut Wide, &mut Word>>,
+    found: Option<Found<&mut Wide, &mut Word, &mut Pair>>,
     update: Update,
     p: &Params,
 ) -> Option<(Update, bool)> {
@@ -240,6 +350,7 @@ pub(super) fn update_found(
             None
         }
         Some(Found::Narrow(a)) => a.apply(update, p).map(|state| (Update::Set(state), true)),
+        Some(Found::Pair(a)) => a.apply(update, p).map(|state| (Update::Set(state), true)),
         None => Some((update, false)),
     }
 }

@@ -12,11 +12,12 @@ fn kind<C>(backend: &MemoryBackend<C>, id: u64, key: &str) -> Option<&'static st
     match shard.at(shard.position(id, key)?)? {
         Found::Wide(_) => Some("wide"),
         Found::Narrow(_) => Some("narrow"),
+        Found::Pair(_) => Some("pair"),
     }
 }
 
 #[test]
-fn states_of_one_number_are_stored_narrow_and_other_states_wide() {
+fn states_of_one_number_are_stored_narrow_and_of_two_numbers_as_pairs() {
     let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
     let window = Quota::sliding_window(5, Duration::from_secs(1))
         .name("window")
@@ -34,18 +35,19 @@ fn states_of_one_number_are_stored_narrow_and_other_states_wide() {
     assert!(!alone.check_now("k", 1).unwrap().unwrap().allowed());
     let ids = set.state_ids();
     assert_eq!(kind(&backend, ids[0], "k"), Some("narrow"));
-    assert_eq!(kind(&backend, ids[1], "k"), Some("wide"));
+    assert_eq!(kind(&backend, ids[1], "k"), Some("pair"));
     let alone_id = alone.quotas().state_ids()[0];
     assert_eq!(kind(&backend, alone_id, "k"), Some("narrow"));
     assert_eq!(backend.len(), 3);
     // A token bucket is one number when a token is whole microseconds,
-    // and a fixed window under one unit a microsecond.
+    // and a fixed window under one unit a microsecond; else two numbers.
     let ten = Duration::from_secs(10);
     let cases = [
         (Quota::token_bucket(5, ten), "narrow"),
-        (Quota::token_bucket(3, ten), "wide"),
+        (Quota::token_bucket(3, ten), "pair"),
         (Quota::fixed_window(5, ten), "narrow"),
-        (Quota::fixed_window(2, Duration::from_micros(2)), "wide"),
+        (Quota::fixed_window(2, Duration::from_micros(2)), "pair"),
+        (Quota::sliding_window(5, ten), "pair"),
     ];
     // A clock that stands still, for the window of two microseconds.
     let clock = ManualClock::new(Timestamp::from_micros(1_760_000_000_000_000));
@@ -63,7 +65,7 @@ fn states_of_one_number_are_stored_narrow_and_other_states_wide() {
 }
 
 #[test]
-fn one_number_found_where_another_state_belongs_moves_wide() {
+fn one_number_found_where_another_state_belongs_moves_to_its_kind() {
     // Ids include the algorithm, so only a hash collision puts an
     // arrival time under a sliding window's id: forged here, for a set
     // of one quota and for a set of two.
@@ -87,7 +89,7 @@ fn one_number_found_where_another_state_belongs_moves_wide() {
             assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());
         }
         assert!(!limiter.check_now("k", 1).unwrap().unwrap().allowed());
-        assert_eq!(kind(&backend, id, "k"), Some("wide"), "{}", set.name());
+        assert_eq!(kind(&backend, id, "k"), Some("pair"), "{}", set.name());
         assert_eq!(backend.len(), set.quotas().len());
     }
 }

@@ -54,7 +54,7 @@ fn value(table: &Table<Until>, id: u64, key: &str) -> Option<(u64, bool)> {
     let shard = table.lock(key);
     match shard.at(shard.position(id, key)?)? {
         Found::Wide(v) => Some((v.0, false)),
-        Found::Narrow(v) => Some((v.0, true)),
+        Found::Narrow(v) | Found::Pair(v) => Some((v.0, true)),
     }
 }
 
