@@ -335,6 +335,16 @@ impl<B: Backend> BatchBackend<B> {
             key: request.key,
         };
         if let Some(batch) = map.get_mut(&wanted) {
+            // Two threads of one stripe can both find the batch spent and
+            // both take one: the batch kept first still holds units, which
+            // go back rather than vanish (admitting less than the limit).
+            if batch.units > 0 {
+                out.push(Leftover {
+                    key: request.key.into(),
+                    units: batch.units,
+                    reserved: batch.reserved.clone(),
+                });
+            }
             *batch = held;
             return out;
         }
