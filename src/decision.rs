@@ -297,7 +297,7 @@ impl Decision {
             // Filled here rather than by `collect`, and taken over where
             // the decision is built: a vector or a `SmallVec` made first
             // and then moved in is read back at once, wider than it was
-            // written, a load that waits (BENCHMARKS.md, "Notes on the hot path").
+            // written, a load that waits (guide::performance, "Notes on the hot path").
             let mut all = Vec::with_capacity(quotas.len());
             let mut exceeded = false;
             for quota in quotas {

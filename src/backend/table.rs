@@ -234,7 +234,7 @@ impl<'a, V: Expiring, N: Expiring, P: Expiring> Read<'a, V, N, P> {
     /// key comparison included. `NARROW_ONLY`: the search compares narrow
     /// entries alone, passing over a wide one of the same quota and key
     /// (there is never both). Which is shorter was measured per path
-    /// (BENCHMARKS.md, "Notes on the hot path").
+    /// (guide::performance, "Notes on the hot path").
     #[inline]
     pub(crate) fn narrow<const NARROW_ONLY: bool>(&self, id: u64, key: &str) -> Option<&N> {
         let shard = &*self.shard;
@@ -533,7 +533,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Shard<V, N, P> {
     /// The position of `(id, key)`'s entry, whose index hash is `hash`.
     /// `SITE` sets apart a hot caller: each value is an instance of the
     /// index's search of its own, which with one caller LLVM inlines
-    /// whole, key comparison included (BENCHMARKS.md, "Notes on the hot path").
+    /// whole, key comparison included (guide::performance, "Notes on the hot path").
     #[inline]
     fn find<const SITE: u8>(&self, hash: u64, id: u64, key: &str) -> Option<Position> {
         let entries = &self.entries;

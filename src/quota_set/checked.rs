@@ -12,7 +12,7 @@ use crate::quota::{Path, Quota};
 /// One quota's check in a set of several, kept until the set has decided.
 /// Small (48 bytes), since a set makes one per quota and moves it into its
 /// list: an outcome's 128 bytes, written as the check returns and read
-/// back at once, made each move wait for its stores (BENCHMARKS.md,
+/// back at once, made each move wait for its stores (guide::performance,
 /// "Notes on the hot path"). So the common algorithms keep only what their branches
 /// are made of, and the rest keep their outcome in the set's [`Outcomes`].
 pub(crate) enum Checked {

@@ -57,7 +57,7 @@ impl Expiring for Word {
 impl Word {
     /// The state it holds, for the algorithms. Inline: returned through
     /// memory, it is read back wider than it was written, and that load
-    /// waits (a set's loop; BENCHMARKS.md, "Notes on the hot path").
+    /// waits (a set's loop; guide::performance, "Notes on the hot path").
     #[inline]
     fn state(&self) -> State {
         State::Word(self.0.load(Relaxed))
