@@ -13,6 +13,7 @@ use crate::state::QuotaState;
 mod checked;
 mod evaluate;
 
+#[cfg(feature = "redis")]
 pub(crate) use checked::RawQuotaDecision;
 
 /// Quotas per set decided without a heap allocation (on the stack; a set of
