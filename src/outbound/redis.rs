@@ -5,10 +5,11 @@ use std::future::Future;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use deadpool_redis::redis::{self, RedisError, Script, aio::MultiplexedConnection};
+use deadpool_redis::redis::{self, Script, aio::MultiplexedConnection};
 
 use super::schedule::{Plan, Told, Turn};
 use super::store::{PaceStore, Scheduled};
+use crate::backend::redis::redis_error;
 use crate::backend::{BackendError, BackendErrorKind};
 use crate::sync::lock;
 
@@ -57,37 +58,11 @@ impl fmt::Debug for RedisPace {
     }
 }
 
-/// A Redis error as a backend error, and whether the connection is broken.
-/// The message is the error's kind only: a reply may quote what was sent.
-fn redis_error(e: &RedisError) -> (BackendError, bool) {
-    if e.is_timeout() {
-        return (
-            BackendError::new(BackendErrorKind::Timeout, "Redis timed out"),
-            true,
-        );
-    }
-    if e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_unrecoverable_error()
-    {
-        return (
-            BackendError::new(BackendErrorKind::Unavailable, "Redis cannot be reached"),
-            true,
-        );
-    }
-    let message = format!("Redis refused the pacing script ({:?})", e.kind());
-    (
-        BackendError::new(BackendErrorKind::Protocol, message),
-        false,
-    )
-}
-
 impl RedisPace {
     /// Schedules in the Redis at `url`, under keys starting with `prefix`.
     /// Connects on first use.
     pub fn from_url(url: &str, prefix: &str) -> Result<Self, BackendError> {
-        let client = redis::Client::open(url).map_err(|e| redis_error(&e).0)?;
+        let client = redis::Client::open(url).map_err(|e| redis_error(e).0)?;
         Ok(RedisPace {
             inner: Arc::new(Inner {
                 client,
@@ -114,7 +89,7 @@ impl RedisPace {
             .client
             .get_multiplexed_async_connection()
             .await
-            .map_err(|e| redis_error(&e).0)?;
+            .map_err(|e| redis_error(e).0)?;
         *lock(&self.inner.conn) = Some(c.clone());
         Ok(c)
     }
@@ -161,7 +136,7 @@ impl RedisPace {
         let (ok, n, now, interval, paused) = match reply {
             Ok(r) => r,
             Err(e) => {
-                let (error, broken) = redis_error(&e);
+                let (error, broken) = redis_error(e);
                 if broken {
                     *lock(&self.inner.conn) = None;
                 }

@@ -363,3 +363,39 @@ async fn a_retry_after_of_centuries_is_neither_served_nor_cached() {
     assert_eq!(calls.load(Ordering::Relaxed), 3);
     assert_eq!(backend.stats().cache_hits, 0);
 }
+
+/// The outbound pacer shares the backend's reading of Redis's errors: on
+/// every server it schedules for a user with every command, and a user
+/// without `EVALSHA` is refused as a misconfiguration that names the
+/// command, never as an unexplained failure.
+#[tokio::test]
+async fn the_outbound_pacer_is_refused_loudly_on_every_server() {
+    use tollgate::outbound::{Pacer, RedisPace, WaitError};
+    let quota = Quota::gcra(10, Duration::from_secs(1)).build().unwrap();
+    for server in Server::ALL {
+        server.check_version();
+        let redis =
+            RedisServer::start_on(server, Vec::new(), None, || redis_support::free_port(None));
+        let pacer = Pacer::new(
+            RedisPace::from_url(&redis.url(), "tollgate:pace:").unwrap(),
+            &quota,
+        );
+        pacer
+            .acquire("api", 1)
+            .await
+            .unwrap_or_else(|e| panic!("{server:?}: {e}"));
+        let url = acl_user(&redis, "no-evalsha", "+@all -evalsha -eval");
+        let pacer = Pacer::new(RedisPace::from_url(&url, "tollgate:pace:").unwrap(), &quota);
+        match pacer.acquire("api", 1).await {
+            Err(WaitError::Store(e)) => {
+                assert_eq!(e.kind(), BackendErrorKind::Misconfigured, "{server:?}: {e}");
+                assert!(e.to_string().contains("EVAL"), "{server:?}: {e}");
+                assert!(!e.to_string().contains("pw"), "{server:?}: {e}");
+            }
+            other => panic!(
+                "{server:?}: the pacer must be refused, got {:?}",
+                other.map(drop)
+            ),
+        }
+    }
+}

@@ -93,7 +93,7 @@ fn pool_error(e: PoolError) -> BackendError {
 
 /// The kind of a Redis error, and whether the connection it came through
 /// should be replaced.
-pub(super) fn redis_error(e: RedisError) -> (BackendError, bool) {
+pub(crate) fn redis_error(e: RedisError) -> (BackendError, bool) {
     let (kind, broken) = if e.is_timeout() {
         (BackendErrorKind::Timeout, true)
     } else if e.is_io_error()

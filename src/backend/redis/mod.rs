@@ -16,10 +16,13 @@ mod source;
 mod stats;
 
 pub use backend::RedisBackend;
+// The one mapping of Redis errors, the outbound pacer's included: a Redis
+// that refuses the scripts (ACL, OOM, no scripting) is named as such.
 pub use breaker::CircuitBreaker;
 pub use builder::RedisBackendBuilder;
 pub use concurrency::RedisSlots;
 pub use config_error::RedisConfigError;
+pub(crate) use connection::redis_error;
 pub use lease::Lease;
 pub use on_failure::OnFailure;
 pub use stats::RedisStats;
