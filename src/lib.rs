@@ -112,7 +112,7 @@ pub use layer::{
     PartitionKey, Priority, RateLimitLayer, Shedding,
 };
 pub use limiter::{Error, Limiter, Reservation, Settle, WithRoom};
-pub use quota::{Algorithm, Mode, Quota, QuotaBuilder, QuotaError};
+pub use quota::{Algorithm, Counts, Mode, Quota, QuotaBuilder, QuotaError};
 pub use quota_set::{QuotaSet, QuotaSetError};
 pub use state::{QuotaState, StateError};
 

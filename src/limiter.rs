@@ -383,12 +383,15 @@ impl<B: Backend> Limiter<B> {
         })
     }
 
-    /// Gives back `reserved`, made for `key` and `cost`: what is left then
-    /// (a refused reservation spent nothing: its own decision).
+    /// Gives back `cost` of `reserved`, made for `key`, and `requests` (1
+    /// when the whole reservation goes back) to the quotas counting
+    /// requests: what is left then (a refused reservation spent nothing:
+    /// its own decision).
     pub(crate) async fn give_back_reserved(
         &self,
         key: &str,
         cost: u64,
+        requests: u64,
         reserved: &Reserved,
     ) -> Result<Decision, Error> {
         if !reserved.decision().allowed() {
@@ -398,6 +401,7 @@ impl<B: Backend> Limiter<B> {
             key,
             quotas: &self.quotas,
             cost,
+            requests,
             reserved,
         };
         Ok(self.backend.give_back(request).await?)
@@ -416,8 +420,12 @@ impl<B: Backend> Limiter<B> {
             return Ok(None);
         }
         if actual < cost {
+            // The request was served: its request stays counted.
             let back = cost - actual;
-            return self.give_back_reserved(key, back, reserved).await.map(Some);
+            return self
+                .give_back_reserved(key, back, 0, reserved)
+                .await
+                .map(Some);
         }
         self.charge(key, actual - cost).await.map(Some)
     }
@@ -455,7 +463,7 @@ impl<B: Backend> Limiter<B> {
         Ok(CheckRequest {
             key,
             quotas: &self.quotas,
-            cost,
+            cost: self.quotas.cost_of(cost, commit),
             commit,
             room,
             started,
@@ -683,7 +691,7 @@ impl<B: Backend> Reservation<'_, B> {
             cost,
             reserved,
         } = self;
-        limiter.give_back_reserved(&key, cost, &reserved).await
+        limiter.give_back_reserved(&key, cost, 1, &reserved).await
     }
 
     /// Ends the reservation as `how` says: `None` when the units stay as

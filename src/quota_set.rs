@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::algorithm::{self, Params, State, Update};
 use crate::clock::Timestamp;
 use crate::decision::Decision;
-use crate::quota::Quota;
+use crate::quota::{Counts, Quota};
 use crate::state::QuotaState;
 
 mod checked;
@@ -63,6 +63,10 @@ pub struct QuotaSet {
     /// The largest cost every quota could ever admit, so that the check
     /// before each request is one comparison.
     max_cost: u64,
+    /// Whether the set is one quota counting requests ([`Counts`]): its
+    /// cost is then made its units before any backend sees it, so that
+    /// the one-quota paths, which read the cost as it comes, need not ask.
+    alone_counting_requests: bool,
 }
 
 /// Why a [`QuotaSet`] could not be built.
@@ -127,14 +131,41 @@ impl QuotaSet {
 
     /// A set of quotas already checked to be non-empty with distinct names.
     fn assemble(name: Arc<str>, named: bool, quotas: Box<[Quota]>, ids: Box<[u64]>) -> Self {
-        let max_cost = quotas.iter().map(Quota::max_cost).min().unwrap_or(0);
+        // A quota counting requests spends at most 1 whatever the cost.
+        let max_cost = quotas
+            .iter()
+            .filter(|q| q.counts() == Counts::Cost)
+            .map(Quota::max_cost)
+            .min()
+            .unwrap_or(u64::MAX);
+        let alone_counting_requests = matches!(&*quotas, [q] if q.counts() == Counts::Requests);
         QuotaSet {
             name,
             named,
             quotas,
             ids,
             max_cost,
+            alone_counting_requests,
         }
+    }
+
+    /// The cost a request of `cost` (`commit`: spent, not a peek) is
+    /// decided at: its own, except for a set of one quota counting
+    /// requests, whose units it is made here (see [`requests`]).
+    #[inline]
+    pub(crate) fn cost_of(&self, cost: u64, commit: bool) -> u64 {
+        if self.alone_counting_requests {
+            requests(cost, commit)
+        } else {
+            cost
+        }
+    }
+
+    /// Whether some quota counts requests ([`Counts::Requests`]): such a
+    /// set's quotas spend different units on one call, so a backend that
+    /// hands out units ahead (a lease) cannot serve it.
+    pub(crate) fn counts_requests(&self) -> bool {
+        self.quotas.iter().any(|q| q.counts() == Counts::Requests)
     }
 
     /// Quota `i` alone, under this set's name and with its state id (an
@@ -226,7 +257,10 @@ impl QuotaSet {
     /// Gives back a reservation: what `decision` (a committed decision of
     /// this set, of `cost` units, made at `at` on the store's clock) spent,
     /// at `now`, on the states a store keeps for its key, as
-    /// [`decide`](QuotaSet::decide) reads them. Each quota that spent gets
+    /// [`decide`](QuotaSet::decide) reads them. `requests` is what goes
+    /// back to the quotas counting requests ([`Counts::Requests`]): 1 when
+    /// the whole reservation goes back, 0 when only part of its cost does
+    /// ([`GiveBackRequest::requests`](crate::backend::GiveBackRequest::requests)). Each quota that spent gets
     /// its units back as if the reservation had not happened, as far as
     /// that is still known: a window that has rolled over since gives
     /// nothing back, and nothing ever goes back beyond a fresh key's
@@ -244,7 +278,7 @@ impl QuotaSet {
     /// let now = Timestamp::from_secs(1_800_000_000);
     /// let reserved = set.decide(&mut states, 1, now, true);
     /// assert!(!set.decide(&mut states, 1, now, false).allowed());
-    /// let left = set.give_back(&mut states, &reserved, 1, now, now);
+    /// let left = set.give_back(&mut states, &reserved, 1, 1, now, now);
     /// assert_eq!(left.remaining(), 1);
     /// assert!(set.decide(&mut states, 1, now, false).allowed());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -254,23 +288,26 @@ impl QuotaSet {
         states: &mut [Option<QuotaState>],
         decision: &Decision,
         cost: u64,
+        requests: u64,
         at: Timestamp,
         now: Timestamp,
     ) -> Decision {
-        self.give_back_in(states, decision, cost, at.as_micros(), now.as_micros())
+        let (at, now) = (at.as_micros(), now.as_micros());
+        self.give_back_in(states, decision, [cost, requests], at, now)
     }
 
-    /// [`give_back`](QuotaSet::give_back) on any [`States`].
+    /// [`give_back`](QuotaSet::give_back) on any [`States`], of `[cost,
+    /// requests]`.
     pub(crate) fn give_back_in(
         &self,
         states: &mut (impl States + ?Sized),
         decision: &Decision,
-        cost: u64,
+        units: [u64; 2],
         at: u64,
         now: u64,
     ) -> Decision {
-        if decision.allowed() && cost > 0 {
-            self.give_back_spent(states, decision, cost, at, now);
+        if decision.allowed() {
+            self.give_back_spent(states, decision, units, at, now);
         }
         self.evaluate(states, 0, Timestamp::from_micros(now), false, false)
     }
@@ -279,14 +316,15 @@ impl QuotaSet {
         &self,
         states: &mut (impl States + ?Sized),
         decision: &Decision,
-        cost: u64,
+        [cost, requests]: [u64; 2],
         at: u64,
         now: u64,
     ) {
         let answers = self.quotas.iter().zip(decision.quotas()).enumerate();
         for (i, (quota, answer)) in answers {
+            let cost = quota.units(cost, requests);
             // A shadow quota that refused admitted nothing of it.
-            if !answer.allowed() {
+            if !answer.allowed() || cost == 0 {
                 continue;
             }
             let spent = algorithm::Spent {
@@ -300,10 +338,11 @@ impl QuotaSet {
         }
     }
 
-    /// Spends `cost` on every quota whatever is left, at `now`, on the
-    /// states a store keeps for the key (see
-    /// [`Backend::charge`](crate::Backend::charge)); returns what is left
-    /// then, as a peek at cost 0 reports it.
+    /// Spends `cost` on every quota counting the cost whatever is left, at
+    /// `now`, on the states a store keeps for the key (see
+    /// [`Backend::charge`](crate::Backend::charge)): usage beyond a
+    /// reservation, whose request was counted already. Returns what is
+    /// left then, as a peek at cost 0 reports it.
     pub(crate) fn charge_in(
         &self,
         states: &mut (impl States + ?Sized),
@@ -311,6 +350,9 @@ impl QuotaSet {
         now: u64,
     ) -> Decision {
         for (i, quota) in self.quotas.iter().enumerate() {
+            if quota.counts() == Counts::Requests {
+                continue;
+            }
             let (algorithm, p) = (quota.algorithm(), &quota.params);
             let update = states.with(i, |s| algorithm::charge::charge(algorithm, s, p, cost, now));
             states.store(i, update, p);
@@ -330,8 +372,18 @@ impl QuotaSet {
 
     #[cold]
     fn first_too_costly(&self, cost: u64) -> Option<&Quota> {
-        self.quotas.iter().find(|q| cost > q.max_cost())
+        self.quotas
+            .iter()
+            .find(|q| q.counts() == Counts::Cost && cost > q.max_cost())
     }
+}
+
+/// The requests a quota counting requests spends of a call of `cost`:
+/// 1 for a request, committed whatever its cost (a request of cost 0 is
+/// still a request); for a peek, 1 unless it asks what is left (cost 0).
+#[inline]
+pub(crate) fn requests(cost: u64, commit: bool) -> u64 {
+    u64::from(commit || cost > 0)
 }
 
 impl From<Quota> for QuotaSet {
@@ -390,6 +442,11 @@ fn fingerprint(set: &str, q: &Quota) -> u64 {
         u64::from(p.count_rejected),
     ] {
         eat(&n.to_le_bytes());
+    }
+    // Requests and costs are other units: their own state. (Nothing
+    // eaten for the cost, so that the ids of quotas counting it stay.)
+    if q.counts() == Counts::Requests {
+        eat(b"requests");
     }
     // Another calendar counts other windows: its own state.
     if let Some(c) = q.calendar() {

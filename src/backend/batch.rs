@@ -264,6 +264,11 @@ impl<B: Backend> BatchBackend<B> {
     /// The most units one batch of `quotas` holds, or `None` when the set
     /// is not batched.
     fn most(&self, quotas: &QuotaSet) -> Option<u64> {
+        // A quota counting requests spends other units than its set's
+        // cost: a batch of units means nothing to it.
+        if quotas.counts_requests() {
+            return None;
+        }
         let mut smallest = u64::MAX;
         for quota in quotas.quotas() {
             let batched = matches!(
@@ -367,6 +372,8 @@ impl<B: Backend> BatchBackend<B> {
             key: &leftover.key,
             quotas,
             cost: leftover.units,
+            // A batch is never taken for a set counting requests.
+            requests: 0,
             reserved: &leftover.reserved,
         };
         self.inner.give_back(request).await.is_ok()

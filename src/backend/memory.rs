@@ -420,7 +420,8 @@ impl<C: Clock> MemoryBackend<C> {
             now,
         };
         let at = reserved.at().as_micros();
-        let left = quotas.give_back_in(&mut stored, reserved.decision(), request.cost, at, now);
+        let units = [request.cost, request.requests];
+        let left = quotas.give_back_in(&mut stored, reserved.decision(), units, at, now);
         stored.store_new();
         left
     }

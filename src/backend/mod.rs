@@ -125,6 +125,7 @@ pub struct GiveBackRequest<'a> {
     pub(crate) key: &'a str,
     pub(crate) quotas: &'a QuotaSet,
     pub(crate) cost: u64,
+    pub(crate) requests: u64,
     pub(crate) reserved: &'a Reserved,
 }
 
@@ -139,9 +140,18 @@ impl<'a> GiveBackRequest<'a> {
         self.quotas
     }
 
-    /// The units to give back: the reservation's cost.
+    /// The units to give back to the quotas counting the cost: the
+    /// reservation's cost, or what of it the request did not use.
     pub fn cost(&self) -> u64 {
         self.cost
+    }
+
+    /// The requests to give back to the quotas counting requests
+    /// ([`Counts::Requests`](crate::Counts::Requests)): 1 when the whole
+    /// reservation goes back, 0 when the request was served and only part
+    /// of its cost goes back.
+    pub fn requests(&self) -> u64 {
+        self.requests
     }
 
     /// The reservation, as [`Backend::reserve`] made it.

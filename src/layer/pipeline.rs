@@ -532,7 +532,7 @@ impl<B> Limit<B> {
     {
         let back = self
             .limiter
-            .give_back_reserved(key.as_str(), cost, reserved);
+            .give_back_reserved(key.as_str(), cost, 1, reserved);
         let error = match tokio::time::timeout(timeout, back).await {
             Ok(Ok(left)) => return Some(left),
             Ok(Err(error)) => error,

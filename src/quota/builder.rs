@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::QuotaError;
-use super::quota::{Path, Quota};
+use super::quota::{Counts, Path, Quota};
 use crate::algorithm::{Algorithm, Mode};
 use crate::algorithm::{EXACT_MAX, Params};
 use crate::calendar::Calendar;
@@ -98,6 +98,7 @@ pub struct QuotaBuilder {
     named: bool,
     mode: Mode,
     count_rejected: bool,
+    counts: Counts,
     calendar: Option<Calendar>,
 }
 
@@ -112,6 +113,7 @@ impl QuotaBuilder {
             named: false,
             mode: Mode::Enforce,
             count_rejected: false,
+            counts: Counts::Cost,
             calendar: None,
         }
     }
@@ -143,6 +145,14 @@ impl QuotaBuilder {
     /// retrying stays limited (ClassDojo's variant).
     pub fn count_rejected(mut self, yes: bool) -> Self {
         self.count_rejected = yes;
+        self
+    }
+
+    /// What the quota counts: the request's cost (the default) or
+    /// requests, one each whatever the cost ([`Counts`]), so that one set
+    /// holds a request quota and a token quota.
+    pub fn counts(mut self, counts: Counts) -> Self {
+        self.counts = counts;
         self
     }
 
@@ -248,6 +258,7 @@ impl QuotaBuilder {
             burst,
             mode: self.mode,
             count_rejected: self.count_rejected,
+            counts: self.counts,
             params,
         })
     }

@@ -11,7 +11,7 @@ pub(crate) use crate::algorithm::{EXACT_MAX, Params};
 pub use builder::QuotaBuilder;
 pub use error::QuotaError;
 pub(crate) use quota::Path;
-pub use quota::Quota;
+pub use quota::{Counts, Quota};
 
 #[cfg(test)]
 mod tests;

@@ -65,11 +65,43 @@ pub struct Quota {
     pub(super) burst: u64,
     pub(super) mode: Mode,
     pub(super) count_rejected: bool,
+    pub(super) counts: Counts,
     pub(crate) params: Params,
     /// How a backend may keep and decide it (alone in its set; in a set of
     /// several, which quotas report numbers derived when read), worked out
     /// once, so that choosing the path costs a request one comparison.
     pub(crate) path: Path,
+}
+
+/// What a quota counts: the request's cost (the default), or requests,
+/// one each whatever the cost. In one set, "60 requests and 100 000
+/// tokens a minute" is a quota counting requests beside one counting the
+/// cost (the tokens): both decide each request atomically, and what a
+/// reservation settles later (the real token count) moves only the
+/// quotas counting the cost.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Counts, Quota, QuotaSet};
+///
+/// let llm = QuotaSet::new("llm", [
+///     Quota::fixed_window(60, Duration::from_secs(60)).counts(Counts::Requests).build()?,
+///     Quota::fixed_window(100_000, Duration::from_secs(60)).name("tokens").build()?,
+/// ])?;
+/// assert_eq!(llm.quotas()[0].counts(), Counts::Requests);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Counts {
+    /// Each request spends its cost (1 unless the caller says more).
+    #[default]
+    Cost,
+    /// Each request spends 1, whatever its cost; usage settled after the
+    /// request (a charge, or a reservation partly given back) spends or
+    /// returns nothing here. Giving a whole reservation back returns its
+    /// request.
+    Requests,
 }
 
 /// How the memory backend keeps and decides a quota alone in its set; in
@@ -172,6 +204,21 @@ impl Quota {
     /// The mode.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// What the quota counts: the cost, or requests.
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// The units this quota spends of a call spending `cost` units of
+    /// cost and `requests` requests (see [`Counts`]).
+    #[inline]
+    pub(crate) fn units(&self, cost: u64, requests: u64) -> u64 {
+        match self.counts {
+            Counts::Cost => cost,
+            Counts::Requests => requests,
+        }
     }
 
     /// Whether rejected attempts are counted (sliding log only).

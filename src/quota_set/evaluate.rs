@@ -3,7 +3,7 @@
 use smallvec::SmallVec;
 
 use super::checked::{Checked, Outcomes, RawQuotaDecision, resolve};
-use super::{QuotaSet, SET_INLINE, States};
+use super::{QuotaSet, SET_INLINE, States, requests};
 use crate::algorithm::{self, Outcome, State, Update, sliding_window};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
@@ -23,6 +23,7 @@ impl QuotaSet {
     ) -> Decision {
         let now = now.as_micros();
         if let [quota] = &*self.quotas {
+            let cost = self.cost_of(cost, commit);
             let (decision, update) =
                 states.with(0, |s| self.evaluate_one(s, cost, now, commit, room));
             states.store(0, update, &quota.params);
@@ -31,7 +32,10 @@ impl QuotaSet {
         // Pushed once and resolved in place, never moved again.
         let mut checks = SmallVec::<[Checked; SET_INLINE]>::new();
         let mut outcomes = Outcomes::new();
+        // Each quota spends its own units: the cost, or the request.
+        let requests = requests(cost, commit);
         for (i, quota) in self.quotas.iter().enumerate() {
+            let cost = quota.units(cost, requests);
             let check = states.with(i, |s| {
                 Checked::new(quota, s, cost, now, room, &mut outcomes)
             });
@@ -47,6 +51,7 @@ impl QuotaSet {
                 .zip(&*self.quotas)
                 .enumerate()
                 .map(|(i, (checked, quota))| {
+                    let cost = quota.units(cost, requests);
                     let (decision, update) =
                         checked.resolve(quota, allowed, commit, cost, &mut outcomes);
                     states.store(i, update, &quota.params);

@@ -46,6 +46,7 @@ impl MapStore {
                 states,
                 reserved.decision(),
                 request.cost(),
+                request.requests(),
                 reserved.at(),
                 self.clock.now(),
             )

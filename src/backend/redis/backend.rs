@@ -418,7 +418,8 @@ impl RedisBackend {
         }
         let keys = script::redis_keys(&inner.prefix, key, quotas);
         let (now, slack) = inner.script_time();
-        let args = script::give_back_arguments(quotas, now, reserved.decision(), cost, at, slack);
+        let units = [cost, request.requests];
+        let args = script::give_back_arguments(quotas, now, reserved.decision(), units, at, slack);
         match tokio::time::timeout(inner.timeout, self.run(quotas, &keys, &args, cost)).await {
             Ok(reply) => reply.map(|reply| quotas.decision_from(&reply.verdicts)),
             Err(_) => {
@@ -558,6 +559,11 @@ fn cache_id(quotas: &QuotaSet) -> Option<u64> {
         // quota's answer depends on the load at each request, so a denial
         // or lease of one moment says nothing of the next.
         if q.params.count_rejected || q.params.elastic_margin > 0 {
+            return None;
+        }
+        // A quota counting requests spends other units than the set's
+        // cost: a lease of units means nothing to it.
+        if q.counts() == crate::Counts::Requests {
             return None;
         }
         id = (id.rotate_left(23) ^ state ^ u64::from(q.params.shadow)).wrapping_mul(MIX);

@@ -14,9 +14,12 @@ end
 -- give_back; then what is left, as a peek at cost 0 (QuotaSet::give_back).
 if giving_back then
   for i = 1, #KEYS do
-    local full_at = ARGV[7 + 12 * #KEYS + i]
+    local full_at = ARGV[7 + 13 * #KEYS + i]
     if full_at and full_at ~= '' then
-      give_back_reserved[quotas[i].algorithm](KEYS[i], quotas[i], given_back_since, tonumber(full_at))
+      local p = quotas[i]
+      spending(p, function()
+        give_back_reserved[p.algorithm](KEYS[i], p, given_back_since, tonumber(full_at))
+      end)
     end
   end
   cost = 0
@@ -26,7 +29,10 @@ end
 -- then what is left, as a peek at cost 0 (QuotaSet::charge_in).
 if charging then
   for i = 1, #KEYS do
-    charge[quotas[i].algorithm](KEYS[i], quotas[i])
+    -- A quota counting requests counted the request already.
+    if not quotas[i].requests then
+      charge[quotas[i].algorithm](KEYS[i], quotas[i])
+    end
   end
   cost = 0
 end
@@ -46,7 +52,7 @@ end
 -- quota, shadow ones included, admits.
 -- Quota::check: an elastic quota without room admits only if its ceiling
 -- would admit the cost plus the margin (the state stays the ceiling's).
-local function step_of(i)
+local function step_of_units(i)
   local p = quotas[i]
   local step = algorithms[p.algorithm](KEYS[i], p)
   if p.margin == 0 or not step.allowed then
@@ -65,6 +71,13 @@ local function step_of(i)
     return step
   end
   return deny(strict.retry_after, step.refuse)
+end
+
+-- Each quota steps for its own units: the cost, or the requests.
+local function step_of(i)
+  return spending(quotas[i], function()
+    return step_of_units(i)
+  end)
 end
 
 local function evaluate()

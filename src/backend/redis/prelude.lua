@@ -11,14 +11,17 @@
 -- ARGV[1]: the time in microseconds, or '' to read Redis's TIME.
 -- ARGV[2]: the cost.  ARGV[3]: '1' to commit, '0' to peek, '2' to give
 -- back a reservation of the cost made at ARGV[7] (Redis time), on the
--- quotas whose ARGV[7 + 12 * #KEYS + i] is the moment the reservation left
+-- quotas whose ARGV[7 + 13 * #KEYS + i] is the moment the reservation left
 -- them full again ('' for the quotas it did not spend), '3' to charge the
 -- cost whatever is left (usage beyond a reservation).
 -- ARGV[4]: milliseconds added to every expiry (0 unless a test clock is used).
 -- ARGV[5]: the units wanted (a lease when more than the cost).
 -- ARGV[6], ARGV[7]: units of an earlier lease given back, and when (Redis
 -- time) they were taken.
--- ARGV[8 + 12 * (i - 1) ...]: quota i's parameters (see params below).
+-- ARGV[8 + 13 * (i - 1) ...]: quota i's parameters (see params below); the
+-- 13th is '' for a quota counting the cost, else the requests it spends in
+-- this call (Counts::Requests in Rust: 1 for a request, 0 for usage
+-- settled after it).
 --
 -- Returns, per quota: allowed (1/0), remaining, reset, retry-after, delay,
 -- the wait until one more unit frees when this admission left the quota
@@ -66,7 +69,7 @@ local given_back = tonumber(ARGV[6])
 local given_back_since = tonumber(ARGV[7])
 
 local function params(i)
-  local base = 7 + 12 * (i - 1)
+  local base = 7 + 13 * (i - 1)
   return {
     algorithm = ARGV[base + 1],
     period = tonumber(ARGV[base + 2]),
@@ -83,7 +86,22 @@ local function params(i)
     cal_start = tonumber(ARGV[base + 10]),
     cal_end = tonumber(ARGV[base + 11]),
     cal_next = tonumber(ARGV[base + 12]),
+    -- nil for a quota counting the cost.
+    requests = tonumber(ARGV[base + 13]),
   }
+end
+
+-- f() with `cost` made quota p's units for this call: the requests for a
+-- quota counting requests, else the cost (QuotaSet::evaluate in Rust).
+local function spending(p, f)
+  if not p.requests then
+    return f()
+  end
+  local asked = cost
+  cost = p.requests
+  local result = f()
+  cost = asked
+  return result
 end
 
 -- The fixed window holding `t`: its first microsecond and its end. A

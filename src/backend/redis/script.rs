@@ -7,7 +7,7 @@ use deadpool_redis::redis::{Cmd, Script};
 use smallvec::SmallVec;
 
 use crate::decision::Decision;
-use crate::quota::{EXACT_MAX, Params};
+use crate::quota::{Counts, EXACT_MAX, Params};
 use crate::quota_set::{QuotaSet, RawQuotaDecision};
 
 /// The whole script: the Lua files of this folder, concatenated.
@@ -27,7 +27,7 @@ pub(crate) static SHA1: LazyLock<String> =
     LazyLock::new(|| Script::new(SOURCE).get_hash().to_owned());
 
 /// ARGV slots per quota (see prelude.lua).
-const PER_QUOTA: usize = 12;
+const PER_QUOTA: usize = 13;
 /// ARGV slots before the quotas' (see prelude.lua).
 const HEAD: usize = 7;
 /// Numbers returned per quota (see decide.lua).
@@ -101,14 +101,22 @@ pub(crate) fn arguments(
     let (back, since) = ask.give_back.unwrap_or((0, 0));
     args.push(back.to_string());
     args.push(since.to_string());
-    push_quotas(&mut args, quotas, room, now);
+    let requests = crate::quota_set::requests(ask.cost, ask.commit);
+    push_quotas(&mut args, quotas, room, now, requests);
     args
 }
 
 /// Each quota's parameters, as prelude.lua reads them. A calendar quota's
 /// windows are worked out here, for `now` (the script's time, else this
-/// machine's clock): the Lua has no time zone rules.
-fn push_quotas(args: &mut Vec<String>, quotas: &QuotaSet, room: bool, now: Option<u64>) {
+/// machine's clock): the Lua has no time zone rules. A quota counting
+/// requests is told the `requests` it spends (the others spend the cost).
+fn push_quotas(
+    args: &mut Vec<String>,
+    quotas: &QuotaSet,
+    room: bool,
+    now: Option<u64>,
+    requests: u64,
+) {
     for q in quotas.quotas() {
         let p = &q.params;
         args.push(q.algorithm().name().to_owned());
@@ -131,18 +139,23 @@ fn push_quotas(args: &mut Vec<String>, quotas: &QuotaSet, room: bool, now: Optio
         for n in [start, end, next] {
             args.push(n.to_string());
         }
+        args.push(match q.counts() {
+            Counts::Requests => requests.to_string(),
+            _ => String::new(),
+        });
     }
 }
 
-/// The script's arguments to give back a reservation of `cost` that
-/// `decision` admitted at `at` (Redis time): mode '2', the time in
-/// ARGV[7], and after the quotas' parameters, per quota, the moment the
-/// reservation left it full again ('' where it spent nothing).
+/// The script's arguments to give back `[cost, requests]` of a
+/// reservation that `decision` admitted at `at` (Redis time): mode '2',
+/// the time in ARGV[7], and after the quotas' parameters, per quota, the
+/// moment the reservation left it full again ('' where it spent nothing,
+/// or where nothing of its units goes back).
 pub(crate) fn give_back_arguments(
     quotas: &QuotaSet,
     now: Option<u64>,
     decision: &Decision,
-    cost: u64,
+    [cost, requests]: [u64; 2],
     at: u64,
     slack_ms: u64,
 ) -> Vec<String> {
@@ -155,11 +168,12 @@ pub(crate) fn give_back_arguments(
     args.push(cost.to_string());
     args.push("0".to_owned());
     args.push(at.to_string());
-    push_quotas(&mut args, quotas, false, now);
+    push_quotas(&mut args, quotas, false, now, requests);
     let answers = decision.quotas();
-    for i in 0..n {
+    for (i, quota) in quotas.quotas().iter().enumerate() {
+        let back = quota.units(cost, requests);
         args.push(match answers.get(i) {
-            Some(q) if decision.allowed() && q.allowed() => {
+            Some(q) if decision.allowed() && q.allowed() && back > 0 => {
                 at.saturating_add(q.reset_micros()).to_string()
             }
             _ => String::new(),
@@ -184,7 +198,8 @@ pub(crate) fn charge_arguments(
     args.push(cost.to_string());
     args.push("0".to_owned());
     args.push("0".to_owned());
-    push_quotas(&mut args, quotas, false, now);
+    // The request was counted when reserved: no request is charged.
+    push_quotas(&mut args, quotas, false, now, 0);
     args
 }
 
