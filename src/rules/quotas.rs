@@ -7,7 +7,7 @@ use serde::de::{self, Deserializer};
 use super::at::At;
 use super::period::{CalendarUnit, Period};
 use crate::calendar::{Calendar, CalendarPeriod, StartsOn, Weekday};
-use crate::quota::{Algorithm, Mode, Quota};
+use crate::quota::{Algorithm, Counts, Mode, Quota};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct AlgorithmName(Algorithm);
@@ -21,6 +21,22 @@ impl<'de> Deserialize<'de> for AlgorithmName {
             ));
         }
         s.parse().map(AlgorithmName).map_err(de::Error::custom)
+    }
+}
+
+/// `counts: requests | cost`: what a quota counts ([`Counts`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct CountsName(Counts);
+
+impl<'de> Deserialize<'de> for CountsName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "cost" => Ok(CountsName(Counts::Cost)),
+            "requests" => Ok(CountsName(Counts::Requests)),
+            other => Err(de::Error::custom(format!(
+                "a quota counts requests or cost, not {other:?}"
+            ))),
+        }
     }
 }
 
@@ -55,6 +71,8 @@ struct WrittenQuota {
     elastic_percent: Option<u16>,
     #[serde(default)]
     count_rejected: bool,
+    #[serde(default)]
+    counts: Option<CountsName>,
 }
 
 impl WrittenQuota {
@@ -168,7 +186,8 @@ impl WrittenQuota {
         let period = self.period.map_or(std::time::Duration::ZERO, |p| p.0);
         let mut b = Quota::builder(self.algorithm.0, self.limit.saturating_mul(scale), period)
             .mode(mode)
-            .count_rejected(self.count_rejected);
+            .count_rejected(self.count_rejected)
+            .counts(self.counts.map_or(Counts::Cost, |c| c.0));
         if let Some(calendar) = calendar {
             b = b.calendar(calendar);
         }
@@ -270,6 +289,20 @@ mod tests {
         // A plain quota has none.
         let q = quota("{ algorithm: fixed_window, limit: 5, period: 1m }").unwrap();
         assert!(q.quota.calendar().is_none());
+    }
+
+    #[test]
+    fn counts_as_written() {
+        let q =
+            quota("{ algorithm: fixed_window, limit: 5, period: 1m, counts: requests }").unwrap();
+        assert_eq!(q.quota.counts(), Counts::Requests);
+        assert_eq!(q.scaled(2).unwrap().counts(), Counts::Requests);
+        let q = quota("{ algorithm: gcra, limit: 5, period: 1m, counts: cost }").unwrap();
+        assert_eq!(q.quota.counts(), Counts::Cost);
+        let q = quota("{ algorithm: gcra, limit: 5, period: 1m }").unwrap();
+        assert_eq!(q.quota.counts(), Counts::Cost, "the cost unless written");
+        let err = quota("{ algorithm: gcra, limit: 5, period: 1m, counts: tokens }").unwrap_err();
+        assert!(err.contains("requests or cost"), "{err}");
     }
 
     #[test]

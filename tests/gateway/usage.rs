@@ -9,7 +9,9 @@ use crate::support::redis as redis_support;
 
 use proptest::prelude::*;
 use tollgate::calendar::{Calendar, CalendarPeriod, Weekday};
-use tollgate::{Algorithm, Limiter, ManualClock, MemoryBackend, Quota, Settle, Timestamp};
+use tollgate::{
+    Algorithm, Counts, Limiter, ManualClock, MemoryBackend, Quota, QuotaSet, Settle, Timestamp,
+};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -266,6 +268,84 @@ proptest! {
                     capacity - left,
                     charged.min(capacity),
                     "{:?} after reserving {} and using {}", algorithm, reserve, actual
+                );
+            }
+            Ok(())
+        })?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Settling never loses or creates units across a request quota and a
+    /// token quota in one set: the tokens spent are what the admitted
+    /// requests really cost (reserved - returned + extra = charged), the
+    /// requests spent are the admitted reservations not given back whole,
+    /// whatever their costs and however they settled.
+    #[test]
+    fn settle_never_loses_or_creates_units_across_both_quotas(
+        algorithm in prop::sample::select(vec![
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::TokenBucket,
+            Algorithm::Gcra,
+        ]),
+        steps in prop::collection::vec((0u64..400, 0u64..700, 0u8..4), 1..40),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let (requests_limit, capacity) = (30, 5_000);
+            let set = QuotaSet::new("llm", [
+                Quota::builder(algorithm, requests_limit, Duration::from_secs(3_600))
+                    .name("requests")
+                    .counts(Counts::Requests)
+                    .build()
+                    .unwrap(),
+                Quota::builder(algorithm, capacity, Duration::from_secs(3_600))
+                    .name("tokens")
+                    .build()
+                    .unwrap(),
+            ])
+            .unwrap();
+            let clock = ManualClock::new(Timestamp::from_micros(NOON));
+            let backend = MemoryBackend::builder().clock(clock.clone()).build();
+            let limiter = Limiter::new(backend, set);
+            let (mut charged, mut counted) = (0u64, 0u64);
+            for (reserve, actual, how) in steps {
+                let r = limiter.reserve("k", reserve).await.unwrap();
+                let admitted = r.decision().allowed();
+                let (used, request) = match how {
+                    0 => {
+                        r.settle(Settle::GiveBack).await.unwrap();
+                        (0, 0)
+                    }
+                    1 => {
+                        r.settle(Settle::Keep).await.unwrap();
+                        (reserve, 1)
+                    }
+                    _ => {
+                        r.settle(Settle::Actual(actual)).await.unwrap();
+                        (actual, 1)
+                    }
+                };
+                if admitted {
+                    charged += used;
+                    counted += request;
+                }
+                let left = limiter.peek("k", 0).await.unwrap();
+                let [requests, tokens] = left.quotas() else { panic!("two quotas") };
+                prop_assert_eq!(
+                    requests_limit - requests.remaining(),
+                    counted.min(requests_limit),
+                    "{:?}: requests after {} reserved, {} used, settled {}",
+                    algorithm, reserve, actual, how
+                );
+                prop_assert_eq!(
+                    capacity - tokens.remaining(),
+                    charged.min(capacity),
+                    "{:?}: tokens after {} reserved, {} used, settled {}",
+                    algorithm, reserve, actual, how
                 );
             }
             Ok(())
@@ -764,12 +844,34 @@ rules:
     quotas: [{ name: tokens, algorithm: fixed_window, limit: 1000, period: 1m }]
 "#;
 
+/// The same limits as one rule and one set: the request quota counts
+/// requests, the token quota the cost from the response.
+const LLM_ONE_RULE: &str = r#"
+rules:
+  - name: llm
+    key: header:x-api-key
+    cost_from_response: { header: x-usage-total-tokens, reserve: 500, reserve_header: x-max-tokens }
+    quotas:
+      - { name: requests, algorithm: fixed_window, limit: 5, period: 1m, counts: requests }
+      - { name: tokens, algorithm: fixed_window, limit: 1000, period: 1m }
+"#;
+
 /// One call through a gateway: its status and Retry-After.
 async fn call(
     gw: &support::gateway::Gateway,
     key: &str,
     headers: &[(&str, &str)],
 ) -> (u16, Option<u64>) {
+    let (status, retry, _) = call_read(gw, key, headers).await;
+    (status, retry)
+}
+
+/// [`call`], with the body (a refusal's problem details name the quota).
+async fn call_read(
+    gw: &support::gateway::Gateway,
+    key: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Option<u64>, String) {
     use http_body_util::BodyExt;
     let client = support::client();
     let mut req =
@@ -790,8 +892,8 @@ async fn call(
         .get("retry-after")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
-    resp.into_body().collect().await.unwrap();
-    (status, retry)
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, retry, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// Both limits hold through `gateways` (taken in turn): a key spending
@@ -874,4 +976,99 @@ async fn two_gateways_on_redis_share_requests_and_tokens() {
     let served = llm.served.load(Ordering::SeqCst);
     // Five small answers, three of 300 tokens, the one in debt.
     assert!(served > 5 + 3, "{served}");
+}
+
+/// One set, "5 requests and 1 000 tokens a minute": through `gateways`
+/// (taken in turn), the 6th cheap request is refused by the request
+/// quota, and a big one, with requests left, by the token quota; an
+/// estimate of 0 tokens still counts its request.
+async fn one_set_of_requests_and_tokens(gateways: &[&support::gateway::Gateway]) {
+    let gw = |i: usize| gateways[i % gateways.len()];
+    for i in 0..4 {
+        let (status, _) = call(
+            gw(i),
+            "small",
+            &[("x-tokens", "10"), ("x-max-tokens", "10")],
+        )
+        .await;
+        assert_eq!(status, 200, "cheap request {i}");
+    }
+    let (status, _) = call(gw(4), "small", &[("x-tokens", "0"), ("x-max-tokens", "0")]).await;
+    assert_eq!(status, 200, "the fifth, free of tokens");
+    let (status, retry, body) = call_read(
+        gw(5),
+        "small",
+        &[("x-tokens", "10"), ("x-max-tokens", "10")],
+    )
+    .await;
+    assert_eq!(status, 429, "the sixth cheap request");
+    assert!(
+        body.contains(r#""violated-policies":["requests"]"#),
+        "{body}"
+    );
+    assert!(retry.is_some_and(|r| (1..=60).contains(&r)), "{retry:?}");
+    for i in 0..3 {
+        let (status, _) = call(
+            gw(i),
+            "big",
+            &[("x-tokens", "300"), ("x-max-tokens", "300")],
+        )
+        .await;
+        assert_eq!(status, 200, "big answer {i}");
+    }
+    let (status, _, body) = call_read(
+        gw(3),
+        "big",
+        &[("x-tokens", "300"), ("x-max-tokens", "300")],
+    )
+    .await;
+    assert_eq!(status, 429, "a fourth answer of 300 tokens");
+    assert!(body.contains(r#""violated-policies":["tokens"]"#), "{body}");
+    // Answers that took fewer tokens than reserved give the rest back
+    // (once the settle lands): two of 600 reserved and 50 used leave room
+    // for a third of 800, which without the tokens given back would be
+    // refused; a refused call spends no request.
+    for (i, (used, estimate)) in [("50", "600"), ("50", "600"), ("800", "800")]
+        .into_iter()
+        .enumerate()
+    {
+        let mut status = 0;
+        for _ in 0..20 {
+            (status, _) = call(
+                gw(i),
+                "over",
+                &[("x-tokens", used), ("x-max-tokens", estimate)],
+            )
+            .await;
+            if status == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            status, 200,
+            "answer {i} of {used} tokens, {estimate} reserved"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_set_on_memory_counts_requests_and_tokens_apart() {
+    let llm = fake_llm().await;
+    let rules = support::gateway::RulesFile::new("usage-one-set", LLM_ONE_RULE);
+    let gw = support::gateway::Gateway::start(&rules.0, Some(llm.addr), &[]);
+    one_set_of_requests_and_tokens(&[&gw]).await;
+    an_under_estimate_is_refused_after(&gw, &[("x-tokens", "1500"), ("x-max-tokens", "100")]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_set_on_redis_counts_requests_and_tokens_apart_across_two_gateways() {
+    let redis = redis_support::RedisServer::start();
+    let llm = fake_llm().await;
+    let rules = support::gateway::RulesFile::new("usage-one-set-redis", LLM_ONE_RULE);
+    let url = redis.url();
+    let a = support::gateway::Gateway::start(&rules.0, Some(llm.addr), &["--redis", &url]);
+    let b = support::gateway::Gateway::start(&rules.0, Some(llm.addr), &["--redis", &url]);
+    one_set_of_requests_and_tokens(&[&a, &b]).await;
+    an_under_estimate_is_refused_after(&b, &[("x-tokens", "1500"), ("x-max-tokens", "100")]).await;
 }

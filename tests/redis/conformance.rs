@@ -96,6 +96,8 @@ macro_rules! every_trace {
             random_traces_match,
             reservations_given_back_kept_and_dropped_match,
             random_give_back_traces_match,
+            per_quota_costs_match,
+            random_per_quota_cost_traces_match,
         );
     };
 }

@@ -10,8 +10,8 @@ use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Backend, Clock, Decision, Error, Limiter, ManualClock, MemoryBackend, Mode, Quota,
-    QuotaSet, Reservation, Timestamp,
+    Algorithm, Backend, Clock, Counts, Decision, Error, Limiter, ManualClock, MemoryBackend, Mode,
+    Quota, QuotaBuilder, QuotaSet, Reservation, Settle, Timestamp,
 };
 
 pub const S: u64 = 1_000_000;
@@ -105,6 +105,16 @@ impl<B: Backend + Clone> Twin<B> {
         memory.expect("a decision")
     }
 
+    /// Settles a reservation on both backends with its real cost,
+    /// asserting they agree on what is left.
+    async fn settle(&self, r: Reserved<'_, B>, actual: u64) -> Option<Decision> {
+        let memory = r.memory.settle(Settle::Actual(actual)).await;
+        let other = r.other.settle(Settle::Actual(actual)).await;
+        let (memory, other) = (settled(memory), settled(other));
+        self.agree(format!("settle actual={actual}"), memory.clone(), other);
+        memory.ok()
+    }
+
     /// Checks (or peeks) on both backends, asserts they agree, and returns
     /// the decision.
     async fn ask(&self, key: &str, cost: u64, commit: bool) -> Result<Decision, String> {
@@ -143,6 +153,16 @@ fn seen<B: Backend>(r: &Result<Reservation<'_, B>, Error>) -> Result<Decision, S
         Ok(r) => Ok(r.decision().clone()),
         Err(Error::CostTooHigh { .. }) => Err("too costly".to_owned()),
         Err(e) => panic!("the backend failed: {e}"),
+    }
+}
+
+/// A settle's answer, as [`plain`] reads a check's: "unchanged" when
+/// nothing moved.
+fn settled(r: Result<Option<Decision>, Error>) -> Result<Decision, String> {
+    match r {
+        Ok(Some(d)) => Ok(d),
+        Ok(None) => Err("unchanged".to_owned()),
+        Err(e) => plain(Err(e)),
     }
 }
 
@@ -551,6 +571,10 @@ impl Rng {
 const PERIODS: [u64; 8] = [1_000, 7_777, 100_000, 999_999, S, 3_333_333, 10 * S, 60 * S];
 
 fn random_quota(rng: &mut Rng, index: usize) -> Option<Quota> {
+    random_builder(rng, index).build().ok()
+}
+
+fn random_builder(rng: &mut Rng, index: usize) -> QuotaBuilder {
     let algorithm = rng.pick(&Algorithm::ALL);
     let limit = if rng.chance(10) {
         1 + rng.below(500)
@@ -565,7 +589,7 @@ fn random_quota(rng: &mut Rng, index: usize) -> Option<Quota> {
     if algorithm == Algorithm::SlidingLog && rng.chance(50) {
         b = b.count_rejected(true);
     }
-    b = match rng.below(10) {
+    match rng.below(10) {
         0 | 1 => b.mode(Mode::Shadow),
         2 | 3 => b.mode(Mode::Soft {
             percent: rng.below(60) as u16,
@@ -574,8 +598,7 @@ fn random_quota(rng: &mut Rng, index: usize) -> Option<Quota> {
             percent: rng.below(250) as u16,
         }),
         _ => b,
-    };
-    b.build().ok()
+    }
 }
 
 fn random_set(rng: &mut Rng) -> QuotaSet {
@@ -769,5 +792,170 @@ async fn random_give_back_trace<B: Backend + Clone>(other: &B, clock: &ManualClo
     }
     for r in held {
         t.give_back(r).await;
+    }
+}
+
+/// "5 requests and 1 000 tokens a minute" in one set, for every pair of
+/// algorithms: cheap requests run into the request quota, a big one into
+/// the token quota; a request of cost 0 still counts; a settle gives back
+/// or charges tokens only, and a reservation given back whole returns its
+/// request too. The same decisions from both backends at every step.
+pub async fn per_quota_costs_match<B: Backend + Clone>(other: &B, clock: &ManualClock) {
+    for a in Algorithm::ALL {
+        let requests = Quota::builder(a, 5, Duration::from_secs(60))
+            .name("requests")
+            .counts(Counts::Requests)
+            .build()
+            .unwrap();
+        let tokens = Quota::builder(Algorithm::FixedWindow, 1_000, Duration::from_secs(60))
+            .name("tokens")
+            .build()
+            .unwrap();
+        let t = Twin::new(
+            other,
+            clock,
+            set([requests, tokens]),
+            &format!("units-{a}:"),
+        );
+        let base = T0 - T0 % (60 * S);
+        t.at(base + S);
+        for _ in 0..4 {
+            assert!(t.check("cheap", 10).await.allowed(), "{a}");
+        }
+        // Free, yet a request.
+        let free = t.check("cheap", 0).await;
+        assert!(free.allowed(), "{a}");
+        assert_eq!(free.quotas()[0].remaining(), 0, "{a}: five requests");
+        assert_eq!(free.quotas()[1].remaining(), 960, "{a}: 40 tokens");
+        let sixth = t.check("cheap", 10).await;
+        assert!(!sixth.allowed(), "{a}");
+        assert!(
+            !sixth.quotas()[0].allowed(),
+            "{a}: refused by the request quota"
+        );
+        assert!(sixth.quotas()[1].allowed(), "{a}");
+        // Peeks: what is left, and whether a request would pass.
+        assert!(t.ask("cheap", 0, false).await.unwrap().allowed(), "{a}");
+        assert!(!t.ask("cheap", 1, false).await.unwrap().allowed(), "{a}");
+        // A big one: refused by the token quota, no request spent.
+        assert!(t.check("big", 900).await.allowed(), "{a}");
+        let big = t.check("big", 200).await;
+        assert!(!big.allowed(), "{a}");
+        assert!(big.quotas()[0].allowed(), "{a}");
+        assert!(
+            !big.quotas()[1].allowed(),
+            "{a}: refused by the token quota"
+        );
+        // More than the token quota ever holds: too costly, whatever the
+        // request quota's limit.
+        assert!(t.reserve("big", 1_001).await.is_none(), "{a}");
+        // Settled below: tokens back, the request stays counted.
+        let r = t.reserve("settle", 500).await.unwrap();
+        let left = t.settle(r, 100).await.unwrap();
+        assert_eq!(left.quotas()[0].remaining(), 4, "{a}");
+        assert_eq!(left.quotas()[1].remaining(), 900, "{a}");
+        // Settled above: tokens charged, no request.
+        let r = t.reserve("settle", 100).await.unwrap();
+        let left = t.settle(r, 400).await.unwrap();
+        assert_eq!(left.quotas()[0].remaining(), 3, "{a}");
+        assert_eq!(left.quotas()[1].remaining(), 500, "{a}");
+        // Given back whole: the request and its tokens.
+        let r = t.reserve("settle", 300).await.unwrap();
+        t.give_back(r).await;
+        let left = t.ask("settle", 0, false).await.unwrap();
+        assert_eq!(left.quotas()[0].remaining(), 3, "{a}");
+        assert_eq!(left.quotas()[1].remaining(), 500, "{a}");
+        // A window later, all is back.
+        t.at(base + 61 * S);
+        t.check("cheap", 10).await;
+        t.check("big", 10).await;
+    }
+}
+
+/// Random sets of quotas counting requests or the cost, with checks,
+/// peeks and reservations settled above, at or below their estimate,
+/// given back or dropped: 200 traces.
+pub async fn random_per_quota_cost_traces_match<B: Backend + Clone>(
+    other: &B,
+    clock: &ManualClock,
+) {
+    for seed in 0..200u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let quotas = loop {
+            let n = 1 + rng.below(3) as usize;
+            let quotas: Vec<Quota> = (0..n)
+                .filter_map(|i| {
+                    let counts = if rng.chance(50) {
+                        Counts::Requests
+                    } else {
+                        Counts::Cost
+                    };
+                    random_builder(&mut rng, i).counts(counts).build().ok()
+                })
+                .collect();
+            if let Ok(set) = QuotaSet::new("units", quotas) {
+                break set;
+            }
+        };
+        let shortest = quotas
+            .quotas()
+            .iter()
+            .map(|q| q.period().as_micros() as u64)
+            .min()
+            .unwrap_or(S);
+        let max_cost = quotas
+            .quotas()
+            .iter()
+            .filter(|q| q.counts() == Counts::Cost)
+            .map(Quota::max_cost)
+            .min()
+            .unwrap_or(20);
+        let t = Twin::new(other, clock, quotas, &format!("u{seed}:"));
+        let mut now = T0 + rng.below(1_000 * S);
+        let mut held = Vec::new();
+        for _ in 0..60 {
+            now += match rng.below(4) {
+                0 => 0,
+                1 => rng.below(shortest / 4 + 1),
+                2 => rng.below(2 * shortest + 1),
+                _ => rng.below(5 * shortest + 1),
+            };
+            t.at(now);
+            let key = rng.pick(&["a", "b"]);
+            let cost = rng.below(max_cost.min(1 << 20) + 1);
+            match rng.below(10) {
+                0..=3 => {
+                    if let Some(r) = t.reserve(key, cost).await {
+                        held.push((r, cost));
+                    }
+                }
+                4..=6 if !held.is_empty() => {
+                    let (r, cost) = held.swap_remove(rng.below(held.len() as u64) as usize);
+                    match rng.below(4) {
+                        0 => {
+                            t.give_back(r).await;
+                        }
+                        1 => drop(r),
+                        // Below the estimate mostly; above it by a little:
+                        // a debt of more than a few periods is refused by
+                        // the Redis backend's check of the script's reply.
+                        _ => {
+                            let actual = if rng.chance(70) {
+                                rng.below(cost + 1)
+                            } else {
+                                cost + rng.below(max_cost.min(1 << 20) / 4 + 1)
+                            };
+                            t.settle(r, actual).await;
+                        }
+                    }
+                }
+                _ => {
+                    let _ = t.room(false).ask(key, cost, !rng.chance(10)).await;
+                }
+            }
+        }
+        for (r, _) in held {
+            t.give_back(r).await;
+        }
     }
 }

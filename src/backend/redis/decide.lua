@@ -25,6 +25,16 @@ if giving_back then
   cost = 0
 end
 
+-- What is left after a give-back or a charge is a peek at cost 0, which
+-- spends no request either.
+if giving_back or charging then
+  for i = 1, #KEYS do
+    if quotas[i].requests then
+      quotas[i].requests = 0
+    end
+  end
+end
+
 -- Usage beyond a reservation, charged on every quota whatever is left;
 -- then what is left, as a peek at cost 0 (QuotaSet::charge_in).
 if charging then
@@ -131,7 +141,8 @@ for i = 1, #KEYS do
     end
   end
   if commit and view.write then
-    view.write()
+    -- The writes read `cost` when called: the quota's own units then.
+    spending(quotas[i], view.write)
   end
 end
 
