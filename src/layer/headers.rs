@@ -148,12 +148,50 @@ impl Write for Buffer {
 pub(crate) struct PolicyHeader {
     value: HeaderValue,
     names: Box<[Box<str>]>,
+    /// The set, when a quota of it is a calendar's: its `w` is the length
+    /// of the period now, which changes (a month of 28 to 31 days, a local
+    /// day of 23 to 25 hours), so the value is written per response.
+    calendar: Option<QuotaSet>,
+}
+
+impl PolicyHeader {
+    /// The `RateLimit-Policy` value now.
+    fn value(&self) -> HeaderValue {
+        match &self.calendar {
+            None => self.value.clone(),
+            Some(quotas) => {
+                let now = crate::clock::Clock::now(&crate::clock::SystemClock);
+                policy_value(quotas, now.as_micros())
+            }
+        }
+    }
 }
 
 /// The [`PolicyHeader`] of `quotas`.
 pub(crate) fn policy_header(quotas: &QuotaSet) -> PolicyHeader {
+    let names = quotas
+        .quotas()
+        .iter()
+        .map(|q| {
+            let mut name = String::new();
+            sf_string(&mut name, q.name());
+            name.into_boxed_str()
+        })
+        .collect();
+    let calendar = quotas.quotas().iter().any(|q| q.params.calendar.is_some());
+    PolicyHeader {
+        value: policy_value(quotas, 0),
+        names,
+        calendar: calendar.then(|| quotas.clone()),
+    }
+}
+
+/// The `RateLimit-Policy` value of `quotas` at `now` (microseconds since
+/// the epoch): `w` is a quota's window in seconds, for a calendar quota
+/// the length of the period holding `now` (the draft's window is the one
+/// the quota counts in, and a 30-day month is not 31 days long).
+fn policy_value(quotas: &QuotaSet, now: u64) -> HeaderValue {
     let mut out = Buffer::new();
-    let mut names = Vec::with_capacity(quotas.quotas().len());
     for (i, q) in quotas.quotas().iter().enumerate() {
         if i > 0 {
             let _ = out.write_str(", ");
@@ -161,15 +199,17 @@ pub(crate) fn policy_header(quotas: &QuotaSet) -> PolicyHeader {
         let mut name = String::new();
         sf_string(&mut name, q.name());
         let _ = out.write_str(&name);
-        names.push(name.into_boxed_str());
-        let window = ceil_secs(q.period()).max(1);
-        let _ = write!(out, ";q={};w={window}", q.params.reported_capacity);
+        let window = match q.params.calendar {
+            Some(windows) if now > 0 => {
+                let (start, end) = windows.at(now);
+                ceil_secs(Duration::from_micros(end.saturating_sub(start)))
+            }
+            _ => ceil_secs(q.period()),
+        };
+        let _ = write!(out, ";q={};w={}", q.params.reported_capacity, window.max(1));
     }
-    PolicyHeader {
-        // Printable ASCII and digits only, so this cannot fail.
-        value: out.value().unwrap_or_else(|| HeaderValue::from_static("")),
-        names: names.into_boxed_slice(),
-    }
+    // Printable ASCII and digits only, so this cannot fail.
+    out.value().unwrap_or_else(|| HeaderValue::from_static(""))
 }
 
 /// The Retry-After of a refusal, in seconds.
@@ -226,7 +266,7 @@ pub(crate) fn rate_limit_headers(
                 }
             }
             if let Some(state) = state.value() {
-                out.push((&RATELIMIT_POLICY, policy.value.clone()));
+                out.push((&RATELIMIT_POLICY, policy.value()));
                 out.push((&RATELIMIT, state));
             }
         }
@@ -323,6 +363,58 @@ mod tests {
         let mut none = Headers::new();
         add_headers(&mut none, set(4, 2, None));
         assert_eq!(none.as_slice(), set(4, 2, None).as_slice());
+    }
+
+    /// A calendar quota's `w` is its period now: February 2026 has 28
+    /// days, March 31; New York's 2026-03-08 lasts 23 hours. A plain
+    /// quota's is its period.
+    #[test]
+    fn a_calendar_window_is_the_period_now() {
+        use crate::Quota;
+        use crate::calendar::{Calendar, CalendarPeriod};
+        let month = Calendar::new(CalendarPeriod::Month { starts_on: 1 }, "UTC").unwrap();
+        let day = Calendar::new(CalendarPeriod::Day, "America/New_York").unwrap();
+        let set = QuotaSet::new(
+            "cal",
+            [
+                Quota::per_calendar(10, month)
+                    .name("month")
+                    .build()
+                    .unwrap(),
+                Quota::per_calendar(5, day).name("day").build().unwrap(),
+                Quota::gcra(3, Duration::from_secs(90))
+                    .name("plain")
+                    .build()
+                    .unwrap(),
+            ],
+        )
+        .unwrap();
+        const DAY: u64 = 86_400;
+        // 2026-02-10T12:00Z and 2026-03-08T12:00Z, in microseconds.
+        let february = (1_770_681_600 + 12 * 3_600) * 1_000_000;
+        let march_8 = (1_772_928_000 + 12 * 3_600) * 1_000_000;
+        let value = |now| policy_value(&set, now).to_str().unwrap().to_owned();
+        assert_eq!(
+            value(february),
+            format!(
+                "\"month\";q=10;w={}, \"day\";q=5;w={DAY}, \"plain\";q=3;w=90",
+                28 * DAY
+            )
+        );
+        assert_eq!(
+            value(march_8),
+            format!(
+                "\"month\";q=10;w={}, \"day\";q=5;w={}, \"plain\";q=3;w=90",
+                31 * DAY,
+                23 * 3_600
+            )
+        );
+        assert!(
+            policy_header(&set).calendar.is_some(),
+            "written per response"
+        );
+        let plain = QuotaSet::single(Quota::gcra(3, Duration::from_secs(90)).build().unwrap());
+        assert!(policy_header(&plain).calendar.is_none(), "written once");
     }
 
     #[test]

@@ -579,6 +579,56 @@ async fn calendar_traces_match_in_memory_and_on_redis() {
     }
 }
 
+/// Through the layer, a calendar quota's `w` in `RateLimit-Policy` is the
+/// length of the period now (this month's days, not the longest month's),
+/// as the layer's system clock finds it; a plain quota's is its period.
+#[tokio::test]
+async fn the_layer_sends_a_calendar_quota_s_current_period_as_its_window() {
+    let month = Calendar::new(CalendarPeriod::Month { starts_on: 1 }, "UTC").unwrap();
+    let set = QuotaSet::new(
+        "billing",
+        [
+            Quota::per_calendar(10_000, month.clone())
+                .name("month")
+                .build()
+                .unwrap(),
+            Quota::gcra(10, Duration::from_secs(60))
+                .name("minute")
+                .build()
+                .unwrap(),
+        ],
+    )
+    .unwrap();
+    let limiter = Limiter::new(MemoryBackend::new(), set);
+    let layer = RateLimitLayer::builder(
+        limiter,
+        HeaderKey::new(HeaderName::from_static("x-api-key")),
+    )
+    .build();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let addr = support::serve(app).await;
+    let client = support::client();
+    let window = || {
+        let (start, end) = month
+            .bounds(tollgate::Clock::now(&tollgate::SystemClock))
+            .unwrap();
+        (end.as_micros() - start.as_micros()) / 1_000_000
+    };
+    let before = window();
+    let r = support::get(&client, addr, "/", &[("x-api-key", b"a")]).await;
+    let after = window();
+    assert_eq!(r.status, 200);
+    let policy = r.headers["ratelimit-policy"].to_str().unwrap().to_owned();
+    // At a month's turn, the request may have seen either month.
+    let expected = |w: u64| format!("\"month\";q=10000;w={w}, \"minute\";q=10;w=60");
+    assert!(
+        policy == expected(before) || policy == expected(after),
+        "{policy}: this month has {before} s"
+    );
+}
+
 // ---- The layer: cost from the response --------------------------------
 
 /// 10 000 tokens an hour per API key, on a manual clock; 500 reserved a
