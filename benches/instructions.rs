@@ -11,7 +11,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use tollgate::{Algorithm, Limiter, MemoryBackend, Quota, QuotaSet, Settle};
+use tollgate::{Algorithm, Counts, Limiter, MemoryBackend, Quota, QuotaSet, Settle};
 
 #[path = "support/peers.rs"]
 mod peers;
@@ -31,18 +31,44 @@ fn ready<F: Future>(f: F) -> F::Output {
 
 /// A reservation of 2 on GCRA and its settle, each check: `keep`, the
 /// real cost below (1: one unit given back) or above (3: one more charged).
+/// `requests_and_tokens_<how>`: the same on a set of two GCRA quotas, one
+/// counting requests and one the cost (the tokens), as an LLM API limits.
 fn reserve_and_settle(how: &str, checks: u64, key: &str) {
+    let (how, quotas) = match how.strip_prefix("requests_and_tokens_") {
+        Some(how) => (how, requests_and_tokens()),
+        None => (how, peers::admitting(Algorithm::Gcra)),
+    };
     let settle = match how {
         "keep" => Settle::Keep,
         "below" => Settle::Actual(1),
         "above" => Settle::Actual(3),
         _ => return eprintln!("unknown case reserve_settle_{how}"),
     };
-    let limiter = tollgate(peers::admitting(Algorithm::Gcra));
+    let limiter = tollgate(quotas);
     for _ in 0..checks {
         let reservation = ready(limiter.reserve(black_box(key), 2)).expect("reserved");
         let _ = black_box(ready(reservation.settle(settle)));
     }
+}
+
+/// A request quota and a token quota, both GCRA and never spent in a run.
+fn requests_and_tokens() -> QuotaSet {
+    let quota = |name: &str| {
+        Quota::gcra(1_000_000, Duration::from_secs(1))
+            .burst(peers::NEVER_SPENT)
+            .name(name)
+    };
+    QuotaSet::new(
+        "llm",
+        [
+            quota("requests")
+                .counts(Counts::Requests)
+                .build()
+                .expect("valid quota"),
+            quota("tokens").build().expect("valid quota"),
+        ],
+    )
+    .expect("valid set")
 }
 
 fn main() {

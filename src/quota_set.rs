@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::algorithm::{self, Params, State, Update};
+use crate::algorithm::{Params, State, Update};
 use crate::clock::Timestamp;
 use crate::decision::Decision;
 use crate::quota::{Counts, Quota};
@@ -12,6 +12,7 @@ use crate::state::QuotaState;
 
 mod checked;
 mod evaluate;
+mod settle;
 
 #[cfg(feature = "redis")]
 pub(crate) use checked::RawQuotaDecision;
@@ -67,6 +68,8 @@ pub struct QuotaSet {
     /// cost is then made its units before any backend sees it, so that
     /// the one-quota paths, which read the cost as it comes, need not ask.
     alone_counting_requests: bool,
+    /// Whether some quota counts requests ([`Counts`]).
+    counts_requests: bool,
 }
 
 /// Why a [`QuotaSet`] could not be built.
@@ -139,6 +142,7 @@ impl QuotaSet {
             .min()
             .unwrap_or(u64::MAX);
         let alone_counting_requests = matches!(&*quotas, [q] if q.counts() == Counts::Requests);
+        let counts_requests = quotas.iter().any(|q| q.counts() == Counts::Requests);
         QuotaSet {
             name,
             named,
@@ -146,6 +150,7 @@ impl QuotaSet {
             ids,
             max_cost,
             alone_counting_requests,
+            counts_requests,
         }
     }
 
@@ -165,7 +170,7 @@ impl QuotaSet {
     /// set's quotas spend different units on one call, so a backend that
     /// hands out units ahead (a lease) cannot serve it.
     pub(crate) fn counts_requests(&self) -> bool {
-        self.quotas.iter().any(|q| q.counts() == Counts::Requests)
+        self.counts_requests
     }
 
     /// Quota `i` alone, under this set's name and with its state id (an
@@ -252,112 +257,6 @@ impl QuotaSet {
         room: bool,
     ) -> Decision {
         self.evaluate(states, cost, now, commit, room)
-    }
-
-    /// Gives back a reservation: what `decision` (a committed decision of
-    /// this set, of `cost` units, made at `at` on the store's clock) spent,
-    /// at `now`, on the states a store keeps for its key, as
-    /// [`decide`](QuotaSet::decide) reads them. `requests` is what goes
-    /// back to the quotas counting requests ([`Counts::Requests`]): 1 when
-    /// the whole reservation goes back, 0 when only part of its cost does
-    /// ([`GiveBackRequest::requests`](crate::backend::GiveBackRequest::requests)). Each quota that spent gets
-    /// its units back as if the reservation had not happened, as far as
-    /// that is still known: a window that has rolled over since gives
-    /// nothing back, and nothing ever goes back beyond a fresh key's
-    /// quota. A refused decision spent nothing, and gives nothing back.
-    /// Returns what is left then: the decision of a peek at cost 0. What a
-    /// store outside the crate calls in
-    /// [`Backend::give_back`](crate::Backend::give_back).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Quota, QuotaSet, QuotaState, Timestamp};
-    ///
-    /// let set = QuotaSet::single(Quota::fixed_window(1, Duration::from_secs(60)).build()?);
-    /// let mut states: Vec<Option<QuotaState>> = vec![None];
-    /// let now = Timestamp::from_secs(1_800_000_000);
-    /// let reserved = set.decide(&mut states, 1, now, true);
-    /// assert!(!set.decide(&mut states, 1, now, false).allowed());
-    /// let left = set.give_back(&mut states, &reserved, 1, 1, now, now);
-    /// assert_eq!(left.remaining(), 1);
-    /// assert!(set.decide(&mut states, 1, now, false).allowed());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn give_back(
-        &self,
-        states: &mut [Option<QuotaState>],
-        decision: &Decision,
-        cost: u64,
-        requests: u64,
-        at: Timestamp,
-        now: Timestamp,
-    ) -> Decision {
-        let (at, now) = (at.as_micros(), now.as_micros());
-        self.give_back_in(states, decision, [cost, requests], at, now)
-    }
-
-    /// [`give_back`](QuotaSet::give_back) on any [`States`], of `[cost,
-    /// requests]`.
-    pub(crate) fn give_back_in(
-        &self,
-        states: &mut (impl States + ?Sized),
-        decision: &Decision,
-        units: [u64; 2],
-        at: u64,
-        now: u64,
-    ) -> Decision {
-        if decision.allowed() {
-            self.give_back_spent(states, decision, units, at, now);
-        }
-        self.evaluate(states, 0, Timestamp::from_micros(now), false, false)
-    }
-
-    fn give_back_spent(
-        &self,
-        states: &mut (impl States + ?Sized),
-        decision: &Decision,
-        [cost, requests]: [u64; 2],
-        at: u64,
-        now: u64,
-    ) {
-        let answers = self.quotas.iter().zip(decision.quotas()).enumerate();
-        for (i, (quota, answer)) in answers {
-            let cost = quota.units(cost, requests);
-            // A shadow quota that refused admitted nothing of it.
-            if !answer.allowed() || cost == 0 {
-                continue;
-            }
-            let spent = algorithm::Spent {
-                cost,
-                at,
-                until: at.saturating_add(answer.reset_micros()),
-            };
-            let (algorithm, p) = (quota.algorithm(), &quota.params);
-            let update = states.with(i, |s| algorithm::give_back(algorithm, s, p, spent, now));
-            states.store(i, update, p);
-        }
-    }
-
-    /// Spends `cost` on every quota counting the cost whatever is left, at
-    /// `now`, on the states a store keeps for the key (see
-    /// [`Backend::charge`](crate::Backend::charge)): usage beyond a
-    /// reservation, whose request was counted already. Returns what is
-    /// left then, as a peek at cost 0 reports it.
-    pub(crate) fn charge_in(
-        &self,
-        states: &mut (impl States + ?Sized),
-        cost: u64,
-        now: u64,
-    ) -> Decision {
-        for (i, quota) in self.quotas.iter().enumerate() {
-            if quota.counts() == Counts::Requests {
-                continue;
-            }
-            let (algorithm, p) = (quota.algorithm(), &quota.params);
-            let update = states.with(i, |s| algorithm::charge::charge(algorithm, s, p, cost, now));
-            states.store(i, update, p);
-        }
-        self.evaluate(states, 0, Timestamp::from_micros(now), false, false)
     }
 
     /// The first quota that could never admit `cost`, if any: one

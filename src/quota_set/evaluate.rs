@@ -29,13 +29,40 @@ impl QuotaSet {
             states.store(0, update, &quota.params);
             return decision;
         }
+        if self.counts_requests {
+            self.evaluate_many::<true>(states, cost, now, commit, room)
+        } else {
+            self.evaluate_many::<false>(states, cost, now, commit, room)
+        }
+    }
+
+    /// [`evaluate`](QuotaSet::evaluate) for a set of several quotas.
+    /// `MIXED`: whether some quota counts requests, so that each quota's
+    /// units are worked out; made a constant so that the sets that do not
+    /// (most) pay nothing for it.
+    #[inline]
+    fn evaluate_many<const MIXED: bool>(
+        &self,
+        states: &mut (impl States + ?Sized),
+        cost: u64,
+        now: u64,
+        commit: bool,
+        room: bool,
+    ) -> Decision {
+        // Each quota spends its own units: the cost, or the request.
+        let requests = requests(cost, commit);
+        let units = |quota: &Quota| {
+            if MIXED {
+                quota.units(cost, requests)
+            } else {
+                cost
+            }
+        };
         // Pushed once and resolved in place, never moved again.
         let mut checks = SmallVec::<[Checked; SET_INLINE]>::new();
         let mut outcomes = Outcomes::new();
-        // Each quota spends its own units: the cost, or the request.
-        let requests = requests(cost, commit);
         for (i, quota) in self.quotas.iter().enumerate() {
-            let cost = quota.units(cost, requests);
+            let cost = units(quota);
             let check = states.with(i, |s| {
                 Checked::new(quota, s, cost, now, room, &mut outcomes)
             });
@@ -51,7 +78,7 @@ impl QuotaSet {
                 .zip(&*self.quotas)
                 .enumerate()
                 .map(|(i, (checked, quota))| {
-                    let cost = quota.units(cost, requests);
+                    let cost = units(quota);
                     let (decision, update) =
                         checked.resolve(quota, allowed, commit, cost, &mut outcomes);
                     states.store(i, update, &quota.params);

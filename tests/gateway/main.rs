@@ -7,6 +7,7 @@
 mod support;
 
 mod admin;
+mod calendar;
 mod cli;
 mod count_status;
 mod dodges;
