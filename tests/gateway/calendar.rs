@@ -4,7 +4,7 @@
 
 #![cfg(feature = "gateway")]
 
-use super::usage::{NOON, memory, redis_on, seen};
+use super::usage::{memory, redis_on, seen};
 use crate::support;
 use crate::support::redis as redis_support;
 
@@ -16,7 +16,7 @@ use http::HeaderName;
 use tollgate::calendar::{Calendar, CalendarPeriod, Weekday};
 use tollgate::key::HeaderKey;
 use tollgate::layer::RateLimitLayer;
-use tollgate::{Limiter, ManualClock, MemoryBackend, Quota, QuotaSet, Timestamp};
+use tollgate::{Limiter, ManualClock, MemoryBackend, Quota, QuotaSet, Settle, Timestamp};
 
 /// An instant written as RFC 3339 with its offset, in microseconds.
 fn at(rfc3339: &str) -> Timestamp {

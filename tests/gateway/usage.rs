@@ -9,7 +9,6 @@ use crate::support;
 use crate::support::redis as redis_support;
 
 use proptest::prelude::*;
-use tollgate::calendar::{Calendar, CalendarPeriod, Weekday};
 use tollgate::{
     Algorithm, Counts, Limiter, ManualClock, MemoryBackend, Quota, QuotaSet, Settle, Timestamp,
 };
@@ -159,7 +158,7 @@ async fn the_fake_llm_reports_usage_in_a_header_and_a_trailer() {
 }
 
 /// 2026-11-26T12:00:00Z: a moment in the middle of a minute-long window.
-pub(crate) const NOON: u64 = 1_795_176_000_000_000 + 6 * 86_400_000_000 + 30_000_000;
+const NOON: u64 = 1_795_176_000_000_000 + 6 * 86_400_000_000 + 30_000_000;
 
 pub(crate) fn memory(quota: Quota) -> (Limiter<MemoryBackend<ManualClock>>, ManualClock) {
     let clock = ManualClock::new(Timestamp::from_micros(NOON));
