@@ -10,7 +10,7 @@ use crate::quota::Params;
 /// The furthest a debt reaches, in microseconds (2^40, some 12 days): an
 /// arrival time past it would leave the exact range of the Redis script's
 /// doubles. Its twin is `DEBT_HORIZON` in charge.lua.
-const DEBT_HORIZON: u64 = 1 << 40;
+pub(crate) const DEBT_HORIZON: u64 = 1 << 40;
 
 /// The state after `cost` units are spent at `now` on `state`, however
 /// few are left.

@@ -98,6 +98,7 @@ macro_rules! every_trace {
             random_give_back_traces_match,
             per_quota_costs_match,
             random_per_quota_cost_traces_match,
+            a_charge_far_past_the_limit_is_a_long_debt_alike,
         );
     };
 }

@@ -959,3 +959,35 @@ pub async fn random_per_quota_cost_traces_match<B: Backend + Clone>(
         }
     }
 }
+
+/// An answer that took a hundred times its reservation leaves a debt far
+/// longer than any wait the quota alone can report: the bucket algorithms
+/// carry it (a window forgets it when it ends), in memory and in Redis
+/// alike, and the next request's retry-after says how long it is.
+pub async fn a_charge_far_past_the_limit_is_a_long_debt_alike<B: Backend + Clone>(
+    other: &B,
+    clock: &ManualClock,
+) {
+    for a in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+    ] {
+        let tokens = Quota::builder(a, 10, Duration::from_secs(1))
+            .name("tokens")
+            .build()
+            .unwrap();
+        let t = Twin::new(other, clock, set([tokens]), &format!("debt-{a}:"));
+        t.at(T0);
+        let r = t.reserve("llm", 10).await.unwrap();
+        // A thousand units on a quota of ten a second: some 99 s of debt,
+        // thirty times the three seconds the quota's own waits reach.
+        let left = t.settle(r, 1_000).await.unwrap();
+        assert!(!left.allowed(), "{a}: in debt");
+        t.at(T0 + 2 * S);
+        let next = t.check("llm", 1).await;
+        assert!(!next.allowed(), "{a}: still in debt");
+        let wait = next.retry_after().unwrap_or_default();
+        assert!(wait > Duration::from_secs(60), "{a}: {wait:?}");
+    }
+}

@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 use deadpool_redis::redis::{Cmd, Script};
 use smallvec::SmallVec;
 
+use crate::algorithm::charge::DEBT_HORIZON;
 use crate::decision::Decision;
 use crate::quota::{Counts, EXACT_MAX, Params};
 use crate::quota_set::{QuotaSet, RawQuotaDecision};
@@ -290,13 +291,16 @@ pub(crate) fn reply(reply: &[i64], quotas: &QuotaSet, most_spent: u64) -> Result
     for (n, q) in per_quota.chunks_exact(REPLY_PER_QUOTA).zip(quotas.quotas()) {
         let p = &q.params;
         let wait = longest_wait(p);
+        // A quota in debt (usage charged past its limit) waits the debt
+        // off: up to the horizon a charge may reach, beyond its own waits.
+        let owed = wait.saturating_add(DEBT_HORIZON);
         out.verdicts.push(RawQuotaDecision {
             allowed: get(n[0], "verdict", 1)? == 1,
             remaining: get(n[1], "remaining", p.capacity)?,
-            reset: get(n[2], "reset", wait)?,
-            retry_after: get(n[3], "retry-after", wait)?,
+            reset: get(n[2], "reset", owed)?,
+            retry_after: get(n[3], "retry-after", owed)?,
             delay: get(n[4], "delay", wait)?,
-            replenish: get(n[6], "replenish", wait)?,
+            replenish: get(n[6], "replenish", owed)?,
         });
         out.next_free.push(get(n[5], "next free unit", wait)?);
     }
@@ -385,6 +389,10 @@ mod bounds {
         assert_eq!(fine.verdicts[0].delay, 100_000);
         // Three seconds is the bound for a one-second quota.
         assert!(reply(&one([1, 3, 0, 0, 3_000_000, 0, 0], 1), &leaky, 1).is_ok());
+        // A debt charged past the limit waits up to the charge's horizon.
+        let debt = (1 << 40) + 3_000_000;
+        assert!(reply(&one([0, 0, debt, debt, 0, 0, debt], 0), &leaky, 1).is_ok());
+        assert!(reply(&one([0, 0, 0, debt + 1, 0, 0, 0], 0), &leaky, 1).is_err());
         let lies = [
             one([1, 3, 0, 0, 1 << 62, 0, 0], 1),
             one([0, 0, 0, 1 << 53, 0, 0, 0], 0),
