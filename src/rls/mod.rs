@@ -6,13 +6,13 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use tollgate::MemoryBackend;
-//! use tollgate::rls::{RlsConfig, RlsService};
+//! use tollgate::rls::{LoadOptions, RlsConfig, RlsService};
 //! use tollgate::rules::AnyBackend;
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let config = RlsConfig::load("ratelimit/config", None)?;
+//! let config = RlsConfig::load("ratelimit/config", LoadOptions::default())?;
 //! let service = RlsService::new(config, AnyBackend::Memory(MemoryBackend::new()));
-//! service.watch("ratelimit/config", None, Duration::from_secs(1));
+//! service.watch("ratelimit/config", LoadOptions::default(), Duration::from_secs(1));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8081").await?;
 //! service.serve(listener).await?;
 //! # Ok(()) }
@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-pub use config::{DEFAULT_ALGORITHM, RlsConfig, RlsConfigError};
+pub use config::{DEFAULT_ALGORITHM, LoadOptions, RlsConfig, RlsConfigError};
 
 use crate::quota::Algorithm;
 use crate::rules::AnyBackend;
@@ -120,12 +120,12 @@ impl RlsService {
             .await
     }
 
-    /// Reads `path` (see [`RlsConfig::load`]) every `every` on a thread of
+    /// Reads `path` as [`RlsConfig::load`] does with `options` every `every` on a thread of
     /// its own, and puts a new version in force once it has read the same
     /// text twice in a row, so that a file caught half-written is never
     /// loaded; an invalid version is logged and the one in force stays. The
     /// thread ends when every handle to the service is gone.
-    pub fn watch(&self, path: impl AsRef<Path>, algorithm: Option<Algorithm>, every: Duration) {
+    pub fn watch(&self, path: impl AsRef<Path>, options: LoadOptions, every: Duration) {
         let path: PathBuf = path.as_ref().to_path_buf();
         let weak: Weak<ServiceInner> = Arc::downgrade(&self.inner);
         let spawned = std::thread::Builder::new()
@@ -146,7 +146,7 @@ impl RlsService {
                     if in_force.as_ref() == Some(&files) {
                         continue;
                     }
-                    match RlsConfig::parse_all(files.clone(), algorithm) {
+                    match RlsConfig::parse_files(files.clone(), options) {
                         Ok(config) => {
                             inner.config.store(Arc::new(config));
                             tracing::info!("rate limit configuration reloaded");
@@ -180,7 +180,7 @@ mod tests {
     use std::io::Write;
     use std::time::{Duration, Instant};
 
-    use super::{RlsConfig, RlsService};
+    use super::{LoadOptions, RlsConfig, RlsService};
     use crate::MemoryBackend;
     use crate::rules::AnyBackend;
 
@@ -218,10 +218,10 @@ mod tests {
             assert!(RlsConfig::parse("prefix", &prefix).is_ok(), "{prefix}");
         }
         let service = RlsService::new(
-            RlsConfig::load(&path, None).unwrap(),
+            RlsConfig::load(&path, LoadOptions::default()).unwrap(),
             AnyBackend::Memory(MemoryBackend::new()),
         );
-        service.watch(&path, None, Duration::from_millis(200));
+        service.watch(&path, LoadOptions::default(), Duration::from_millis(200));
         // Truncate, then write a limit at a time a tenth of the interval
         // apart: the writing spans ticks, and between two ticks the file
         // always changed.

@@ -1,14 +1,20 @@
 //! Invalid files refused with their file, line and column; a changed
-//! directory reloaded, an invalid version ignored.
+//! directory reloaded, an invalid version ignored; files of one domain
+//! merged or refused as `MERGE_DOMAIN_CONFIG` says.
 
 use std::time::{Duration, Instant};
 
 use super::support::envoy::{Rls, grpc_calls};
 use super::support::process::TempDir;
-use super::{DAY, HOUR, call, limit};
+use super::{DAY, HOUR, MINUTE, call, limit};
 
 /// Runs `tollgate rls --check` on `files` in one directory; the error.
 fn check_error(files: &[(&str, &str)]) -> String {
+    check_error_with(files, &[], &[])
+}
+
+/// As [`check_error`], with `extra` arguments and environment `env`.
+fn check_error_with(files: &[(&str, &str)], extra: &[&str], env: &[(&str, &str)]) -> String {
     let dir = TempDir::new("check");
     for (name, text) in files {
         dir.write(name, text);
@@ -16,6 +22,9 @@ fn check_error(files: &[(&str, &str)]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .args(["rls", "--check", "--config"])
         .arg(&dir.0)
+        .args(extra)
+        .env_remove("MERGE_DOMAIN_CONFIG")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(!out.status.success(), "{files:?} was accepted");
@@ -132,4 +141,139 @@ fn a_changed_directory_is_reloaded_and_an_invalid_one_ignored() {
     std::thread::sleep(Duration::from_secs(2));
     let a = grpc_calls(rls.addr, &[call("e", &[("k", "v")])]);
     assert_eq!(limit(&a[0], 0), Some((4, HOUR)), "{a:?}");
+}
+
+/// The reference's `merge_domain_key1.yaml` and `merge_domain_key2.yaml`:
+/// one domain, a top-level descriptor in each.
+const MERGE_KEY1: &str = "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n";
+const MERGE_KEY2: &str = "domain: test-domain\ndescriptors:\n  - key: key2\n    value: value2\n    rate_limit:\n      unit: minute\n      requests_per_unit: 20\n";
+
+/// Both merged descriptors' limits, as the service answers them.
+fn merged_limits(rls: &Rls) -> Vec<Option<(u64, u64)>> {
+    let answers = grpc_calls(
+        rls.addr,
+        &[
+            call("test-domain", &[("key1", "value1")]),
+            call("test-domain", &[("key2", "value2")]),
+        ],
+    );
+    answers.iter().map(|a| limit(a, 0)).collect()
+}
+
+#[test]
+fn files_of_one_domain_merge_with_merge_domain_config_or_the_flag() {
+    let dir = TempDir::new("merge");
+    dir.write("merge_domain_key1.yaml", MERGE_KEY1);
+    dir.write("merge_domain_key2.yaml", MERGE_KEY2);
+    let both = vec![Some((10, MINUTE)), Some((20, MINUTE))];
+    for value in ["true", "1", "True"] {
+        let rls = Rls::start_with_env(&dir.0, &[], &[("MERGE_DOMAIN_CONFIG", value)]);
+        assert_eq!(merged_limits(&rls), both, "MERGE_DOMAIN_CONFIG={value}");
+    }
+    // The flag merges whatever the variable says, and so does the live
+    // reload: a third file of the domain joins it.
+    let rls = Rls::start_with_env(
+        &dir.0,
+        &["--merge-domains"],
+        &[("MERGE_DOMAIN_CONFIG", "false")],
+    );
+    assert_eq!(merged_limits(&rls), both);
+    dir.write(
+        "merge_domain_key3.yaml",
+        "domain: test-domain\ndescriptors:\n  - key: key3\n    rate_limit: { unit: hour, requests_per_unit: 3 }\n",
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let a = grpc_calls(rls.addr, &[call("test-domain", &[("key3", "x")])]);
+        if limit(&a[0], 0) == Some((3, HOUR)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the third file never merged: {a:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(merged_limits(&rls), both, "the merged files lost a limit");
+}
+
+#[test]
+fn files_of_one_domain_are_refused_without_merging() {
+    let files = [
+        ("merge_domain_key1.yaml", MERGE_KEY1),
+        ("merge_domain_key2.yaml", MERGE_KEY2),
+    ];
+    for env in [&[][..], &[("MERGE_DOMAIN_CONFIG", "false")][..]] {
+        let error = check_error_with(&files, &[], env);
+        assert!(
+            error.contains("merge_domain_key2.yaml: line 1 column 9: duplicate domain 'test-domain' in config file"),
+            "{env:?}: {error}"
+        );
+    }
+    // A running service keeps its configuration when a second file of
+    // its domain appears, and answers by the first file alone.
+    let dir = TempDir::new("nomerge");
+    dir.write("merge_domain_key1.yaml", MERGE_KEY1);
+    let rls = Rls::start(&dir.0, &[]);
+    assert_eq!(merged_limits(&rls), vec![Some((10, MINUTE)), None]);
+    dir.write("merge_domain_key2.yaml", MERGE_KEY2);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(merged_limits(&rls), vec![Some((10, MINUTE)), None]);
+}
+
+#[test]
+fn merging_refuses_a_descriptor_two_files_write_and_a_variable_that_is_not_a_boolean() {
+    // As the reference: only the top level merges, so the same key and
+    // value in two files is a duplicate even when their children differ,
+    // named in the second file.
+    let nested = |child: &str| {
+        format!(
+            "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    descriptors:\n      - key: {child}\n        rate_limit: {{ unit: day, requests_per_unit: 1 }}\n"
+        )
+    };
+    let wildcard = "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value*\n";
+    let cases = [
+        (
+            MERGE_KEY1.to_owned(),
+            MERGE_KEY1.to_owned(),
+            "'test-domain.key1_value1'",
+        ),
+        (
+            nested("child"),
+            nested("other"),
+            "'test-domain.key1_value1'",
+        ),
+        (
+            wildcard.to_owned(),
+            wildcard.to_owned(),
+            "'test-domain.key1_value*'",
+        ),
+    ];
+    for (first, second, key) in &cases {
+        let files = [("a.yaml", first.as_str()), ("b.yaml", second.as_str())];
+        let expected = format!("duplicate descriptor composite key {key}");
+        for (extra, env) in [
+            (&["--merge-domains"][..], &[][..]),
+            (&[][..], &[("MERGE_DOMAIN_CONFIG", "true")][..]),
+        ] {
+            let error = check_error_with(&files, extra, env);
+            let place = error.find("b.yaml: line ").map(|at| &error[at..]);
+            assert!(
+                place.is_some_and(|p| p.contains(" column ") && p.contains(&expected)),
+                "{second:?} {extra:?} {env:?}: {error}"
+            );
+        }
+    }
+    let files = [("a.yaml", MERGE_KEY1)];
+    for bad in ["yes", "", "on"] {
+        let error = check_error_with(
+            &files,
+            &["--merge-domains"],
+            &[("MERGE_DOMAIN_CONFIG", bad)],
+        );
+        assert!(
+            error.contains(&format!("MERGE_DOMAIN_CONFIG={bad:?}: give true or false")),
+            "{bad:?}: {error}"
+        );
+    }
 }

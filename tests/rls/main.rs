@@ -36,5 +36,6 @@ pub fn limit(answer: &Value, i: usize) -> Option<(u64, u64)> {
     (!l.is_null()).then(|| (l[0].as_u64().unwrap(), l[1].as_u64().unwrap()))
 }
 
+pub const MINUTE: u64 = 2;
 pub const HOUR: u64 = 3;
 pub const DAY: u64 = 4;

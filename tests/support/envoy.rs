@@ -21,23 +21,35 @@ pub struct Rls {
     /// Where it serves Prometheus metrics, with `--metrics-listen`.
     pub metrics: Option<SocketAddr>,
     args: Vec<String>,
+    /// Environment variables it was started with.
+    env: Vec<(String, String)>,
 }
 
 impl Rls {
     /// Starts `tollgate rls --config config` with `extra` arguments on a
     /// port the kernel picks, read from its "serving" log line.
     pub fn start(config: &Path, extra: &[&str]) -> Rls {
+        Rls::start_with_env(config, extra, &[])
+    }
+
+    /// As [`Rls::start`], with environment variables `env` set.
+    pub fn start_with_env(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Rls {
         let mut args: Vec<String> = vec!["rls".into(), "--config".into()];
         args.push(config.display().to_string());
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        Rls::spawn(args, "127.0.0.1:0")
+        let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+        Rls::spawn(args, env.collect(), "127.0.0.1:0")
     }
 
-    fn spawn(args: Vec<String>, listen: &str) -> Rls {
+    fn spawn(args: Vec<String>, env: Vec<(String, String)>, listen: &str) -> Rls {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .args(&args)
             .args(["--listen", listen])
             .env_remove("RUST_LOG")
+            // Only what a test sets: the outer environment's would change
+            // how the files are read.
+            .env_remove("MERGE_DOMAIN_CONFIG")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -70,6 +82,7 @@ impl Rls {
             addr,
             metrics,
             args,
+            env,
         }
     }
 
@@ -89,7 +102,7 @@ impl Rls {
             assert!(Instant::now() < deadline, "the port never came free");
             std::thread::sleep(Duration::from_millis(20));
         }
-        *self = Rls::spawn(self.args.clone(), &listen);
+        *self = Rls::spawn(self.args.clone(), self.env.clone(), &listen);
     }
 }
 

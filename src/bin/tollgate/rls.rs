@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use tollgate::backend::{OnFailure, RedisBackend};
-use tollgate::rls::{OnBackendError, RlsConfig, RlsService};
+use tollgate::rls::{LoadOptions, OnBackendError, RlsConfig, RlsService};
 use tollgate::rules::AnyBackend;
 use tollgate::{Algorithm, MemoryBackend};
 
@@ -17,8 +17,9 @@ tollgate rls: Envoy's rate limit service (envoy.service.ratelimit.v3)
 usage:
   tollgate rls --config PATH [--listen ADDR] [--redis URL]... [--redis-lease MODE]
                [--redis-timeout T] [--on-backend-error error|allow|deny|memory]
-               [--algorithm NAME] [--metrics-listen ADDR] [--log-level LEVEL]
-  tollgate rls --config PATH --check
+               [--algorithm NAME] [--merge-domains] [--metrics-listen ADDR]
+               [--log-level LEVEL]
+  tollgate rls --config PATH [--merge-domains] --check
 
 options:
   --config PATH        a file or a directory of envoyproxy/ratelimit YAML files,
@@ -35,6 +36,9 @@ options:
   --algorithm NAME     the algorithm of limits that name none: sliding_window
                        (default), fixed_window (the reference's), sliding_log,
                        token_bucket, leaky_bucket or gcra
+  --merge-domains      files that name the same domain add their top-level
+                       descriptors to it instead of being refused (also
+                       MERGE_DOMAIN_CONFIG=true, as the reference reads it)
   --metrics-listen ADDR
                        serve Prometheus metrics at http://ADDR/metrics
   --check              validate the configuration and exit
@@ -48,9 +52,19 @@ struct Args {
     redis_timeout: Duration,
     on_error: String,
     algorithm: Option<Algorithm>,
+    merge_domains: bool,
     metrics_listen: Option<SocketAddr>,
     log_level: String,
     check: bool,
+}
+
+impl Args {
+    fn load_options(&self) -> LoadOptions {
+        LoadOptions {
+            algorithm: self.algorithm,
+            merge_domains: self.merge_domains,
+        }
+    }
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -62,6 +76,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         redis_timeout: Duration::from_millis(50),
         on_error: "error".into(),
         algorithm: None,
+        merge_domains: false,
         metrics_listen: None,
         log_level: "info".into(),
         check: false,
@@ -97,12 +112,16 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     .ok_or(format!("--algorithm {v:?}: unknown algorithm"))?;
                 parsed.algorithm = Some(a);
             }
+            "--merge-domains" => parsed.merge_domains = true,
             "--log-level" => parsed.log_level = value()?,
             "--check" => parsed.check = true,
             other => return Err(format!("unknown option {other:?}")),
         }
     }
     parsed.config = config.ok_or("--config is required")?;
+    // The flag wins over the variable; a variable that is set but not a
+    // boolean stops the start, as it stops the reference's.
+    parsed.merge_domains |= LoadOptions::merge_domains_from_env()?;
     Ok(parsed)
 }
 
@@ -163,7 +182,7 @@ pub fn main(args: impl Iterator<Item = String>) -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let config = match RlsConfig::load(&args.config, args.algorithm) {
+    let config = match RlsConfig::load(&args.config, args.load_options()) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("tollgate rls: {e}");
@@ -208,7 +227,11 @@ async fn serve(args: Args, config: RlsConfig) -> Result<(), String> {
     }
     let algorithm = args.algorithm.unwrap_or(tollgate::rls::DEFAULT_ALGORITHM);
     let service = RlsService::with_options(config, backend, on_error, algorithm);
-    service.watch(&args.config, args.algorithm, Duration::from_millis(250));
+    service.watch(
+        &args.config,
+        args.load_options(),
+        Duration::from_millis(250),
+    );
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;

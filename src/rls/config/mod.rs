@@ -2,6 +2,7 @@
 //! `descriptors`, read unchanged, validated as the reference validates them
 //! (with file, line and column), and compiled into one tree per domain.
 
+mod compile;
 mod limit;
 mod model;
 mod tree;
@@ -14,13 +15,10 @@ use std::sync::Arc;
 
 use serde_saphyr::Spanned;
 
-use crate::calendar::{Calendar, CalendarPeriod, Weekday};
 use crate::quota::Algorithm;
-use crate::quota::Quota;
-use crate::quota_set::QuotaSet;
-use limit::quota_name;
+use compile::compile_limit;
 pub(crate) use limit::{Limit, LimitKind};
-use model::{DescriptorYaml, FileYaml, RateLimitYaml};
+use model::{DescriptorYaml, FileYaml};
 pub(crate) use tree::{Domain, Matched};
 pub(crate) use unit::Unit;
 
@@ -66,8 +64,59 @@ impl std::error::Error for RlsConfigError {}
 #[derive(Debug, Default)]
 pub struct RlsConfig {
     pub(crate) domains: HashMap<String, Domain>,
-    /// The algorithm of limits that name none.
-    default_algorithm: Option<Algorithm>,
+    options: LoadOptions,
+}
+
+/// How files become an [`RlsConfig`].
+///
+/// ```
+/// use tollgate::rls::{LoadOptions, RlsConfig};
+///
+/// let a = ("a.yaml".to_owned(), "domain: d\ndescriptors: [{ key: a }]\n".to_owned());
+/// let b = ("b.yaml".to_owned(), "domain: d\ndescriptors: [{ key: b }]\n".to_owned());
+/// assert!(RlsConfig::parse_files([a.clone(), b.clone()], LoadOptions::default()).is_err());
+/// let merging = LoadOptions { merge_domains: true, ..LoadOptions::default() };
+/// let config = RlsConfig::parse_files([a, b], merging)?;
+/// assert_eq!(config.domains(), vec!["d"]);
+/// # Ok::<(), tollgate::rls::RlsConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The algorithm of limits that name none ([`DEFAULT_ALGORITHM`] when
+    /// `None`).
+    pub algorithm: Option<Algorithm>,
+    /// Whether files that name a domain already read add their top-level
+    /// descriptors to it, as the reference does with `MERGE_DOMAIN_CONFIG`
+    /// set; when false such a file is refused (`duplicate domain`). Either
+    /// way a top-level descriptor (key and value) written in two files is
+    /// refused: nothing is merged below the top level, and no file's limit
+    /// silently replaces another's.
+    pub merge_domains: bool,
+}
+
+impl LoadOptions {
+    /// The reference's environment variable for
+    /// [`merge_domains`](LoadOptions::merge_domains).
+    pub const MERGE_DOMAIN_CONFIG: &str = "MERGE_DOMAIN_CONFIG";
+
+    /// [`merge_domains`](LoadOptions::merge_domains) as the environment
+    /// variable `MERGE_DOMAIN_CONFIG` says: unset is false; set, it must be
+    /// a boolean as the reference (Go's `strconv.ParseBool`) reads one
+    /// (`1`, `t`, `T`, `TRUE`, `true`, `True`, and their false
+    /// counterparts), and anything else is an error rather than a guess.
+    pub fn merge_domains_from_env() -> Result<bool, String> {
+        let Some(value) = std::env::var_os(Self::MERGE_DOMAIN_CONFIG) else {
+            return Ok(false);
+        };
+        match value.to_str() {
+            Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
+            Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
+            _ => Err(format!(
+                "{}={value:?}: give true or false",
+                Self::MERGE_DOMAIN_CONFIG
+            )),
+        }
+    }
 }
 
 /// The algorithm of a limit that names none: sliding windows, which no
@@ -82,17 +131,13 @@ pub(crate) fn parse_algorithm(name: &str) -> Option<Algorithm> {
 impl RlsConfig {
     /// One file's text; `name` is what errors call it.
     pub fn parse(name: &str, text: &str) -> Result<RlsConfig, RlsConfigError> {
-        RlsConfig::parse_all([(name.to_owned(), text.to_owned())], None)
+        RlsConfig::parse_files([(name.to_owned(), text.to_owned())], LoadOptions::default())
     }
 
     /// A file, or every `.yaml` and `.yml` file of a directory (not its
-    /// subdirectories, nor hidden files), in name order. Limits that name no
-    /// algorithm use `default_algorithm` ([`DEFAULT_ALGORITHM`] if `None`).
-    pub fn load(
-        path: impl AsRef<Path>,
-        default_algorithm: Option<Algorithm>,
-    ) -> Result<RlsConfig, RlsConfigError> {
-        RlsConfig::parse_all(read_all(path.as_ref())?, default_algorithm)
+    /// subdirectories, nor hidden files), in name order.
+    pub fn load(path: impl AsRef<Path>, options: LoadOptions) -> Result<RlsConfig, RlsConfigError> {
+        RlsConfig::parse_files(read_all(path.as_ref())?, options)
     }
 
     /// The domains, sorted.
@@ -102,14 +147,16 @@ impl RlsConfig {
         names
     }
 
-    /// The files' texts (name, text), as [`load`](RlsConfig::load) compiles them.
-    pub(crate) fn parse_all(
+    /// Files' texts (name, text) in the order they are read, as
+    /// [`load`](RlsConfig::load) reads them from disk; names are what
+    /// errors call the files.
+    pub fn parse_files(
         files: impl IntoIterator<Item = (String, String)>,
-        default_algorithm: Option<Algorithm>,
+        options: LoadOptions,
     ) -> Result<RlsConfig, RlsConfigError> {
         let mut config = RlsConfig {
             domains: HashMap::new(),
-            default_algorithm,
+            options,
         };
         for (name, text) in files {
             config.add_file(&name, &text)?;
@@ -135,22 +182,26 @@ impl RlsConfig {
                 ));
             }
         };
-        if self.domains.contains_key(&domain.value) {
-            return Err(RlsConfigError::new(
-                file,
-                at(
-                    domain,
-                    format!("duplicate domain '{}' in config file", domain.value),
-                ),
-            ));
-        }
-        let algorithm = self.default_algorithm.unwrap_or(DEFAULT_ALGORITHM);
-        let mut root = Domain::default();
-        let path = domain.value.clone();
-        load_level(&mut root, &path, &yaml.descriptors, algorithm)
-            .map_err(|e| RlsConfigError::new(file, e))?;
-        self.domains.insert(domain.value.clone(), root);
-        Ok(())
+        let algorithm = self.options.algorithm.unwrap_or(DEFAULT_ALGORITHM);
+        let merge = self.options.merge_domains;
+        // Merging adds this file's top-level descriptors to the domain's,
+        // as the reference patches a domain: a descriptor already there is
+        // a duplicate, as within one file.
+        let root = match self.domains.get_mut(&domain.value) {
+            Some(root) if merge => root,
+            Some(_) => {
+                return Err(RlsConfigError::new(
+                    file,
+                    at(
+                        domain,
+                        format!("duplicate domain '{}' in config file", domain.value),
+                    ),
+                ));
+            }
+            None => self.domains.entry(domain.value.clone()).or_default(),
+        };
+        load_level(root, &domain.value, &yaml.descriptors, algorithm)
+            .map_err(|e| RlsConfigError::new(file, e))
     }
 }
 
@@ -208,128 +259,6 @@ fn load_level(
     Ok(())
 }
 
-fn compile_limit(
-    r: &Spanned<RateLimitYaml>,
-    path: &str,
-    d: &DescriptorYaml,
-    default: Algorithm,
-) -> Result<Limit, String> {
-    let r = &r.value;
-    let unit = r.unit.as_deref().unwrap_or("");
-    let parsed = Unit::parse(unit);
-    if r.unlimited {
-        if parsed.is_some() {
-            return Err("should not specify rate limit unit when unlimited".into());
-        }
-    } else if parsed.is_none() {
-        return Err(format!("invalid rate limit unit '{unit}'"));
-    }
-    let name = r.name.clone().unwrap_or_default();
-    let mut replaces = Vec::with_capacity(r.replaces.len());
-    for e in &r.replaces {
-        if e.name.is_empty() {
-            return Err("should not have an empty replaces entry".into());
-        }
-        if e.name == name {
-            return Err("replaces should not contain name of same descriptor".into());
-        }
-        replaces.push(e.name.clone());
-    }
-    let algorithm = match r.algorithm.as_deref() {
-        None => default,
-        Some(a) => parse_algorithm(a).ok_or_else(|| {
-            format!(
-                "unknown algorithm '{a}': use fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra"
-            )
-        })?,
-    };
-    let path: Arc<str> = path.into();
-    let calendar = calendar_of(r, parsed)?;
-    let mut limit = match parsed {
-        Some(unit) if calendar.is_some() && r.requests_per_unit > 0 => {
-            if r.algorithm.as_deref().is_some_and(|a| a != "fixed_window") {
-                return Err("time_zone counts calendar periods with fixed_window only".into());
-            }
-            let mut limit = Limit::counted(
-                Arc::clone(&path),
-                r.requests_per_unit,
-                Unit::Second,
-                Algorithm::FixedWindow,
-            )?;
-            let quota =
-                Quota::per_calendar(u64::from(r.requests_per_unit), calendar.expect("some"))
-                    .name(quota_name(&path))
-                    .build()
-                    .map_err(|e| e.to_string())?;
-            let set = QuotaSet::new(path, [quota]).map_err(|e| e.to_string())?;
-            limit.kind = LimitKind::Counted(Arc::new(set));
-            limit.unit = unit;
-            limit
-        }
-        Some(unit) => Limit::counted(path, r.requests_per_unit, unit, algorithm)?,
-        None => Limit::unlimited(path),
-    };
-    limit.cost = check_cost(r.cost, &limit)?;
-    limit.name = name;
-    limit.replaces = replaces;
-    limit.shadow_mode = d.shadow_mode;
-    limit.quota_mode = d.quota_mode;
-    Ok(limit)
-}
-
-/// A limit's `cost:`, refused when it could never be decided as written:
-/// zero (a hit that spends nothing is `hits_addend: 0`'s meaning), beside
-/// `unlimited` (nothing to spend from), or more than the limit's window
-/// can ever hold (every hit would be over).
-fn check_cost(cost: Option<u64>, limit: &Limit) -> Result<u64, String> {
-    let Some(cost) = cost else { return Ok(1) };
-    if cost == 0 {
-        return Err("cost must be at least 1".into());
-    }
-    match &limit.kind {
-        LimitKind::Unlimited => Err("should not specify cost when unlimited".into()),
-        LimitKind::Counted(set) if set.too_costly(cost).is_some() => Err(format!(
-            "cost {cost} is more than requests_per_unit {} can ever admit; lower the cost or raise the limit",
-            limit.requests_per_unit
-        )),
-        LimitKind::Counted(_) | LimitKind::Blocked => Ok(cost),
-    }
-}
-
-/// The calendar of a limit with tollgate's `time_zone` (and `starts_on`),
-/// whose unit is a day, week, month or year.
-fn calendar_of(r: &RateLimitYaml, unit: Option<Unit>) -> Result<Option<Calendar>, String> {
-    use crate::calendar::StartsOn;
-    let Some(zone) = r.time_zone.as_deref() else {
-        if r.starts_on.is_some() {
-            return Err("starts_on goes with time_zone (calendar periods)".into());
-        }
-        return Ok(None);
-    };
-    let period = match (unit, r.starts_on) {
-        (Some(Unit::Day), None) => CalendarPeriod::Day,
-        (Some(Unit::Year), None) => CalendarPeriod::Year,
-        (Some(Unit::Week), None) => CalendarPeriod::Week {
-            starts_on: Weekday::Monday,
-        },
-        (Some(Unit::Week), Some(StartsOn::Weekday(starts_on))) => {
-            CalendarPeriod::Week { starts_on }
-        }
-        (Some(Unit::Month), None) => CalendarPeriod::Month { starts_on: 1 },
-        (Some(Unit::Month), Some(StartsOn::Day(starts_on))) => CalendarPeriod::Month { starts_on },
-        (Some(Unit::Day | Unit::Week | Unit::Month | Unit::Year), Some(_)) => {
-            return Err(
-                "starts_on is a weekday for a week, a day of the month (1 to 31) for a month"
-                    .into(),
-            );
-        }
-        _ => return Err("time_zone applies to the units day, week, month and year".into()),
-    };
-    Calendar::new(period, zone)
-        .map(Some)
-        .map_err(|e| e.to_string())
-}
-
 /// The files a path names, with their texts: the file itself, or a
 /// directory's YAML files in name order.
 pub(crate) fn read_all(path: &Path) -> Result<Vec<(String, String)>, RlsConfigError> {
@@ -361,59 +290,4 @@ pub(crate) fn read_all(path: &Path) -> Result<Vec<(String, String)>, RlsConfigEr
                 .map_err(|e| RlsConfigError::new(&shown, e))
         })
         .collect()
-}
-
-#[cfg(test)]
-mod calendar_tests {
-    use super::*;
-
-    fn limit(yaml: &str) -> Result<Limit, String> {
-        let r: Spanned<RateLimitYaml> = serde_saphyr::from_str(yaml).map_err(|e| e.to_string())?;
-        let d: DescriptorYaml = serde_saphyr::from_str("{ key: k }").unwrap();
-        compile_limit(&r, "d.k", &d, Algorithm::FixedWindow)
-    }
-
-    #[test]
-    fn time_zone_makes_units_calendar_periods() {
-        let l =
-            limit("{ unit: month, requests_per_unit: 100, time_zone: Asia/Seoul, starts_on: 15 }")
-                .unwrap();
-        assert_eq!(l.unit, Unit::Month);
-        let LimitKind::Counted(set) = &l.kind else {
-            panic!("counted")
-        };
-        let cal = set.quotas()[0].calendar().expect("a calendar");
-        assert_eq!(cal.period(), CalendarPeriod::Month { starts_on: 15 });
-        // Without the extension, the reference's fixed 30 days.
-        let l = limit("{ unit: month, requests_per_unit: 100 }").unwrap();
-        let LimitKind::Counted(set) = &l.kind else {
-            panic!("counted")
-        };
-        assert!(set.quotas()[0].calendar().is_none());
-        for (bad, says) in [
-            (
-                "{ unit: second, requests_per_unit: 1, time_zone: UTC }",
-                "day, week, month and year",
-            ),
-            (
-                "{ unit: day, requests_per_unit: 1, starts_on: 2 }",
-                "goes with time_zone",
-            ),
-            (
-                "{ unit: week, requests_per_unit: 1, time_zone: UTC, starts_on: 2 }",
-                "weekday",
-            ),
-            (
-                "{ unit: day, requests_per_unit: 1, time_zone: Nowhere/Land }",
-                "IANA",
-            ),
-            (
-                "{ unit: day, requests_per_unit: 1, time_zone: UTC, algorithm: gcra }",
-                "fixed_window only",
-            ),
-        ] {
-            let err = limit(bad).expect_err(bad);
-            assert!(err.contains(says), "{bad}: {err}");
-        }
-    }
 }
