@@ -10,15 +10,56 @@
 # against it (memory, redis, and redis_cached as its counterpart of leases)
 # and a table of both with ratios ends the output.
 #
-# Usage: [LIMITADOR=...] scripts/bench-rls.sh [SECONDS per run, default 5]
+# With BIN_DIR=dir, nothing is built: the binaries come from dir (tollgate,
+# rls_load, limitador-server when there and LIMITADOR is unset, and
+# redis-server, redis-cli and envoy when there, else from PATH), with the
+# shared libraries in dir/lib; the end-to-end part is left out when no envoy
+# is found. `BIN_DIR=dir scripts/bench-rls.sh --collect` builds and fills
+# dir so, for a machine without cargo (python3 and bash are still needed).
+#
+# Usage: [LIMITADOR=...] [BIN_DIR=...] scripts/bench-rls.sh [SECONDS per run, default 5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs="${1:-5}"
-limitador="${LIMITADOR:-}"
 target="${CARGO_TARGET_DIR:-target}"
-cargo build -q --release --features gateway --bin tollgate --bench rls_load
-bin="$target/release/tollgate"
-load=$(ls -t "$target"/release/deps/rls_load-* | grep -v '\.d$' | head -n 1)
+bin_dir="${BIN_DIR:-}"
+
+if [ "${1:-}" = --collect ]; then
+  [ -n "$bin_dir" ] || { echo "--collect needs BIN_DIR=dir" >&2; exit 2; }
+  cargo build -q --release --features gateway --bin tollgate --bench rls_load
+  mkdir -p "$bin_dir/lib"
+  cp "$target/release/tollgate" "$bin_dir/tollgate"
+  cp "$(ls -t "$target"/release/deps/rls_load-* | grep -v '\.d$' | head -n 1)" "$bin_dir/rls_load"
+  programs=("$bin_dir/tollgate" "$bin_dir/rls_load")
+  for p in "${LIMITADOR:-}" "$(command -v redis-server)" "$(command -v redis-cli)" \
+    "$(python3 -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))' 2>/dev/null || true)"; do
+    [ -n "$p" ] && [ -x "$p" ] || continue
+    cp "$p" "$bin_dir/$(basename "$p")"
+    programs+=("$bin_dir/$(basename "$p")")
+  done
+  strip "${programs[@]}" 2>/dev/null || true
+  # Every library they load but the C library's own, which the machine has.
+  ldd "${programs[@]}" 2>/dev/null | awk '/=> \//{print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" "$bin_dir/lib/"; done
+  du -sh "$bin_dir"
+  exit 0
+fi
+
+secs="${1:-5}"
+if [ -n "$bin_dir" ]; then
+  bin_dir="$(cd "$bin_dir" && pwd)"
+  export PATH="$bin_dir:$PATH" LD_LIBRARY_PATH="$bin_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  bin="$bin_dir/tollgate"
+  load="$bin_dir/rls_load"
+  if [ -z "${LIMITADOR:-}" ] && [ -x "$bin_dir/limitador-server" ]; then
+    LIMITADOR="$bin_dir/limitador-server"
+  fi
+else
+  cargo build -q --release --features gateway --bin tollgate --bench rls_load
+  bin="$target/release/tollgate"
+  load=$(ls -t "$target"/release/deps/rls_load-* | grep -v '\.d$' | head -n 1)
+fi
+limitador="${LIMITADOR:-}"
 work="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -99,6 +140,9 @@ fi
 
 # End to end: Envoy with the filter (tollgate rls on memory) beside Envoy
 # with none, to one upstream.
+if ! command -v envoy >/dev/null; then
+  echo "envoy not found: the end-to-end part is left out"
+else
 up_port="$(free_port)"
 "$load" upstream "127.0.0.1:$up_port" &
 pids+=($!)
@@ -179,6 +223,7 @@ for filter in no yes; do
   "$load" http "127.0.0.1:$port" 16 "$secs"
   kill "$pid"
 done
+fi
 
 if [ -n "$limitador" ]; then
   echo
