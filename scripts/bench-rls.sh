@@ -17,7 +17,10 @@
 # is found. `BIN_DIR=dir scripts/bench-rls.sh --collect` builds and fills
 # dir so, for a machine without cargo (python3 and bash are still needed).
 #
-# Usage: [LIMITADOR=...] [BIN_DIR=...] scripts/bench-rls.sh [SECONDS per run, default 5]
+# ROUNDS=n measures every row n times (interleaved) and the table shows
+# the median of each.
+#
+# Usage: [LIMITADOR=...] [BIN_DIR=...] [ROUNDS=n] scripts/bench-rls.sh [SECONDS per run, default 5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
@@ -46,6 +49,7 @@ if [ "${1:-}" = --collect ]; then
 fi
 
 secs="${1:-5}"
+rounds="${ROUNDS:-1}"
 if [ -n "$bin_dir" ]; then
   bin_dir="$(cd "$bin_dir" && pwd)"
   export PATH="$bin_dir:$PATH" LD_LIBRARY_PATH="$bin_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -88,37 +92,57 @@ EOF
 results="$work/results"
 : >"$results"
 
-measure() { # server, storage, port, pid
-  local server="$1" storage="$2" port="$3" pid="$4" line
-  wait_port "$port"
-  "$load" grpc "127.0.0.1:$port" 1 1 >/dev/null # warm: connections, scripts
-  for streams in 1 16 64 hot; do
-    if [ "$streams" = hot ]; then
-      line="$("$load" grpc "127.0.0.1:$port" 64 "$secs" 1)"
-    else
-      line="$("$load" grpc "127.0.0.1:$port" "$streams" "$secs")"
-    fi
-    echo "$server, $storage, $streams: $line"
-    echo "$server|$storage|$streams|$line" >>"$results"
-  done
-  kill "$pid"
+one_row() { # server, storage, streams, port
+  local server="$1" storage="$2" streams="$3" port="$4" line
+  if [ "$streams" = hot ]; then
+    line="$("$load" grpc "127.0.0.1:$port" 64 "$secs" 1)"
+  else
+    line="$("$load" grpc "127.0.0.1:$port" "$streams" "$secs")"
+  fi
+  echo "$server, $storage, $streams: $line"
+  echo "$server|$storage|$streams|$line" >>"$results"
 }
 
-run_rls() { # storage, extra args...
-  local storage="$1"; shift
-  local port; port="$(free_port)"
+start_tollgate() { # extra args...; sets port and pid
+  port="$(free_port)"
   "$bin" rls --config "$work/bench.yaml" --listen "127.0.0.1:$port" --log-level error "$@" &
-  pids+=($!)
-  measure tollgate "$storage" "$port" $!
+  pid=$!
+  pids+=("$pid")
+  wait_port "$port"
 }
 
-run_limitador() { # storage, storage args...
-  local storage="$1"; shift
-  local port; port="$(free_port)"
+start_limitador() { # storage args...; sets port and pid
+  port="$(free_port)"
   "$limitador" --rls-ip 127.0.0.1 --rls-port "$port" --http-ip 127.0.0.1 --http-port "$(free_port)" \
-    "$work/limitador.yaml" "$@" >"$work/limitador.log" 2>&1 &
-  pids+=($!)
-  measure limitador "$storage" "$port" $!
+    "$work/limitador.yaml" "$@" >>"$work/limitador.log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  wait_port "$port"
+}
+
+# One storage: tollgate (and limitador) serving side by side, each row
+# measured on one then the other, ROUNDS times, so that the load of the
+# machine drifting over the run weighs on both alike.
+run_storage() { # storage, "tollgate args", "limitador args"
+  local storage="$1" t_port t_pid l_port="" l_pid="" streams round
+  redis-cli -p "$redis_port" flushall >/dev/null
+  # shellcheck disable=SC2086 # the args are words
+  start_tollgate $2
+  t_port="$port" t_pid="$pid"
+  "$load" grpc "127.0.0.1:$t_port" 1 1 >/dev/null # warm: connections, scripts
+  if [ -n "$limitador" ]; then
+    # shellcheck disable=SC2086
+    start_limitador $3
+    l_port="$port" l_pid="$pid"
+    "$load" grpc "127.0.0.1:$l_port" 1 1 >/dev/null
+  fi
+  for round in $(seq "$rounds"); do
+    for streams in 1 16 64 hot; do
+      one_row tollgate "$storage" "$streams" "$t_port"
+      [ -z "$l_port" ] || one_row limitador "$storage" "$streams" "$l_port"
+    done
+  done
+  kill "$t_pid" ${l_pid:+"$l_pid"}
 }
 
 redis_port="$(free_port)"
@@ -127,16 +151,10 @@ pids+=($!)
 wait_port "$redis_port"
 
 redis_url="redis://127.0.0.1:$redis_port"
-run_rls memory
-run_rls redis --redis "$redis_url" --redis-timeout 1s
-run_rls "redis, leases" --redis "$redis_url" --redis-timeout 1s --redis-lease auto
-if [ -n "$limitador" ]; then
-  run_limitador memory memory
-  redis-cli -p "$redis_port" flushall >/dev/null
-  run_limitador redis redis "$redis_url"
-  redis-cli -p "$redis_port" flushall >/dev/null
-  run_limitador "redis, leases" redis_cached "$redis_url"
-fi
+run_storage memory "" memory
+run_storage redis "--redis $redis_url --redis-timeout 1s" "redis $redis_url"
+run_storage "redis, leases" "--redis $redis_url --redis-timeout 1s --redis-lease auto" \
+  "redis_cached $redis_url"
 
 # End to end: Envoy with the filter (tollgate rls on memory) beside Envoy
 # with none, to one upstream.
@@ -233,7 +251,12 @@ rows = {}
 for line in open(sys.argv[1]):
     server, storage, streams, out = line.rstrip("\n").split("|", 3)
     m = re.search(r"([0-9]+)/s p50 [0-9]+ us p99 ([0-9]+) us .*errors ([0-9]+)", out)
-    rows[(server, storage, streams)] = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    rows.setdefault((server, storage, streams), []).append((int(m.group(1)), int(m.group(2)), int(m.group(3))))
+def median(runs):
+    # Of each column apart, the median run (the lower of the two middle ones).
+    pick = lambda i: sorted(r[i] for r in runs)[(len(runs) - 1) // 2]
+    return (pick(0), pick(1), sum(r[2] for r in runs))
+rows = {k: median(v) for k, v in rows.items()}
 def cell(r):
     text = f"{r[0]:,} ({r[1] / 1000:.1f} ms)".replace(",", " ")
     return text + (f", {r[2]} errors" if r[2] else "")
