@@ -256,18 +256,24 @@ def median(runs):
     # Of each column apart, the median run (the lower of the two middle ones).
     pick = lambda i: sorted(r[i] for r in runs)[(len(runs) - 1) // 2]
     return (pick(0), pick(1), sum(r[2] for r in runs))
+runs = rows
 rows = {k: median(v) for k, v in rows.items()}
+def spread(t, l):
+    # The ratio in each round (rows are interleaved round by round).
+    ratios = sorted(a[0] / b[0] for a, b in zip(t, l))
+    return f"{ratios[0]:.2f}x to {ratios[-1]:.2f}x" if len(ratios) > 1 else ""
 def cell(r):
     text = f"{r[0]:,} ({r[1] / 1000:.1f} ms)".replace(",", " ")
     return text + (f", {r[2]} errors" if r[2] else "")
-print("| ShouldRateLimit, decisions/s (p99) | tollgate rls | limitador | tollgate / limitador |")
-print("|---|---|---|---|")
+print("| ShouldRateLimit, decisions/s (p99) | tollgate rls | limitador | tollgate / limitador | per round |")
+print("|---|---|---|---|---|")
 for storage in ["memory", "redis", "redis, leases"]:
     for streams in ["1", "16", "64", "hot"]:
         t, l = rows.get(("tollgate", storage, streams)), rows.get(("limitador", storage, streams))
         if not t or not l:
             continue
         what = "64 streams, one hot key" if streams == "hot" else f"{streams} stream" + ("s" if streams != "1" else "")
-        print(f"| {storage}, {what} | {cell(t)} | {cell(l)} | {t[0] / l[0]:.2f}x |")
+        across = spread(runs[("tollgate", storage, streams)], runs[("limitador", storage, streams)])
+        print(f"| {storage}, {what} | {cell(t)} | {cell(l)} | {t[0] / l[0]:.2f}x | {across} |")
 EOF
 fi
