@@ -701,6 +701,20 @@ rules:
       - { name: tokens, algorithm: fixed_window, limit: 1000, period: 1m }
 "#;
 
+/// Waits, if need be, until at least 25 s of the wall clock's minute are
+/// left: the quotas here are fixed windows of a minute aligned to the
+/// clock, and a trace that crossed into the next window would see every
+/// count start again (a pass where a refusal is asserted).
+async fn well_inside_a_minute() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970");
+    let into = now.as_millis() % 60_000;
+    if into > 35_000 {
+        tokio::time::sleep(Duration::from_millis(60_000 - into as u64 + 100)).await;
+    }
+}
+
 /// One call through a gateway: its status and Retry-After.
 async fn call(
     gw: &support::gateway::Gateway,
@@ -745,6 +759,7 @@ async fn call_read(
 /// little runs into the request limit, one spending 300 tokens a call
 /// (its estimate exact) into the token limit.
 async fn five_requests_and_a_thousand_tokens(gateways: &[&support::gateway::Gateway]) {
+    well_inside_a_minute().await;
     let mut passed = 0;
     for i in 0..7 {
         let (status, _) = call(
@@ -828,6 +843,7 @@ async fn two_gateways_on_redis_share_requests_and_tokens() {
 /// quota, and a big one, with requests left, by the token quota; an
 /// estimate of 0 tokens still counts its request.
 async fn one_set_of_requests_and_tokens(gateways: &[&support::gateway::Gateway]) {
+    well_inside_a_minute().await;
     let gw = |i: usize| gateways[i % gateways.len()];
     for i in 0..4 {
         let (status, _) = call(
