@@ -12,12 +12,12 @@ use entry::{
 
 use super::table::{Found, Position, Table};
 use super::{Backend, BackendError, CheckRequest, GiveBackRequest, Reserved};
-use crate::algorithm::Algorithm;
 use crate::algorithm::State;
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
-use crate::quota::Path;
+use crate::quota::{Path, Quota};
+use crate::quota_set::{arrival_decision, arrive};
 
 mod entry;
 
@@ -196,33 +196,61 @@ impl<C: Clock> MemoryBackend<C> {
         self.inner.clock.now_given(request.started.started_at())
     }
 
-    /// [`decide`](Self::decide) at `now`.
+    /// [`decide`](Self::decide) at `now`: a set of one quota takes the
+    /// path its quota was given when built, anything else the write lock.
     #[inline]
     fn decide_at(&self, request: CheckRequest<'_>, now: Timestamp) -> Decision {
-        let inner = &*self.inner;
-        let key = request.key;
         if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
-            if quota.kept_as_arrival() {
-                let shard = inner.table.read(key);
-                if let Some(word) = shard.narrow::<false>(*id, key) {
-                    let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
-                    let (commit, room) = (request.commit, request.room);
-                    return word
-                        .update(|tat| word_of(q.evaluate_arrival(tat, cost, now, commit, room)));
-                }
-                return self.decide_locked(request, now, Some(shard.write()), None);
+            // The hot path alone here, every other one out of line: a
+            // `match` of them all became a jump table, its loads and an
+            // indirect jump on every check.
+            if quota.path == Path::Arrival {
+                return self.decide_arrival(request, now, *id, quota);
             }
-            if quota.path == Path::Window {
-                return self.decide_fixed_window(request, now, *id);
-            }
-            if matches!(
-                quota.algorithm(),
-                Algorithm::TokenBucket | Algorithm::FixedWindow | Algorithm::SlidingWindow
-            ) {
-                return self.decide_pair(request, now, *id);
+        }
+        self.decide_other(request, now)
+    }
+
+    /// [`decide_at`](Self::decide_at) for anything but a one-quota arrival
+    /// time.
+    #[inline(never)]
+    fn decide_other(&self, request: CheckRequest<'_>, now: Timestamp) -> Decision {
+        if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
+            match quota.path {
+                Path::Window => return self.decide_fixed_window(request, now, *id),
+                Path::SlidingWindow | Path::Pair => return self.decide_pair(request, now, *id),
+                Path::Arrival | Path::Locked => {}
             }
         }
         self.decide_locked(request, now, None, None)
+    }
+
+    /// A one-quota arrival time found stored: swapped under the read lock.
+    /// Unless the quota is elastic, the loop holds only the arithmetic of
+    /// [`gcra::arrive`](crate::algorithm::gcra::arrive), and the decision
+    /// is built once the swap holds.
+    #[inline]
+    fn decide_arrival(
+        &self,
+        request: CheckRequest<'_>,
+        now: Timestamp,
+        id: u64,
+        quota: &Quota,
+    ) -> Decision {
+        let shard = self.inner.table.read(request.key);
+        let Some(word) = shard.narrow::<true>(id, request.key) else {
+            return self.decide_locked(request, now, Some(shard.write()), None);
+        };
+        let (cost, now, commit) = (request.cost, now.as_micros(), request.commit);
+        if quota.params.elastic_margin == 0 {
+            let checked = word.update(|tat| {
+                let a = arrive(quota, tat, cost, now);
+                (a, (a.allowed && commit).then_some(a.next))
+            });
+            return arrival_decision(quota, &checked);
+        }
+        let (q, state, room) = (request.quotas, State::Word, request.room);
+        word.update(|tat| word_of(q.evaluate_one(Some(&state(tat)), cost, now, commit, room)))
     }
 
     /// A one-quota state of two numbers (a token bucket, a fixed or a
@@ -230,7 +258,7 @@ impl<C: Clock> MemoryBackend<C> {
     /// under the read lock. A sliding window's admission leaves what it
     /// reports to be computed only if read. Anything else (a new key, a
     /// state that no longer fits two numbers) takes the write lock.
-    #[inline(never)]
+    #[inline]
     fn decide_pair(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
         let shard = self.inner.table.read(request.key);
         if let Some(pair) = shard.pair(id, request.key) {
@@ -267,10 +295,10 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// A one-quota fixed window kept as one number: swapped under the read
     /// lock once stored.
-    #[inline(never)]
+    #[inline]
     fn decide_fixed_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
         let shard = self.inner.table.read(request.key);
-        if let Some(window) = shard.narrow::<true>(id, request.key) {
+        if let Some(window) = shard.narrow::<false>(id, request.key) {
             let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
             let commit = request.commit;
             return window.update(|n| word_of(q.evaluate_window(n, cost, now, commit)));

@@ -127,6 +127,16 @@ pub(crate) struct Read<'a, V, N, P> {
     key_hash: u64,
 }
 
+/// The hash of `key`: `hash_one`'s, written out so that it inlines into
+/// every check (`hash_one` is not `#[inline]`, and was left a call).
+#[inline(always)]
+fn key_hash(hasher: &foldhash::fast::RandomState, key: &str) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = hasher.build_hasher();
+    key.hash(&mut h);
+    h.finish()
+}
+
 /// Where `(id, key)` lives in its shard's index.
 fn entry_hash(key_hash: u64, id: u64) -> u64 {
     (key_hash ^ id).wrapping_mul(0x9e37_79b9_7f4a_7c15)
@@ -190,7 +200,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Table<V, N, P> {
     /// The hash of `key` and the index of its shard.
     #[inline]
     fn place(&self, key: &str) -> (u64, usize) {
-        let key_hash = self.hasher.hash_one(key);
+        let key_hash = key_hash(&self.hasher, key);
         (
             key_hash,
             (key_hash >> 40) as usize & (self.shards.len() - 1),
@@ -229,23 +239,39 @@ impl<V: Expiring, N: Expiring, P: Expiring> Table<V, N, P> {
 impl<'a, V: Expiring, N: Expiring, P: Expiring> Read<'a, V, N, P> {
     /// The narrow entry of `(id, key)`, if there is one.
     ///
-    /// Each hot path that reads one number calls its own instance, so
-    /// that the index's search has one caller and LLVM inlines it whole,
-    /// key comparison included. `NARROW_ONLY`: the search compares narrow
-    /// entries alone, passing over a wide one of the same quota and key
-    /// (there is never both). Which is shorter was measured per path
-    /// (guide::performance, "Notes on the hot path").
+    /// Each hot path that reads one number calls its own instance.
+    /// `NARROW_ONLY`: the search compares narrow entries alone, passing
+    /// over a wide one of the same quota and key (there is never both),
+    /// and by their id alone, the key compared once an entry is found
+    /// (another key of the same id whose hash collides with this one is
+    /// then searched for again, in full): the index calls its comparison
+    /// through a `dyn FnMut`, which LLVM inlines only when it is small.
+    /// Which is shorter was measured per path (guide::performance, "Notes
+    /// on the hot path").
     #[inline]
     pub(crate) fn narrow<const NARROW_ONLY: bool>(&self, id: u64, key: &str) -> Option<&N> {
         let shard = &*self.shard;
         let entries = &shard.entries;
-        let at = shard.index.find(entry_hash(self.key_hash, id), |&at| {
-            if NARROW_ONLY {
-                entries.is_narrow(at, id, key)
-            } else {
-                entries.is(at, id, key)
+        let hash = entry_hash(self.key_hash, id);
+        if NARROW_ONLY {
+            let at = shard.index.find(hash, |&at| entries.narrow_id(at) == Some(id))?;
+            let entry = entries.narrow.get(Position(*at).narrow()?)?;
+            if same_key(entry.key.as_bytes(), key.as_bytes()) {
+                return Some(&entry.value);
             }
-        })?;
+            return self.narrow_colliding(hash, id, key);
+        }
+        let at = shard.index.find(hash, |&at| entries.is(at, id, key))?;
+        Some(&entries.narrow.get(Position(*at).narrow()?)?.value)
+    }
+
+    /// [`narrow`](Self::narrow)'s search in full, for a key whose hash
+    /// collides with another's of the same id.
+    #[cold]
+    #[inline(never)]
+    fn narrow_colliding(&self, hash: u64, id: u64, key: &str) -> Option<&N> {
+        let entries = &self.shard.entries;
+        let at = self.shard.index.find(hash, |&at| entries.is_narrow(at, id, key))?;
         Some(&entries.narrow.get(Position(*at).narrow()?)?.value)
     }
 
@@ -455,6 +481,12 @@ impl<V: Expiring, N: Expiring, P: Expiring> Entries<V, N, P> {
         }
     }
 
+    /// The id of the entry at `at`, if it is narrow.
+    #[inline]
+    fn narrow_id(&self, at: u32) -> Option<u64> {
+        Some(self.narrow.get(Position(at).narrow()?)?.id)
+    }
+
     /// Whether the entry at `at` is narrow and `(id, key)`'s.
     #[inline]
     fn is_narrow(&self, at: u32, id: u64, key: &str) -> bool {
@@ -480,7 +512,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Entries<V, N, P> {
     /// 8 bytes per entry saved, for a hash only when entries move).
     fn hash(&self, at: u32, hasher: &foldhash::fast::RandomState) -> u64 {
         self.meta(Position(at))
-            .map_or(0, |(id, key, _)| entry_hash(hasher.hash_one(key), id))
+            .map_or(0, |(id, key, _)| entry_hash(key_hash(hasher, key), id))
     }
 
     /// Removes the entry at `at`, moving the last of its vector into its
