@@ -136,6 +136,7 @@ pub(crate) struct Read<'a, V, N, P> {
 /// The hash of `key`: `hash_one`'s, written out so that it inlines into
 /// every check (`hash_one` is not `#[inline]`, and was left a call).
 #[inline(always)]
+#[allow(clippy::manual_hash_one)] // on purpose: see above
 fn key_hash(hasher: &foldhash::fast::RandomState, key: &str) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
     let mut h = hasher.build_hasher();
