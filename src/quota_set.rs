@@ -16,6 +16,7 @@ mod settle;
 
 #[cfg(feature = "redis")]
 pub(crate) use checked::RawQuotaDecision;
+pub(crate) use evaluate::{arrival_decision, arrive};
 
 /// Quotas per set decided without a heap allocation (on the stack; a set of
 /// more spills over).

@@ -8,12 +8,63 @@
 use super::Params;
 use super::{Branch, Outcome, Spent, State, Update};
 
-/// The arithmetic GCRA and the leaky bucket share: where the TAT lands if
-/// this request is admitted, and whether that is within the tolerance.
-pub(crate) struct Schedule {
-    /// When this request's turn comes (the old TAT, or now).
-    pub start: u64,
-    pub outcome: Outcome,
+/// Where an arrival time lands for one request, in plain numbers: what
+/// GCRA, the leaky bucket and a token bucket kept as its moment of being
+/// full share. Nothing here depends on a tag or an algorithm: a backend
+/// deciding such a quota alone swaps `next` in and builds the decision from
+/// the branch that holds, without the general [`Outcome`], whose remaining
+/// and replenish (a division each) nobody may read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Arrival {
+    /// Whether the request conforms.
+    pub allowed: bool,
+    /// As [`Outcome::wait`]: allowed, the delay before its turn (the leaky
+    /// bucket's; 0 for the others); refused, the retry-after.
+    pub wait: u64,
+    /// How far ahead of now the arrival time is if the request is
+    /// admitted (the reset then) ...
+    pub admit_reset: u64,
+    /// ... and the arrival time stored then.
+    pub next: u64,
+    /// How far ahead of now it is if the request is not (the arrival time
+    /// then stays as it is).
+    pub refuse_reset: u64,
+}
+
+impl Arrival {
+    /// The reset of the branch that holds: `admitted` or not.
+    #[inline]
+    pub(crate) fn reset(&self, admitted: bool) -> u64 {
+        if admitted {
+            self.admit_reset
+        } else {
+            self.refuse_reset
+        }
+    }
+}
+
+/// A request of `cost` at `now` on the arrival time `tat` (`None`: nothing
+/// stored): whether it is within the tolerance, and where the arrival time
+/// lands. `delays`: the leaky bucket, whose admitted request waits for its
+/// turn.
+#[inline(always)]
+pub(crate) fn arrive(tat: Option<u64>, p: &Params, cost: u64, now: u64, delays: bool) -> Arrival {
+    let tolerance = p.capacity * p.interval;
+    let start = tat.unwrap_or(now).max(now);
+    let next = start + cost * p.interval;
+    let allowed = next - now <= tolerance;
+    let wait = match (allowed, delays) {
+        (false, _) => next - tolerance - now,
+        (true, true) => start - now,
+        (true, false) => 0,
+    };
+    Arrival {
+        allowed,
+        wait,
+        admit_reset: next - now,
+        next,
+        refuse_reset: start - now,
+    }
 }
 
 /// What is left of an arrival-time quota whose TAT is `reset` ahead of
@@ -29,13 +80,20 @@ pub(crate) fn left(reset: u64, tolerance: u64, interval: u64) -> (u64, u64) {
     (remaining, replenish)
 }
 
+/// The general [`Outcome`] of [`arrive`], both branches' numbers counted.
 /// `alone`: see [`check`](super::check); an admission then leaves its
 /// refusal branch's numbers at 0, which saves a division.
 #[inline]
-pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone: bool) -> Schedule {
+pub(crate) fn outcome(
+    tat: Option<u64>,
+    p: &Params,
+    cost: u64,
+    now: u64,
+    alone: bool,
+    delays: bool,
+) -> Outcome {
+    let a = arrive(tat, p, cost, now, delays);
     let tolerance = p.capacity * p.interval;
-    let start = tat.unwrap_or(now).max(now);
-    let next = start + cost * p.interval;
     let branch = |reset: u64, update| {
         let (remaining, replenish) = left(reset, tolerance, p.interval);
         Branch {
@@ -45,26 +103,22 @@ pub(crate) fn schedule(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone:
             update,
         }
     };
-    let step = if next - now <= tolerance {
-        let admit = branch(next - now, Update::Set(State::Word(next)));
+    if a.allowed {
+        let admit = branch(a.admit_reset, Update::Set(State::Word(a.next)));
         let refuse = if alone {
             Branch::unread()
         } else {
-            branch(start - now, Update::Keep)
+            branch(a.refuse_reset, Update::Keep)
         };
-        Outcome::allow(0, admit, refuse)
+        Outcome::allow(a.wait, admit, refuse)
     } else {
-        Outcome::deny(next - tolerance - now, branch(start - now, Update::Keep))
-    };
-    Schedule {
-        start,
-        outcome: step,
+        Outcome::deny(a.wait, branch(a.refuse_reset, Update::Keep))
     }
 }
 
 #[inline]
 pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone: bool) -> Outcome {
-    schedule(tat, p, cost, now, alone).outcome
+    outcome(tat, p, cost, now, alone, false)
 }
 
 /// Gives back `spent` on the arrival time `tat` of a quota of `interval`

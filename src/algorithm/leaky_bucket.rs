@@ -9,16 +9,11 @@
 
 use super::Outcome;
 use super::Params;
-use super::gcra::schedule;
+use super::gcra;
 
 #[inline]
 pub(crate) fn check(tat: Option<u64>, p: &Params, cost: u64, now: u64, alone: bool) -> Outcome {
-    let s = schedule(tat, p, cost, now, alone);
-    let mut step = s.outcome;
-    if step.allowed {
-        step.wait = s.start - now;
-    }
-    step
+    gcra::outcome(tat, p, cost, now, alone, true)
 }
 
 #[cfg(test)]

@@ -337,28 +337,23 @@ pub(crate) fn check(
     }
 }
 
-/// [`check`] of a quota whose state is the arrival time `tat` (`None`:
-/// nothing stored): GCRA, the leaky bucket (which adds the delay), or a
+/// [`gcra::arrive`] for a quota whose state is the arrival time `tat`
+/// (`None`: nothing stored): GCRA, the leaky bucket (which delays), or a
 /// token bucket kept as one (see [`token_bucket`]). Called for those only
-/// ([`Quota::kept_as_arrival`](crate::Quota)). `alone`: as for [`check`].
-#[inline]
-pub(crate) fn check_arrival(
+/// ([`Path::Arrival`](crate::quota::Path)).
+#[inline(always)]
+pub(crate) fn arrive(
     algorithm: Algorithm,
     tat: Option<u64>,
     p: &Params,
     cost: u64,
     now: u64,
-    alone: bool,
-) -> Outcome {
+) -> gcra::Arrival {
     debug_assert!(
         matches!(algorithm, Algorithm::Gcra | Algorithm::LeakyBucket)
             || algorithm == Algorithm::TokenBucket && token_bucket::kept_as_arrival(p)
     );
-    if algorithm == Algorithm::LeakyBucket {
-        leaky_bucket::check(tat, p, cost, now, alone)
-    } else {
-        gcra::check(tat, p, cost, now, alone)
-    }
+    gcra::arrive(tat, p, cost, now, algorithm == Algorithm::LeakyBucket)
 }
 
 /// The arrival time a quota kept as one reads in its stored `state`, as

@@ -6,20 +6,19 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use entry::{
-    Entries, Pair, Stored, Wide, Word, lend, pair_of, store_new, update, update_found, word_of,
-};
+use entry::{Pair, Stored, Wide, Word};
 
-use super::table::{Found, Position, Table};
+use super::table::{Position, Table};
 use super::{Backend, BackendError, CheckRequest, GiveBackRequest, Reserved};
-use crate::algorithm::Algorithm;
-use crate::algorithm::State;
-use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
-use crate::quota::Path;
 
+mod builder;
+mod decide;
 mod entry;
+
+pub use builder::MemoryBackendBuilder;
 
 /// Rate-limit state in this process's memory.
 ///
@@ -92,75 +91,6 @@ impl<C> fmt::Debug for MemoryBackend<C> {
     }
 }
 
-impl MemoryBackend {
-    /// A backend on the system clock with the default bounds.
-    pub fn new() -> Self {
-        MemoryBackend::builder().build()
-    }
-
-    /// A builder for the bounds and the clock.
-    pub fn builder() -> MemoryBackendBuilder<SystemClock> {
-        MemoryBackendBuilder {
-            max_keys: 1_000_000,
-            shards: None,
-            clock: SystemClock,
-        }
-    }
-}
-
-impl Default for MemoryBackend {
-    fn default() -> Self {
-        MemoryBackend::new()
-    }
-}
-
-/// Builds a [`MemoryBackend`].
-#[derive(Debug, Clone)]
-#[must_use = "call .build() to get the backend"]
-pub struct MemoryBackendBuilder<C> {
-    max_keys: usize,
-    shards: Option<usize>,
-    clock: C,
-}
-
-impl<C: Clock> MemoryBackendBuilder<C> {
-    /// The most states kept at once (one per key and quota), exactly: with
-    /// fewer than the shard count, there are fewer shards.
-    pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = max_keys;
-        self
-    }
-
-    /// The number of shards (rounded up to a power of two); by default 16 per
-    /// available core, at least 64.
-    pub fn shards(mut self, shards: usize) -> Self {
-        self.shards = Some(shards);
-        self
-    }
-
-    /// The clock (a [`ManualClock`](crate::ManualClock) in tests).
-    pub fn clock<D: Clock>(self, clock: D) -> MemoryBackendBuilder<D> {
-        MemoryBackendBuilder {
-            max_keys: self.max_keys,
-            shards: self.shards,
-            clock,
-        }
-    }
-
-    /// Builds the backend.
-    pub fn build(self) -> MemoryBackend<C> {
-        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-        let shards = self.shards.unwrap_or((cores * 16).max(64));
-        MemoryBackend {
-            inner: Arc::new(Inner {
-                table: Table::new(self.max_keys, shards),
-                clock: self.clock,
-                metrics: MemoryMetrics::new(),
-            }),
-        }
-    }
-}
-
 impl<C: Clock> MemoryBackend<C> {
     /// How many states are stored now, expired ones not yet swept included.
     pub fn len(&self) -> usize {
@@ -175,173 +105,6 @@ impl<C: Clock> MemoryBackend<C> {
     /// The most states kept at once.
     pub fn capacity(&self) -> usize {
         self.inner.table.capacity()
-    }
-
-    /// The hot path, inlined into the caller so the decision is built where
-    /// it is returned: a stored arrival time decided under the read lock.
-    /// The other one-quota sets with a lock-free or in-place path (a fixed
-    /// window kept as one number, a sliding window) take it out of line, so
-    /// that this stays small enough to inline; everything else is
-    /// [`decide_locked`](Self::decide_locked).
-    #[inline]
-    fn decide(&self, request: CheckRequest<'_>) -> Decision {
-        let now = self.now(&request);
-        self.decide_at(request, now)
-    }
-
-    /// The time of `request`: on the system clock, the limiter's own
-    /// reading of the counter.
-    #[inline]
-    fn now(&self, request: &CheckRequest<'_>) -> Timestamp {
-        self.inner.clock.now_given(request.started.started_at())
-    }
-
-    /// [`decide`](Self::decide) at `now`.
-    #[inline]
-    fn decide_at(&self, request: CheckRequest<'_>, now: Timestamp) -> Decision {
-        let inner = &*self.inner;
-        let key = request.key;
-        if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
-            if quota.kept_as_arrival() {
-                let shard = inner.table.read(key);
-                if let Some(word) = shard.narrow::<false>(*id, key) {
-                    let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
-                    let (commit, room) = (request.commit, request.room);
-                    return word
-                        .update(|tat| word_of(q.evaluate_arrival(tat, cost, now, commit, room)));
-                }
-                return self.decide_locked(request, now, Some(shard.write()), None);
-            }
-            if quota.path == Path::Window {
-                return self.decide_fixed_window(request, now, *id);
-            }
-            if matches!(
-                quota.algorithm(),
-                Algorithm::TokenBucket | Algorithm::FixedWindow | Algorithm::SlidingWindow
-            ) {
-                return self.decide_pair(request, now, *id);
-            }
-        }
-        self.decide_locked(request, now, None, None)
-    }
-
-    /// A one-quota state of two numbers (a token bucket, a fixed or a
-    /// sliding window) found stored: swapped by a 128-bit compare-and-swap
-    /// under the read lock. A sliding window's admission leaves what it
-    /// reports to be computed only if read. Anything else (a new key, a
-    /// state that no longer fits two numbers) takes the write lock.
-    #[inline(never)]
-    fn decide_pair(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
-        let shard = self.inner.table.read(request.key);
-        if let Some(pair) = shard.pair(id, request.key) {
-            let q = request.quotas;
-            let quota = &q.quotas()[0];
-            let (p, cost, now) = (&quota.params, request.cost, now.as_micros());
-            let (commit, room) = (request.commit, request.room);
-            let fast = quota.path == Path::SlidingWindow;
-            let decided = update(&pair.0, |numbers| {
-                let Some(state) = State::from_pair(numbers, p) else {
-                    return (None, None);
-                };
-                if let (true, State::SlidingWindow(c)) = (fast, &state) {
-                    if let Some((decision, after)) = q.admit_sliding_window(Some(c), cost, now) {
-                        if !commit {
-                            return (Some(decision), None);
-                        }
-                        let next = State::SlidingWindow(after).to_pair(p);
-                        return (next.map(|_| decision), next);
-                    }
-                }
-                let (decision, update) = q.evaluate_one(Some(&state), cost, now, commit, room);
-                match pair_of(update, p) {
-                    Ok(next) => (Some(decision), next),
-                    Err(()) => (None, None),
-                }
-            });
-            if let Some(decision) = decided {
-                return decision;
-            }
-        }
-        self.decide_locked(request, now, Some(shard.write()), None)
-    }
-
-    /// A one-quota fixed window kept as one number: swapped under the read
-    /// lock once stored.
-    #[inline(never)]
-    fn decide_fixed_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
-        let shard = self.inner.table.read(request.key);
-        if let Some(window) = shard.narrow::<true>(id, request.key) {
-            let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
-            let commit = request.commit;
-            return window.update(|n| word_of(q.evaluate_window(n, cost, now, commit)));
-        }
-        self.decide_locked(request, now, Some(shard.write()), None)
-    }
-
-    /// Decides under the shard's write lock (taken here unless given): a
-    /// new key, a set of several quotas, or an algorithm whose state is
-    /// more than one number. `found`: for a one-quota set whose caller
-    /// looked its entry up under this lock already, where it is, if
-    /// anywhere.
-    #[inline(never)]
-    fn decide_locked(
-        &self,
-        request: CheckRequest<'_>,
-        now: Timestamp,
-        shard: Option<Entries<'_>>,
-        found: Option<Option<Position>>,
-    ) -> Decision {
-        let inner = &*self.inner;
-        let key = request.key;
-        let now_micros = now.as_micros();
-        let mut shard = shard.unwrap_or_else(|| inner.table.lock(key));
-        let ids = request.quotas.state_ids();
-        let quotas = request.quotas.quotas();
-        // One quota, the common case: one lookup, and the state updated in
-        // place.
-        if let ([id], [quota]) = (ids, quotas) {
-            let p = &quota.params;
-            let at = found.unwrap_or_else(|| shard.position(*id, key));
-            let found = at.and_then(|at| shard.at_mut(at));
-            let found_state = found.as_ref().map(Found::shared);
-            let (decision, update) = lend(found_state, p, |state| {
-                let q = request.quotas;
-                q.evaluate_one(
-                    state,
-                    request.cost,
-                    now_micros,
-                    request.commit,
-                    request.room,
-                )
-            });
-            if let Some((update, replaces)) = update_found(found, update, p) {
-                let metrics = &inner.metrics;
-                store_new(
-                    &mut shard, metrics, *id, key, update, p, now_micros, replaces,
-                );
-            }
-            return decision;
-        }
-        // Each quota's entry found once: updated in place where it exists,
-        // and only then the new ones stored.
-        let mut positions = SmallVec::<[Option<Position>; 4]>::new();
-        for &id in ids {
-            positions.push(shard.position_in_set(id, key));
-        }
-        let mut stored = Stored {
-            shard: &mut shard,
-            positions: &positions,
-            new: SmallVec::new(),
-            metrics: &inner.metrics,
-            request: &request,
-            now: now_micros,
-        };
-        let decision =
-            request
-                .quotas
-                .evaluate(&mut stored, request.cost, now, request.commit, request.room);
-        stored.store_new();
-        decision
     }
 }
 

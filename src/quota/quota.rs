@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::Params;
-use crate::algorithm::{Algorithm, Mode};
+use crate::algorithm::{Algorithm, Mode, fixed_window, token_bucket};
 
 /// A validated quota: `limit` per `period` (with a `burst` for the bucket
 /// algorithms), its algorithm, name and mode.
@@ -104,20 +104,26 @@ pub enum Counts {
     Requests,
 }
 
-/// How the memory backend keeps and decides a quota alone in its set; in
-/// a set of several, `Arrival` and `SlidingWindow` say which quotas report
-/// numbers derived when read (`QuotaSet::evaluate`).
+/// How the memory backend keeps and decides a quota alone in its set,
+/// decided when the quota is built, so that a check pays one comparison
+/// for it; in a set of several, `Arrival` and `SlidingWindow` say which
+/// quotas report numbers derived when read (`QuotaSet::evaluate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Path {
-    /// One arrival time ([`kept_as_arrival`]), swapped without a lock.
+    /// One arrival time (GCRA, the leaky bucket, a token bucket with one
+    /// unit refilled per microsecond), swapped without a lock.
     Arrival,
     /// A fixed window under one unit a microsecond, not elastic: one
     /// number, swapped without a lock, though not as an arrival time.
     Window,
-    /// A sliding window, not elastic: its admissions' numbers computed
-    /// only when read, alone in its set or with others.
+    /// A sliding window, not elastic: two numbers swapped without a lock,
+    /// its admissions' numbers computed only when read, alone in its set
+    /// or with others.
     SlidingWindow,
-    /// Decided under the write lock as any set is.
+    /// Any other token bucket, fixed or sliding window: two numbers
+    /// swapped without a lock where they fit.
+    Pair,
+    /// Decided under the write lock as any set is: the sliding log.
     Locked,
 }
 
@@ -126,41 +132,22 @@ impl Path {
     pub(super) fn of(algorithm: Algorithm, params: &Params) -> Path {
         let elastic = params.elastic_margin != 0;
         match algorithm {
-            _ if kept_as_arrival(algorithm, params) => Path::Arrival,
-            Algorithm::FixedWindow
-                if !elastic && crate::algorithm::fixed_window::kept_as_one_number(params) =>
-            {
+            Algorithm::Gcra | Algorithm::LeakyBucket => Path::Arrival,
+            // A token bucket with one unit refilled per microsecond.
+            Algorithm::TokenBucket if token_bucket::kept_as_arrival(params) => Path::Arrival,
+            Algorithm::FixedWindow if !elastic && fixed_window::kept_as_one_number(params) => {
                 Path::Window
             }
             Algorithm::SlidingWindow if !elastic => Path::SlidingWindow,
-            _ => Path::Locked,
+            Algorithm::TokenBucket | Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+                Path::Pair
+            }
+            Algorithm::SlidingLog => Path::Locked,
         }
     }
 }
 
-/// Whether a quota of `algorithm` with `params` keeps one arrival time:
-/// GCRA, the leaky bucket, and a token bucket with one unit refilled per
-/// microsecond.
-#[inline]
-fn kept_as_arrival(algorithm: Algorithm, params: &Params) -> bool {
-    match algorithm {
-        Algorithm::Gcra | Algorithm::LeakyBucket => true,
-        Algorithm::TokenBucket => crate::algorithm::token_bucket::kept_as_arrival(params),
-        _ => false,
-    }
-}
-
 impl Quota {
-    /// Whether the state is one arrival time ([`Path::Arrival`]), which a
-    /// backend may decide without a lock. Worked out from the algorithm
-    /// rather than read from `path`: inlined where the algorithm is then
-    /// matched, it lets the compiler drop the other algorithms' arms (GCRA
-    /// costs 120 instructions more a check otherwise).
-    #[inline]
-    pub(crate) fn kept_as_arrival(&self) -> bool {
-        kept_as_arrival(self.algorithm, &self.params)
-    }
-
     /// The name clients see in headers and problem details: the one given
     /// to [`QuotaBuilder::name`](super::QuotaBuilder::name), else, alone in
     /// a [`QuotaSet::new`](crate::QuotaSet::new), the set's name, else

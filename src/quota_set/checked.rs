@@ -4,7 +4,7 @@
 use smallvec::SmallVec;
 
 use crate::algorithm::{
-    self, Algorithm, Branch, Outcome, State, Update, fixed_window, sliding_window,
+    self, Algorithm, Branch, Outcome, State, Update, fixed_window, gcra, sliding_window,
 };
 use crate::decision::QuotaDecision;
 use crate::quota::{Path, Quota};
@@ -22,7 +22,7 @@ pub(crate) enum Checked {
     /// An arrival-time quota's check, not elastic: what it reports is
     /// derived from its reset when read, as for such a quota alone, so
     /// neither branch's division is made here.
-    Arrival(Arrival),
+    Arrival(gcra::Arrival),
     /// An admission by a sliding window, not elastic: the counters after
     /// it and how far into their window it came. Whichever way the set
     /// decides, what the quota reports is derived from counters when read,
@@ -60,39 +60,6 @@ impl Checked {
     }
 }
 
-/// What a set keeps of an arrival-time quota's outcome ([`check_arrival`]):
-/// the resets of its two branches, not the numbers derived from them.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Arrival {
-    pub allowed: bool,
-    /// As [`Outcome::wait`].
-    pub wait: u64,
-    /// The reset if the request is admitted, and the arrival time then
-    /// stored.
-    pub admit_reset: u64,
-    pub next: u64,
-    /// The reset if it is not (the state is then kept as it is).
-    pub refuse_reset: u64,
-}
-
-impl Arrival {
-    /// What a set keeps of `outcome`, an arrival-time quota's.
-    #[inline]
-    pub(crate) fn of(outcome: &Outcome) -> Arrival {
-        let next = match outcome.admit.update {
-            Update::Set(State::Word(next)) => next,
-            _ => 0,
-        };
-        Arrival {
-            allowed: outcome.allowed,
-            wait: outcome.wait,
-            admit_reset: outcome.admit.reset,
-            next,
-            refuse_reset: outcome.refuse.reset,
-        }
-    }
-}
-
 impl Checked {
     /// `quota`'s check of a request on its stored `state`; a whole outcome
     /// is kept in `outcomes`.
@@ -108,8 +75,7 @@ impl Checked {
         let p = &quota.params;
         if quota.path == Path::Arrival && p.elastic_margin == 0 {
             let tat = algorithm::arrival_time(quota.algorithm(), state, p);
-            let outcome = algorithm::check_arrival(quota.algorithm(), tat, p, cost, now, false);
-            return Checked::Arrival(Arrival::of(&outcome));
+            return Checked::Arrival(algorithm::arrive(quota.algorithm(), tat, p, cost, now));
         }
         if quota.path == Path::SlidingWindow {
             // Another algorithm's state counts as none, as in `check`.
@@ -175,13 +141,9 @@ impl Checked {
                 } else {
                     Update::Keep
                 };
-                let reset = if admitted {
-                    a.admit_reset
-                } else {
-                    a.refuse_reset
-                };
                 // Remaining and replenish are derived from the reset.
-                let raw = RawQuotaDecision::resolved(a.allowed, a.wait, admitted, [0, reset, 0]);
+                let numbers = [0, a.reset(admitted), 0];
+                let raw = RawQuotaDecision::resolved(a.allowed, a.wait, admitted, numbers);
                 (raw.arrival_decision(quota), update)
             }
             Checked::SlidingWindow(admitted) => {

@@ -4,7 +4,7 @@ use smallvec::SmallVec;
 
 use super::checked::{Checked, Outcomes, RawQuotaDecision, resolve};
 use super::{QuotaSet, SET_INLINE, States, requests};
-use crate::algorithm::{self, Outcome, State, Update, sliding_window};
+use crate::algorithm::{self, Outcome, State, Update, gcra, sliding_window};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
 use crate::quota::Quota;
@@ -124,35 +124,6 @@ impl QuotaSet {
         Some((Decision::one(true, decision), admitted.counters))
     }
 
-    /// [`evaluate_one`](QuotaSet::evaluate_one) for a quota whose state is
-    /// the arrival time `tat` (see [`Quota::kept_as_arrival`]): unless it is
-    /// elastic,
-    /// its algorithm is called directly, so the whole decision inlines into
-    /// the backend's compare-and-swap loop, where what the outcome holds is
-    /// known and nothing of it is dropped or moved at run time.
-    #[inline(always)]
-    pub(crate) fn evaluate_arrival(
-        &self,
-        tat: u64,
-        cost: u64,
-        now: u64,
-        commit: bool,
-        room: bool,
-    ) -> (Decision, Update) {
-        let quota = &self.quotas[0];
-        if quota.params.elastic_margin != 0 {
-            return self.evaluate_one(Some(&State::Word(tat)), cost, now, commit, room);
-        }
-        // Remaining and replenish are left to be computed when read: the
-        // division they take is then never made for a caller that does
-        // not read them.
-        self.resolve_one(
-            |q| algorithm::check_arrival(q.algorithm(), Some(tat), &q.params, cost, now, true),
-            commit,
-            RawQuotaDecision::arrival_decision,
-        )
-    }
-
     /// [`evaluate_one`](QuotaSet::evaluate_one) for a fixed window, not
     /// elastic, kept as one number, `end_and_count`: its algorithm called
     /// directly, and its numbers counted, not derived from a reset.
@@ -206,4 +177,30 @@ impl QuotaSet {
         let decisions = raw.iter().zip(&*self.quotas).map(|(v, q)| v.decision(q));
         Decision::new(allowed, decisions)
     }
+}
+
+/// The check of a set of one quota kept as an arrival time, not elastic
+/// ([`Path::Arrival`](crate::quota::Path)), on the stored `tat`: plain
+/// numbers, made inside the backend's compare-and-swap loop, which stores
+/// `next` if it admits. The decision is built from them once the swap
+/// holds ([`arrival_decision`]), outside the loop. Given the set's one
+/// quota, not the set: the backend has it at hand, and indexing the set
+/// again costs a bounds check each time.
+#[inline(always)]
+pub(crate) fn arrive(quota: &Quota, tat: u64, cost: u64, now: u64) -> gcra::Arrival {
+    algorithm::arrive(quota.algorithm(), Some(tat), &quota.params, cost, now)
+}
+
+/// The decision of a set of one quota kept as an arrival time on its
+/// check `a` ([`arrive`]). Alone in its set, the quota is admitted exactly
+/// when it admits (a shadow quota that refuses lets the request pass, but
+/// spends nothing). Remaining and replenish are left to be derived from the
+/// reset when read: the division they take is then never made for a
+/// caller that does not read them.
+#[inline]
+pub(crate) fn arrival_decision(quota: &Quota, a: &gcra::Arrival) -> Decision {
+    let allowed = a.allowed || quota.params.shadow;
+    let reset = a.reset(a.allowed);
+    let raw = RawQuotaDecision::resolved(a.allowed, a.wait, a.allowed, [0, reset, 0]);
+    Decision::one(allowed, raw.arrival_decision(quota))
 }

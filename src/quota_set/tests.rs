@@ -55,7 +55,7 @@ fn an_arrival_time_reports_when_read_what_the_algorithm_computes() {
         ];
         for builder in builders {
             let quota = builder.burst(3).mode(mode).build().unwrap();
-            assert!(quota.kept_as_arrival());
+            assert_eq!(quota.path, crate::quota::Path::Arrival);
             let set = QuotaSet::single(quota);
             let mut tat = None;
             let mut seen = [false; 2];
@@ -63,8 +63,12 @@ fn an_arrival_time_reports_when_read_what_the_algorithm_computes() {
                 let now = 1_000_000 + i as u64 * 170_000;
                 let state = tat.map(State::Word);
                 let (general, update) = set.evaluate_one(state.as_ref(), cost, now, true, false);
-                let (derived, same) =
-                    set.evaluate_arrival(tat.unwrap_or(0), cost, now, true, false);
+                let checked = arrive(&set.quotas()[0], tat.unwrap_or(0), cost, now);
+                let derived = arrival_decision(&set.quotas()[0], &checked);
+                let same = match checked.allowed {
+                    true => Update::Set(State::Word(checked.next)),
+                    false => Update::Keep,
+                };
                 assert_eq!(update, same, "{mode:?}, request {i}");
                 let g = read_alike(&general, &derived);
                 seen[usize::from(g)] = true;

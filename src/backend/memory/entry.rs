@@ -168,12 +168,17 @@ impl Pair {
     /// Applies `update` under the write lock, if the result still fits
     /// two numbers; else hands back the state it makes, to be stored wide.
     fn apply(&mut self, update: Update, p: &Params) -> Option<State> {
-        if update == Update::Keep {
-            return None;
-        }
-        let mut state = State::from_pair(*self.0.get_mut(), p);
-        update.apply(&mut state, p);
-        let state = state?;
+        // A state set (every update but a log's) is encoded as it is: the
+        // numbers it replaces need no decoding, nor the update a match.
+        let state = match update {
+            Update::Keep => return None,
+            Update::Set(state) => state,
+            update => {
+                let mut state = State::from_pair(*self.0.get_mut(), p);
+                update.apply(&mut state, p);
+                state?
+            }
+        };
         match state.to_pair(p) {
             Some(numbers) => {
                 *self.0.get_mut() = numbers;

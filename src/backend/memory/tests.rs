@@ -4,6 +4,8 @@ use std::sync::atomic::AtomicU64;
 
 use super::entry::Word;
 use super::*;
+use crate::Timestamp;
+use crate::backend::table::Found;
 use crate::{Limiter, ManualClock, Quota, QuotaSet};
 use std::time::Duration;
 

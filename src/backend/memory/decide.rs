@@ -1,0 +1,211 @@
+//! One check decided: the path its quota was given when built, each
+//! found entry swapped without a lock where its state allows, and
+//! everything else under the shard's write lock.
+
+use smallvec::SmallVec;
+
+use super::entry::{Entries, Stored, lend, pair_of, store_new, update, update_found, word_of};
+use super::{CheckRequest, MemoryBackend};
+use crate::algorithm::State;
+use crate::backend::table::{Found, Position};
+use crate::clock::{Clock, Timestamp};
+use crate::decision::Decision;
+use crate::quota::{Path, Quota};
+use crate::quota_set::{arrival_decision, arrive};
+
+impl<C: Clock> MemoryBackend<C> {
+    /// The hot path, inlined into the caller so the decision is built where
+    /// it is returned: a stored arrival time decided under the read lock.
+    /// The other one-quota sets with a lock-free or in-place path (a fixed
+    /// window kept as one number, a sliding window) take it out of line, so
+    /// that this stays small enough to inline; everything else is
+    /// [`decide_locked`](Self::decide_locked).
+    #[inline]
+    pub(super) fn decide(&self, request: CheckRequest<'_>) -> Decision {
+        let now = self.now(&request);
+        self.decide_at(request, now)
+    }
+
+    /// The time of `request`: on the system clock, the limiter's own
+    /// reading of the counter.
+    #[inline]
+    pub(super) fn now(&self, request: &CheckRequest<'_>) -> Timestamp {
+        self.inner.clock.now_given(request.started.started_at())
+    }
+
+    /// [`decide`](Self::decide) at `now`: a set of one quota takes the
+    /// path its quota was given when built, anything else the write lock.
+    #[inline]
+    pub(super) fn decide_at(&self, request: CheckRequest<'_>, now: Timestamp) -> Decision {
+        if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
+            // The hot path alone here, every other one out of line: a
+            // `match` of them all became a jump table, its loads and an
+            // indirect jump on every check.
+            if quota.path == Path::Arrival {
+                return self.decide_arrival(request, now, *id, quota);
+            }
+        }
+        self.decide_other(request, now)
+    }
+
+    /// [`decide_at`](Self::decide_at) for anything but a one-quota arrival
+    /// time.
+    #[inline(never)]
+    fn decide_other(&self, request: CheckRequest<'_>, now: Timestamp) -> Decision {
+        if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
+            match quota.path {
+                Path::Window => return self.decide_fixed_window(request, now, *id),
+                Path::SlidingWindow | Path::Pair => return self.decide_pair(request, now, *id),
+                Path::Arrival | Path::Locked => {}
+            }
+        }
+        self.decide_locked(request, now, None, None)
+    }
+
+    /// A one-quota arrival time found stored: swapped under the read lock.
+    /// Unless the quota is elastic, the loop holds only the arithmetic of
+    /// [`gcra::arrive`](crate::algorithm::gcra::arrive), and the decision
+    /// is built once the swap holds.
+    #[inline]
+    fn decide_arrival(
+        &self,
+        request: CheckRequest<'_>,
+        now: Timestamp,
+        id: u64,
+        quota: &Quota,
+    ) -> Decision {
+        let shard = self.inner.table.read(request.key);
+        let Some(word) = shard.narrow::<true>(id, request.key) else {
+            return self.decide_locked(request, now, Some(shard.write()), None);
+        };
+        let (cost, now, commit) = (request.cost, now.as_micros(), request.commit);
+        if quota.params.elastic_margin == 0 {
+            let checked = word.update(|tat| {
+                let a = arrive(quota, tat, cost, now);
+                (a, (a.allowed && commit).then_some(a.next))
+            });
+            return arrival_decision(quota, &checked);
+        }
+        let (q, state, room) = (request.quotas, State::Word, request.room);
+        word.update(|tat| word_of(q.evaluate_one(Some(&state(tat)), cost, now, commit, room)))
+    }
+
+    /// A one-quota state of two numbers (a token bucket, a fixed or a
+    /// sliding window) found stored: swapped by a 128-bit compare-and-swap
+    /// under the read lock. A sliding window's admission leaves what it
+    /// reports to be computed only if read. Anything else (a new key, a
+    /// state that no longer fits two numbers) takes the write lock.
+    #[inline]
+    fn decide_pair(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
+        let shard = self.inner.table.read(request.key);
+        if let Some(pair) = shard.pair(id, request.key) {
+            let q = request.quotas;
+            let quota = &q.quotas()[0];
+            let (p, cost, now) = (&quota.params, request.cost, now.as_micros());
+            let (commit, room) = (request.commit, request.room);
+            let fast = quota.path == Path::SlidingWindow;
+            let decided = update(&pair.0, |numbers| {
+                let Some(state) = State::from_pair(numbers, p) else {
+                    return (None, None);
+                };
+                if let (true, State::SlidingWindow(c)) = (fast, &state) {
+                    if let Some((decision, after)) = q.admit_sliding_window(Some(c), cost, now) {
+                        if !commit {
+                            return (Some(decision), None);
+                        }
+                        let next = State::SlidingWindow(after).to_pair(p);
+                        return (next.map(|_| decision), next);
+                    }
+                }
+                let (decision, update) = q.evaluate_one(Some(&state), cost, now, commit, room);
+                match pair_of(update, p) {
+                    Ok(next) => (Some(decision), next),
+                    Err(()) => (None, None),
+                }
+            });
+            if let Some(decision) = decided {
+                return decision;
+            }
+        }
+        self.decide_locked(request, now, Some(shard.write()), None)
+    }
+
+    /// A one-quota fixed window kept as one number: swapped under the read
+    /// lock once stored.
+    #[inline]
+    fn decide_fixed_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
+        let shard = self.inner.table.read(request.key);
+        if let Some(window) = shard.narrow::<true>(id, request.key) {
+            let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
+            let commit = request.commit;
+            return window.update(|n| word_of(q.evaluate_window(n, cost, now, commit)));
+        }
+        self.decide_locked(request, now, Some(shard.write()), None)
+    }
+
+    /// Decides under the shard's write lock (taken here unless given): a
+    /// new key, a set of several quotas, or an algorithm whose state is
+    /// more than one number. `found`: for a one-quota set whose caller
+    /// looked its entry up under this lock already, where it is, if
+    /// anywhere.
+    #[inline(never)]
+    pub(super) fn decide_locked(
+        &self,
+        request: CheckRequest<'_>,
+        now: Timestamp,
+        shard: Option<Entries<'_>>,
+        found: Option<Option<Position>>,
+    ) -> Decision {
+        let inner = &*self.inner;
+        let key = request.key;
+        let now_micros = now.as_micros();
+        let mut shard = shard.unwrap_or_else(|| inner.table.lock(key));
+        let ids = request.quotas.state_ids();
+        let quotas = request.quotas.quotas();
+        // One quota, the common case: one lookup, and the state updated in
+        // place.
+        if let ([id], [quota]) = (ids, quotas) {
+            let p = &quota.params;
+            let at = found.unwrap_or_else(|| shard.position(*id, key));
+            let found = at.and_then(|at| shard.at_mut(at));
+            let found_state = found.as_ref().map(Found::shared);
+            let (decision, update) = lend(found_state, p, |state| {
+                let q = request.quotas;
+                q.evaluate_one(
+                    state,
+                    request.cost,
+                    now_micros,
+                    request.commit,
+                    request.room,
+                )
+            });
+            if let Some((update, replaces)) = update_found(found, update, p) {
+                let metrics = &inner.metrics;
+                store_new(
+                    &mut shard, metrics, *id, key, update, p, now_micros, replaces,
+                );
+            }
+            return decision;
+        }
+        // Each quota's entry found once: updated in place where it exists,
+        // and only then the new ones stored.
+        let mut positions = SmallVec::<[Option<Position>; 4]>::new();
+        for &id in ids {
+            positions.push(shard.position_in_set(id, key));
+        }
+        let mut stored = Stored {
+            shard: &mut shard,
+            positions: &positions,
+            new: SmallVec::new(),
+            metrics: &inner.metrics,
+            request: &request,
+            now: now_micros,
+        };
+        let decision =
+            request
+                .quotas
+                .evaluate(&mut stored, request.cost, now, request.commit, request.room);
+        stored.store_new();
+        decision
+    }
+}
