@@ -292,6 +292,7 @@ impl RawQuotaDecision {
             self.retry_after,
             self.delay,
         )
+        .over(self.remaining < soft_margin)
     }
 
     /// [`decision`](Self::decision) for an arrival-time quota decided
