@@ -2,11 +2,10 @@
 //! applied by the other within the stated bound.
 
 use http::{Method, StatusCode};
-use serde_json::Value;
 use support::gateway::RulesFile;
 use support::redis::RedisServer;
 
-use super::{Admin, FLEET_BOUND, RULES, TOKEN, blocked, call, request, start, within};
+use super::{FLEET_BOUND, RULES, TOKEN, blocked, call, request, start, within};
 use crate::support;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

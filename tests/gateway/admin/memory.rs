@@ -4,7 +4,7 @@
 use http::{Method, StatusCode};
 use support::gateway::RulesFile;
 
-use super::{RULES, TOKEN, blocked, call, request, start, within};
+use super::{RULES, TOKEN, call, request, start};
 use crate::support;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
