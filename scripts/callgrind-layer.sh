@@ -11,13 +11,14 @@
 #
 #   scripts/callgrind-layer.sh            # N=2000
 #   N=10000 scripts/callgrind-layer.sh   # what BENCHMARKS.md reports
+#   FEATURES=rules scripts/callgrind-layer.sh   # and the same quota as a rules file
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
 }
 N=${N:-2000}
-cargo build --release --quiet --bench layer_instructions
+cargo build --release --quiet --features "${FEATURES:-}" --bench layer_instructions
 bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/layer_instructions-* | grep -v '\.d$' | head -n 1)
 count() { # requests, extra args -> instructions
   local out
@@ -44,4 +45,8 @@ echo "| bare | $bare | |"
 echo "| tollgate (memory, IETF headers) | $tollgate | $((tollgate - bare)) |"
 echo "| tower_governor (headers on) | $governor | $((governor - bare)) |"
 echo "| tollgate, Prometheus recorder installed | $prometheus | $((prometheus - bare)) |"
+if [[ "${FEATURES:-}" == *rules* ]]; then
+  rules=$(per_request rules)
+  echo "| tollgate, the quota as a rules file | $rules | $((rules - bare)) |"
+fi
 python3 -c "print(f'tollgate adds {($tollgate - $bare) / ($governor - $bare):.2f}x what tower_governor adds')"

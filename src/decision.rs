@@ -27,6 +27,11 @@ pub struct QuotaDecision {
     allowed: bool,
     shadow: bool,
     form: Left,
+    /// Counted form: whether the admission took units beyond the reported
+    /// limit (a soft quota's margin, an elastic quota's extra), kept
+    /// because `remaining` no longer tells (it stops at 0 there). The other
+    /// forms derive it when read.
+    over: bool,
 }
 
 /// How a [`QuotaDecision`] keeps what is left of its quota.
@@ -69,7 +74,15 @@ impl QuotaDecision {
             allowed,
             shadow,
             form: Left::Counted,
+            over: false,
         }
+    }
+
+    /// The same answer, saying whether it took units beyond the reported
+    /// limit (see [`over_limit`](Self::over_limit)).
+    #[inline]
+    pub(crate) fn over(self, over: bool) -> Self {
+        QuotaDecision { over, ..self }
     }
 
     /// The answer of an arrival-time quota (GCRA, leaky bucket, a token
@@ -110,6 +123,7 @@ impl QuotaDecision {
             allowed: true,
             shadow: p.shadow,
             form: Left::SlidingWindow,
+            over: false,
         }
     }
 
@@ -142,6 +156,24 @@ impl QuotaDecision {
                 (effective.saturating_sub(soft_margin), replenish)
             }
             Left::SlidingWindow => self.sliding_window_admitted().left(self.limit, self.reset),
+        }
+    }
+
+    /// Whether this admission took units beyond the limit reported (the
+    /// margin of a quota in [`Mode::Soft`](crate::Mode::Soft), the extra of
+    /// one in [`Mode::Elastic`](crate::Mode::Elastic)): fewer units than
+    /// that margin are left. Only read for such quotas: for an arrival
+    /// time it takes a division.
+    pub(crate) fn over_limit(&self) -> bool {
+        match self.form {
+            Left::Counted => self.over,
+            Left::Arrival => {
+                let (capacity, interval) = self.left;
+                let tolerance = capacity.saturating_mul(interval);
+                let (effective, _) = gcra::left(self.reset, tolerance, interval.max(1));
+                effective < capacity.saturating_sub(self.limit)
+            }
+            Left::SlidingWindow => self.sliding_window_admitted().used(self.reset) > self.limit,
         }
     }
 
@@ -232,6 +264,7 @@ impl QuotaDecision {
             form: Left::Counted,
             allowed: self.allowed || retry_after == 0,
             wait: retry_after,
+            over: self.over_limit(),
             ..*self
         }
     }

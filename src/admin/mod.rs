@@ -30,13 +30,15 @@
 //! when the request carries one, and the key as the logs show keys.
 
 mod handlers;
+mod reply;
+mod top;
 
 use axum::Router;
 use axum::routing::get;
 
 use crate::rules::Rules;
 
-pub use handlers::publish_top_metrics;
+pub use top::publish_top_metrics;
 
 /// The OpenAPI 3 description of the admin API.
 pub const OPENAPI: &str = include_str!("openapi.yaml");
@@ -67,9 +69,9 @@ pub fn router(rules: Rules) -> Router {
                 .put(handlers::put_override)
                 .delete(handlers::delete_override),
         )
-        .route("/v1/rules/{rule}/top", get(handlers::top))
-        .route("/v1/openapi.yaml", get(handlers::openapi))
-        .fallback(handlers::not_found)
-        .method_not_allowed_fallback(handlers::method_not_allowed)
+        .route("/v1/rules/{rule}/top", get(top::top))
+        .route("/v1/openapi.yaml", get(reply::openapi))
+        .fallback(reply::not_found)
+        .method_not_allowed_fallback(reply::method_not_allowed)
         .with_state(rules)
 }

@@ -231,7 +231,7 @@ impl Admitted {
     }
 
     /// The estimate after the request, what [`check`] calls `used`.
-    fn used(&self, period: u64) -> u64 {
+    pub(crate) fn used(&self, period: u64) -> u64 {
         let c = &self.counters;
         weigh(c.prev, period - self.elapsed, period) + c.curr
     }

@@ -536,6 +536,22 @@ impl<B: Backend> Backend for BatchBackend<B> {
         self.inner.charge(request)
     }
 
+    /// Resets the key in the inner backend, then drops every stripe's
+    /// batch of it that holds units of a quota reset (a set's batch when
+    /// one of its quotas alone is reset), unspent and not given back:
+    /// afterwards the key is fresh here too, with nothing parked from
+    /// before. In that order, a batch taken between the two is dropped
+    /// (admitting less, never more).
+    async fn reset<'a>(&'a self, key: &'a str, quotas: &'a QuotaSet) -> Result<(), BackendError> {
+        self.inner.reset(key, quotas).await?;
+        let ids = quotas.state_ids();
+        for stripe in &self.stripes[..] {
+            lock(&stripe.held)
+                .retain(|o, _| *o.key != *key || !o.ids.iter().any(|id| ids.contains(id)));
+        }
+        Ok(())
+    }
+
     fn shared(&self) -> bool {
         self.inner.shared()
     }

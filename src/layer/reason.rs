@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::{Decision, Mode, QuotaSet};
+
 /// Why the layer passed or answered a request: one per decision, with a
 /// stable [`as_str`](Reason::as_str) for logs, the
 /// `tollgate_decision_reasons_total` metric's `reason` label (bounded: one
@@ -119,6 +121,23 @@ impl Reason {
             Reason::TooCostly => "too_costly",
             Reason::BadRequest => "bad_request",
         }
+    }
+
+    /// The reason of an admission that a quota of `quotas` made only with
+    /// units beyond its reported limit: [`Soft`](Reason::Soft) within a
+    /// soft quota's margin, [`Elastic`](Reason::Elastic) within an elastic
+    /// quota's extra; `None` when every quota admitted within its limit.
+    /// A set without such quotas costs a look at each quota's mode.
+    #[inline]
+    pub(crate) fn beyond_limit(quotas: &QuotaSet, decision: &Decision) -> Option<Reason> {
+        (quotas.quotas().iter().zip(decision.quotas())).find_map(|(quota, answer)| {
+            let reason = match quota.mode() {
+                Mode::Soft { .. } => Reason::Soft,
+                Mode::Elastic { .. } => Reason::Elastic,
+                Mode::Enforce | Mode::Shadow => return None,
+            };
+            (answer.allowed() && answer.over_limit()).then_some(reason)
+        })
     }
 
     /// Of two limits' reasons for one passed request, the one to report:

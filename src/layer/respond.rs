@@ -151,6 +151,15 @@ impl ResponsePolicy {
             } else {
                 Reason::Admitted
             };
+            if let Some(beyond) = Reason::beyond_limit(quotas, &decision) {
+                reason = beyond;
+                tracing::debug!(
+                    key = self.logged_key(key).as_str(),
+                    set = quotas.name(),
+                    reason = reason.as_str(),
+                    "admitted beyond the quota's limit"
+                );
+            }
             if decision.exceeded() {
                 reason = Reason::Shadow;
                 tracing::info!(

@@ -254,6 +254,7 @@ impl RawQuotaDecision {
             self.retry_after,
             self.delay,
         )
+        .over(self.remaining < soft_margin)
     }
 
     /// [`decision`](Self::decision) for an arrival-time quota decided

@@ -45,6 +45,7 @@ mod key_part;
 mod model;
 mod names;
 pub(crate) mod operate;
+mod overrides;
 mod path;
 mod pattern;
 mod penalty;

@@ -6,17 +6,35 @@
 //! recorded in all, every key seen more than `n / k` times is in the
 //! summary, and each count is at most `n / k` above the truth (the error
 //! reported beside it). Memory is `k` entries whatever the number of keys.
+//!
+//! Admitted decisions, the hot path's, are counted one by one until a
+//! rule's summary has counted [`EXACT_ADMITTED`] of them, then one in
+//! [`SAMPLE`] (chosen at random), as `SAMPLE` decisions: counting each one
+//! was most of what the summary cost a request, and a key heavy enough to
+//! matter is seen often enough for the sample to find it (a count of `c`
+//! is then off by about `sqrt(SAMPLE * c)`, beside the sketch's error).
+//! Refusals are always counted one by one.
 
 // Read by the admin API (the `admin` feature); the request path uses a part.
 #![cfg_attr(not(feature = "admin"), allow(dead_code))]
 
+use std::cell::Cell;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use compact_str::CompactString;
 
 /// Counters per summary: a key seen in more than 1/64 of a rule's decisions
 /// of one kind is always found.
 pub(crate) const COUNTERS: usize = 64;
+
+/// Admitted decisions a rule's summary counts one by one, before it
+/// samples them.
+pub(crate) const EXACT_ADMITTED: u64 = 1_024;
+
+/// Past [`EXACT_ADMITTED`], one admitted decision in this many is counted,
+/// as this many.
+pub(crate) const SAMPLE: u64 = 8;
 
 /// The longest key kept: a longer one is kept cut (its count stays its
 /// own, as the hash is of the whole key).
@@ -71,15 +89,16 @@ impl SpaceSaving {
         }
     }
 
-    /// Counts one more decision of `key`.
-    pub(crate) fn record(&mut self, key: &str) {
+    /// Counts `weight` more decisions of `key` (the weighted form of the
+    /// algorithm: its bound holds with `n` the weights' sum).
+    pub(crate) fn record(&mut self, key: &str, weight: u64) {
         use std::hash::BuildHasher;
         let hash = self.hasher.hash_one(key);
-        self.total += 1;
+        self.total += weight;
         let slot = &mut self.index[hash as usize & (INDEX - 1)];
         if let Some(c) = self.counters.get_mut(usize::from(*slot)) {
             if c.hash == hash && c.key == kept(key) {
-                c.count += 1;
+                c.count += weight;
                 return;
             }
         }
@@ -87,13 +106,13 @@ impl SpaceSaving {
         let found = (self.counters.iter()).position(|c| c.hash == hash && c.key == kept(key));
         let at = match found {
             Some(at) => {
-                self.counters[at].count += 1;
+                self.counters[at].count += weight;
                 at
             }
             None if self.counters.len() < self.k => {
                 self.counters.push(Counter {
                     hash,
-                    count: 1,
+                    count: weight,
                     error: 0,
                     key: kept(key).into(),
                 });
@@ -106,7 +125,7 @@ impl SpaceSaving {
                     return;
                 };
                 min.error = min.count;
-                min.count += 1;
+                min.count += weight;
                 min.hash = hash;
                 min.key = kept(key).into();
                 at
@@ -168,6 +187,9 @@ fn kept(key: &str) -> &str {
 pub(crate) struct TopKeys {
     admitted: Mutex<SpaceSaving>,
     refused: Mutex<SpaceSaving>,
+    /// Whether admitted decisions are sampled now (see the module): read
+    /// by every admission, written once, so its cache line stays shared.
+    sampling: AtomicBool,
 }
 
 impl Default for TopKeys {
@@ -175,23 +197,58 @@ impl Default for TopKeys {
         TopKeys {
             admitted: Mutex::new(SpaceSaving::new(COUNTERS)),
             refused: Mutex::new(SpaceSaving::new(COUNTERS)),
+            sampling: AtomicBool::new(false),
         }
     }
+}
+
+/// Whether this admitted decision is in the sample: one in [`SAMPLE`], by
+/// a generator of each thread's own (xorshift), so that no order of
+/// requests a client chooses is counted more or less than its share, and
+/// threads share no state for it.
+#[inline]
+fn sampled() -> bool {
+    thread_local! {
+        static STATE: Cell<u32> = const { Cell::new(0x2545_f491) };
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        state.set(x);
+        // The high bits, the generator's best.
+        x >> (32 - SAMPLE.trailing_zeros()) == 0
+    })
 }
 
 impl TopKeys {
     /// Counts a decision of `key`. Never waits: while another thread
     /// holds the summary, this decision goes uncounted (the summary is an
     /// estimate already, and the request path must not queue behind it).
+    /// Admissions are sampled once the summary has counted
+    /// [`EXACT_ADMITTED`] of them.
     #[inline]
     pub(crate) fn record(&self, key: &str, refused: bool) {
-        let summary = if refused {
-            &self.refused
+        if refused {
+            if let Ok(mut summary) = self.refused.try_lock() {
+                summary.record(key, 1);
+            }
+            return;
+        }
+        let weight = if self.sampling.load(Ordering::Relaxed) {
+            if !sampled() {
+                return;
+            }
+            SAMPLE
         } else {
-            &self.admitted
+            1
         };
-        if let Ok(mut summary) = summary.try_lock() {
-            summary.record(key);
+        if let Ok(mut summary) = self.admitted.try_lock() {
+            summary.record(key, weight);
+            if weight == 1 && summary.total() >= EXACT_ADMITTED {
+                self.sampling.store(true, Ordering::Relaxed);
+            }
         }
     }
 
@@ -220,18 +277,21 @@ mod tests {
         let mut light = 0u64;
         for round in 0..3_000u64 {
             for h in &heavy {
-                s.record(h);
+                s.record(h, 1);
             }
             // Spread the distinct keys over the rounds.
             let per_round = distinct.div_ceil(3_000);
             for _ in 0..per_round {
                 if light < distinct {
-                    s.record(&format!(
-                        "ip:10.{}.{}.{}",
-                        light >> 16,
-                        (light >> 8) & 255,
-                        light & 255
-                    ));
+                    s.record(
+                        &format!(
+                            "ip:10.{}.{}.{}",
+                            light >> 16,
+                            (light >> 8) & 255,
+                            light & 255
+                        ),
+                        1,
+                    );
                     light += 1;
                 }
             }
@@ -279,12 +339,42 @@ mod tests {
         assert!(large <= COUNTERS * (std::mem::size_of::<Counter>() + MAX_KEPT));
     }
 
+    /// Admissions are counted exactly up to `EXACT_ADMITTED`, then
+    /// sampled: a heavy key's count stays near the truth (within 10%, over
+    /// 20 standard deviations of the sample's), and light keys do not
+    /// push it out.
+    #[test]
+    fn admissions_are_exact_at_first_then_sampled_near_the_truth() {
+        let top = TopKeys::default();
+        for _ in 0..EXACT_ADMITTED {
+            top.record("key:heavy", false);
+        }
+        assert_eq!(top.top(1, false).0[0].count, EXACT_ADMITTED, "exact so far");
+        assert!(top.sampling.load(Ordering::Relaxed));
+        let more = 40_000;
+        for i in 0..more {
+            top.record("key:heavy", false);
+            top.record(&format!("ip:10.0.{}.{}", i >> 8 & 255, i & 255), false);
+        }
+        let (heavy, counted) = top.top(1, false);
+        let truth = EXACT_ADMITTED + more;
+        assert_eq!(heavy[0].key, "key:heavy");
+        let off = heavy[0].count.abs_diff(truth);
+        assert!(off <= truth / 10, "{heavy:?}, truth {truth}");
+        assert!(counted.abs_diff(EXACT_ADMITTED + 2 * more) <= 2 * more / 10);
+        // Refusals stay exact.
+        for _ in 0..3 {
+            top.record("key:heavy", true);
+        }
+        assert_eq!(top.top(1, true).0[0].count, 3);
+    }
+
     #[test]
     fn a_long_key_is_kept_cut_and_counted_as_itself() {
         let mut s = SpaceSaving::new(4);
         let long = "é".repeat(300);
-        s.record(&long);
-        s.record(&long);
+        s.record(&long, 1);
+        s.record(&long, 1);
         let top = s.top(1);
         assert_eq!(top[0].count, 2);
         assert!(top[0].key.len() <= MAX_KEPT);

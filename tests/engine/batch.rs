@@ -157,3 +157,55 @@ async fn sliding_logs_and_peeks_are_not_batched() {
     assert_eq!(limiter.peek("log", 0).await.unwrap().remaining(), 40);
     assert_eq!(limiter.backend().flush(&set).await, 0);
 }
+
+/// A reset through batches means a fresh key: the inner backend forgets
+/// the key, and the stripes drop its parked units rather than give them
+/// back to the fresh key later. Resetting one quota of the set drops the
+/// set's batch too (its units were taken from every quota: those of the
+/// others stay spent, never admitted twice). Another key's batch stays.
+#[tokio::test]
+async fn a_reset_forgets_the_key_inside_and_the_units_parked_for_it() {
+    let hour = Quota::fixed_window(100, Duration::from_secs(3_600))
+        .name("hour")
+        .build()
+        .unwrap();
+    let day = Quota::fixed_window(1_000, Duration::from_secs(86_400))
+        .name("day")
+        .build()
+        .unwrap();
+    let set = QuotaSet::new("two", [hour, day]).unwrap();
+    let backend = BatchBackend::builder(MemoryBackend::new())
+        .stripes(1)
+        .max_batch(16)
+        .lifetime(Duration::from_secs(3_600))
+        .build();
+    let limiter = Limiter::new(backend, set.clone());
+    let left =
+        |d: tollgate::Decision| -> Vec<u64> { d.quotas().iter().map(|q| q.remaining()).collect() };
+    // A batch of 1, then one of 4: 2 checks take 5 units, 3 parked; the
+    // other key the same.
+    for key in ["k", "other"] {
+        for _ in 0..2 {
+            assert!(limiter.check(key, 1).await.unwrap().allowed());
+        }
+    }
+    assert_eq!(left(limiter.peek("k", 0).await.unwrap()), [95, 995]);
+
+    limiter.reset("k").await.expect("a batched backend resets");
+    assert_eq!(left(limiter.peek("k", 0).await.unwrap()), [100, 1_000]);
+    assert!(limiter.check("k", 1).await.unwrap().allowed());
+    assert_eq!(
+        left(limiter.peek("k", 0).await.unwrap()),
+        [99, 999],
+        "a fresh batch of one, nothing parked from before"
+    );
+
+    // Again, then the hour alone.
+    assert!(limiter.check("k", 1).await.unwrap().allowed());
+    assert_eq!(left(limiter.peek("k", 0).await.unwrap()), [95, 995]);
+    assert!(limiter.reset_quota("k", "hour").await.unwrap());
+    assert_eq!(left(limiter.peek("k", 0).await.unwrap()), [100, 995]);
+    // Only the other key's 3 parked units remain to give back.
+    assert_eq!(limiter.backend().flush(&set).await, 3);
+    assert_eq!(left(limiter.peek("other", 0).await.unwrap()), [98, 998]);
+}

@@ -111,6 +111,25 @@ async fn a_shadow_refusal_logs_the_partition_key_in_place_of_the_key() {
     assert!(!log.contains('\x1b'), "{log:?}");
 }
 
+/// An admission within a soft quota's margin says so in its log line,
+/// with the key hashed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soft_admission_logs_its_reason() {
+    const SOFT: &str = r#"
+rules:
+  - name: trial
+    key: header:x-api-key
+    quotas: [{ name: trial, algorithm: fixed_window, limit: 1, period: 1h, mode: soft, soft_percent: 100 }]
+"#;
+    let keys: &[&[u8]] = &[SECRET.as_bytes()];
+    let wait = "admitted beyond the quota's limit";
+    let (log, _) = run(SOFT, &["--log-level", "debug"], keys, wait).await;
+    assert!(!log.contains("SECRET123"), "{log}");
+    let soft = line(&log, wait);
+    assert!(soft.contains(" reason=\"soft\""), "{soft}");
+    assert!(soft.contains(" set=\"trial\""), "{soft}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_keys_are_logged_only_when_asked_and_quoted_so_no_field_is_forged() {
     let forged: &[u8] = br#"bob outcome="allowed""#;

@@ -151,3 +151,65 @@ fn check_now_counts_each_outcome_once() {
         4.0
     );
 }
+
+/// Admissions beyond a quota's nominal limit say so: within a soft quota's
+/// margin `soft`, within an elastic quota's extra (with room) `elastic`,
+/// in the request's extensions and the `reason` metric label, for each
+/// form a quota's answer takes (an arrival time, counters, a sliding
+/// window). The request that spends the last nominal unit is `admitted`.
+#[tokio::test]
+async fn soft_and_elastic_admissions_carry_their_reason_to_handlers_and_the_metric() {
+    let algorithms = [
+        tollgate::Algorithm::Gcra,
+        tollgate::Algorithm::FixedWindow,
+        tollgate::Algorithm::SlidingWindow,
+        tollgate::Algorithm::TokenBucket,
+    ];
+    for algorithm in algorithms {
+        for (mode, beyond) in [
+            (tollgate::Mode::Soft { percent: 100 }, "soft"),
+            (tollgate::Mode::Elastic { percent: 100 }, "elastic"),
+        ] {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let svc = metrics::with_local_recorder(&recorder, || {
+                // 2 an hour, 4 with the margin: nothing returns during the test.
+                let quota = Quota::builder(algorithm, 2, Duration::from_secs(3_600))
+                    .mode(mode)
+                    .build()
+                    .unwrap();
+                let limiter = Limiter::new(MemoryBackend::new(), quota);
+                let layer = RateLimitLayer::builder(limiter, GlobalKey)
+                    .decision_in_extensions(true)
+                    // Idle: an elastic quota has room.
+                    .load_signal(|| 0.0)
+                    .build();
+                layer.layer(service_fn(|request: Request<()>| async move {
+                    let reason = request.extensions().get::<tollgate::layer::Reason>();
+                    let said = reason.map_or("none", |r| r.as_str());
+                    let response = Response::builder().header("x-reason", said);
+                    Ok::<_, std::convert::Infallible>(response.body(String::new()).unwrap())
+                }))
+            });
+            let mut said = Vec::new();
+            for _ in 0..5 {
+                let response = svc.clone().oneshot(Request::new(())).await.unwrap();
+                said.push(match response.status() {
+                    StatusCode::OK => response.headers()["x-reason"].to_str().unwrap().to_owned(),
+                    other => other.as_str().to_owned(),
+                });
+            }
+            let case = format!("{algorithm:?} {mode:?}");
+            assert_eq!(
+                said,
+                ["admitted", "admitted", beyond, beyond, "429"],
+                "{case}"
+            );
+            let got = samples(&recorder);
+            let reason =
+                |r: &str| got[&format!(r#"tollgate_decision_reasons_total{{reason="{r}"}}"#)];
+            assert_eq!(reason("admitted"), 2.0, "{case}");
+            assert_eq!(reason(beyond), 2.0, "{case}");
+            assert_eq!(reason("quota"), 1.0, "{case}");
+        }
+    }
+}
