@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tracing::{Instrument, Span};
 
-use crate::backend::{Backend, BackendError, CheckRequest, GiveBackRequest, Reserved};
+use crate::backend::{Backend, BackendError, CheckRequest, GiveBackRequest, Now, Reserved};
 use crate::clock::Stopwatch;
 use crate::decision::Decision;
 use crate::metrics::DecisionMetrics;
@@ -277,7 +277,8 @@ impl<B: Backend> Limiter<B> {
     }
 
     /// [`check`](Limiter::check) without waiting, when the backend can
-    /// decide synchronously (see [`Backend::check_now`]); `None` otherwise.
+    /// decide synchronously (see [`Backend::check_now`]); `None` when the
+    /// request must be awaited.
     #[inline]
     pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision, Error>> {
         self.with_room(false).check_now(key, cost)
@@ -539,31 +540,39 @@ impl<'a, B: Backend> WithRoom<'a, B> {
     /// [`Limiter::check_now`], with or without room.
     #[inline]
     pub fn check_now(self, key: &str, cost: u64) -> Option<Result<Decision, Error>> {
+        self.now(key, cost).decided()
+    }
+
+    /// [`check_now`](WithRoom::check_now), saying also whether the backend
+    /// ever decides now ([`Now::Never`]): the layer remembers that, and
+    /// stops preparing requests for it.
+    #[inline]
+    pub(crate) fn now(self, key: &str, cost: u64) -> Now<Error> {
         if !tracing::enabled!(tracing::Level::DEBUG) {
             return self.decide_now(key, cost);
         }
         let span = self.limiter.span(key, cost, "check");
         let outcome = span.in_scope(|| self.decide_now(key, cost));
         match &outcome {
-            Some(outcome) => record(&span, outcome),
+            Now::Decided(outcome) => record(&span, outcome),
             // The awaited check that follows has a span of its own.
-            None => {
+            Now::Later | Now::Never => {
                 span.record("outcome", "deferred");
             }
         }
         outcome
     }
 
-    /// [`check_now`](WithRoom::check_now) without its span: the decision
-    /// at once, timed and counted.
+    /// [`now`](WithRoom::now) without its span: the decision at once,
+    /// timed and counted.
     #[inline]
-    fn decide_now(self, key: &str, cost: u64) -> Option<Result<Decision, Error>> {
+    fn decide_now(self, key: &str, cost: u64) -> Now<Error> {
         let limiter = self.limiter;
         let started = Stopwatch::start();
         let failed = |e: Error| {
             let outcome = Err(e);
             limiter.metrics.decided(&outcome, started);
-            Some(outcome)
+            Now::Decided(outcome)
         };
         let request = match limiter.request(key, cost, true, self.room, started) {
             Ok(request) => request,
@@ -572,12 +581,13 @@ impl<'a, B: Backend> WithRoom<'a, B> {
         // One match over what the backend returned: through `?` and an
         // early return, the decision was copied twice more on its way out.
         match limiter.backend.check_now(request) {
-            Some(Ok(decision)) => {
+            Now::Decided(Ok(decision)) => {
                 limiter.metrics.decided_ok(&decision, started);
-                Some(Ok(decision))
+                Now::Decided(Ok(decision))
             }
-            Some(Err(e)) => failed(Error::Backend(e)),
-            None => None,
+            Now::Decided(Err(e)) => failed(Error::Backend(e)),
+            Now::Later => Now::Later,
+            Now::Never => Now::Never,
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::{Backend, BackendError, CheckRequest, GiveBackRequest, MemoryBackend, Reserved};
+use super::{Backend, BackendError, CheckRequest, GiveBackRequest, MemoryBackend, Now, Reserved};
 use crate::decision::Decision;
 
 /// A backend chosen at run time, from configuration: in this process's
@@ -166,19 +166,12 @@ impl Backend for AnyBackend {
         }
     }
 
-    fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
+    #[inline]
+    fn check_now(&self, request: CheckRequest<'_>) -> Now {
         match self {
             AnyBackend::Memory(m) => m.check_now(request),
             #[cfg(feature = "redis")]
             AnyBackend::Redis(r) => r.check_now(request),
-        }
-    }
-
-    fn decides_now(&self) -> bool {
-        match self {
-            AnyBackend::Memory(m) => m.decides_now(),
-            #[cfg(feature = "redis")]
-            AnyBackend::Redis(r) => r.decides_now(),
         }
     }
 

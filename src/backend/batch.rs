@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use hashbrown::{Equivalent, HashMap};
 
-use super::{Backend, BackendError, CheckRequest, GiveBackRequest, Reserved};
+use super::{Backend, BackendError, CheckRequest, GiveBackRequest, Now, Reserved};
 use crate::clock::micros;
 use crate::sync::lock;
 use crate::{Algorithm, Decision, Mode, QuotaSet};
@@ -491,24 +491,25 @@ impl<B: Backend> Backend for BatchBackend<B> {
         }
     }
 
-    fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
+    /// The inner backend's [`Now::Never`] is passed on as it is: a batch
+    /// over a store that never decides now is not asked either, the first
+    /// request being awaited like every other.
+    fn check_now(&self, request: CheckRequest<'_>) -> Now {
         let most = match self.most(request.quotas) {
             Some(most) if request.commit && request.cost > 0 => most,
             _ => return self.inner.check_now(request),
         };
         let now = request.started.started_at().as_micros();
         match self.spend_local(&request, most, now) {
-            Ok(decision) => Some(Ok(decision)),
+            Ok(decision) => Now::Decided(Ok(decision)),
             // An inner backend that decides now answers its futures at once
             // (the memory backend's are ready); one that does not is asked
             // to check now, without a batch.
-            Err((want, lapsed)) => poll_once(self.take(request, want, lapsed, now))
-                .or_else(|| self.inner.check_now(request)),
+            Err((want, lapsed)) => match poll_once(self.take(request, want, lapsed, now)) {
+                Some(outcome) => Now::Decided(outcome),
+                None => self.inner.check_now(request),
+            },
         }
-    }
-
-    fn decides_now(&self) -> bool {
-        self.inner.decides_now()
     }
 
     /// Reservations go to the inner backend one by one: a batch's units are

@@ -220,8 +220,8 @@ impl<C: Clock> Backend for MemoryBackend<C> {
     }
 
     #[inline]
-    fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
-        Some(Ok(self.decide(request)))
+    fn check_now(&self, request: CheckRequest<'_>) -> super::Now {
+        super::Now::Decided(Ok(self.decide(request)))
     }
 
     fn reset<'a>(
@@ -231,10 +231,6 @@ impl<C: Clock> Backend for MemoryBackend<C> {
     ) -> impl Future<Output = Result<(), BackendError>> + Send + 'a {
         self.reset_now(key, quotas);
         ready(Ok(()))
-    }
-
-    fn decides_now(&self) -> bool {
-        true
     }
 
     fn name(&self) -> &'static str {

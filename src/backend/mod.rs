@@ -173,19 +173,17 @@ pub trait Backend: Send + Sync + 'static {
         request: CheckRequest<'a>,
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a;
 
-    /// Decides without waiting, when the backend can: in-memory backends can,
-    /// and the HTTP layer then decides inside `call` with no allocation.
-    /// `None` (the default) means "ask [`check`](Backend::check)".
-    fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
+    /// Decides without waiting, when the backend can: in-memory backends
+    /// can, and the HTTP layer then decides inside `call` with no
+    /// allocation. One answer says both whether this request was decided
+    /// and whether asking is worth it at all: [`Now::Never`] (the default)
+    /// tells callers that only [`check`](Backend::check) decides here, and
+    /// they stop asking (the layer then extracts each request's key once,
+    /// for `check` alone).
+    #[inline]
+    fn check_now(&self, request: CheckRequest<'_>) -> Now {
         let _ = request;
-        None
-    }
-
-    /// Whether [`check_now`](Backend::check_now) answers. Callers ask first,
-    /// so that a request bound for [`check`](Backend::check) is not prepared
-    /// twice (its key extracted once for each path).
-    fn decides_now(&self) -> bool {
-        false
+        Now::Never
     }
 
     /// Decides one request, as [`check`](Backend::check) does with
@@ -269,6 +267,33 @@ pub trait Backend: Send + Sync + 'static {
     /// `"custom"` (the default). A constant: labels must stay few.
     fn name(&self) -> &'static str {
         "custom"
+    }
+}
+
+/// What [`Backend::check_now`] answers (and, with the limiter's
+/// [`Error`](crate::Error), what the layer hears from a limiter).
+#[derive(Debug)]
+pub enum Now<E = BackendError> {
+    /// Decided here, without waiting.
+    Decided(Result<Decision, E>),
+    /// Not this request: ask [`check`](Backend::check) (the Redis backend
+    /// when no lease covers it). Another request may be decided now.
+    Later,
+    /// Not any request: this backend decides only in
+    /// [`check`](Backend::check). Say it for every request or for none,
+    /// since callers remember it and stop asking.
+    Never,
+}
+
+impl<E> Now<E> {
+    /// The decision, if made now; `None` for both [`Now::Later`] and
+    /// [`Now::Never`].
+    #[inline]
+    pub fn decided(self) -> Option<Result<Decision, E>> {
+        match self {
+            Now::Decided(outcome) => Some(outcome),
+            Now::Later | Now::Never => None,
+        }
     }
 }
 

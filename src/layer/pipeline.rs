@@ -15,6 +15,7 @@
 #![allow(clippy::result_large_err)]
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use metrics::Counter;
@@ -28,7 +29,7 @@ use super::reason::Reason;
 use super::respond::ResponsePolicy;
 use super::usage::{CostFromResponse, SettleWith, Usage, UsageWatch};
 use super::verdict::Verdict;
-use crate::backend::{Backend, BackendError, BackendErrorKind, Reserved};
+use crate::backend::{Backend, BackendError, BackendErrorKind, Now, Reserved};
 use crate::decision::Decision;
 use crate::key::{Key, KeyError};
 use crate::limiter::{Error, Limiter};
@@ -94,6 +95,27 @@ pub(crate) type Checks<'a, B> = SmallVec<[Check<'a, B>; 1]>;
 /// The concurrency slots a request took, one per check with a quota.
 type Admissions = SmallVec<[Admission; 1]>;
 
+/// Whether a policy's backend has said it never decides now
+/// ([`Now::Never`]): learned from its first answer, and then asked before
+/// any request is prepared, so that a request bound for `decide` has its
+/// key extracted (or its rules planned) once. One per policy (per version
+/// of the rules), as its limits share one backend.
+#[derive(Debug, Default)]
+pub(crate) struct Waits(AtomicBool);
+
+impl Waits {
+    /// Whether to go straight to `decide`.
+    #[inline]
+    pub(crate) fn always(&self) -> bool {
+        // Relaxed: a request that misses the news only asks once more.
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn learn(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// What the steps after the key share: how decisions are told, the
 /// server's protection (shedding's load, elastic room, the measured load),
 /// how long to wait for a store, and the reason counters.
@@ -104,6 +126,8 @@ pub(crate) struct Pipeline<'a> {
     /// Whether a passed request carries its decision in its extensions.
     pub decisions: bool,
     pub reasons: &'a ReasonMetrics,
+    /// Told when a backend never decides now.
+    pub waits: &'a Waits,
 }
 
 impl Pipeline<'_> {
@@ -118,13 +142,11 @@ impl Pipeline<'_> {
         {
             return None;
         }
-        let mut limits = checks.iter().filter_map(|c| c.limit.as_deref());
-        if !limits.all(|l| l.limiter.backend().decides_now()) {
-            return None;
-        }
         // A shared store answers now only from what it holds here (a
-        // lease): one limit's `None` after another limit spent would
+        // lease): one limit's `Later` after another limit spent would
         // spend that one twice, so several limits on it are awaited whole.
+        // (A `Never` comes before anything is spent: a request's limits
+        // share one backend, which says it from its first answer.)
         let mut limits = checks.iter().filter_map(|c| c.limit.as_deref());
         if limits.clone().nth(1).is_some() && limits.any(|l| l.limiter.backend().shared()) {
             return None;
@@ -145,9 +167,15 @@ impl Pipeline<'_> {
                 continue;
             };
             let room = limit.room(self.protect);
-            let outcome = (limit.limiter)
-                .with_room(room)
-                .check_now(check.key.as_str(), check.cost)?;
+            let outcome = match (limit.limiter.with_room(room)).now(check.key.as_str(), check.cost)
+            {
+                Now::Decided(outcome) => outcome,
+                Now::Later => return None,
+                Now::Never => {
+                    self.waits.learn();
+                    return None;
+                }
+            };
             if let (Some(watch), Ok(decision)) = (check.watch, &outcome) {
                 watch.decided(&check.key, decision);
             }

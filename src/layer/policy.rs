@@ -9,7 +9,7 @@ use http::request::Parts;
 
 use super::count_status::CountStatus;
 use super::pipeline::{
-    Check, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, LimitRef, Pipeline, admit_key,
+    Check, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, LimitRef, Pipeline, Waits, admit_key,
 };
 use super::respond::ResponsePolicy;
 use super::usage::CostFromResponse;
@@ -73,6 +73,7 @@ pub struct LimitPolicy<B, K> {
     /// The cost known from the response: an estimate reserved, settled
     /// with the real cost when the response body ends.
     pub(crate) cost_from_response: Option<Arc<CostFromResponse>>,
+    pub(crate) waits: Waits,
 }
 
 impl<B, K> LimitPolicy<B, K> {
@@ -90,6 +91,7 @@ impl<B, K> LimitPolicy<B, K> {
             decision_in_extensions: false,
             reasons: ReasonMetrics::new(),
             cost_from_response: None,
+            waits: Waits::default(),
         }
     }
 
@@ -113,6 +115,7 @@ impl<B, K> LimitPolicy<B, K> {
             timeout: self.timeout,
             decisions: self.decision_in_extensions,
             reasons: &self.reasons,
+            waits: &self.waits,
         }
     }
 
@@ -154,9 +157,7 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
     fn decide_now(&self, parts: &Parts) -> Option<Verdict> {
         // Asked before the key is extracted, so that a request bound for
         // `decide` is not prepared twice.
-        let limit = self.limit.as_ref();
-        let decides_now = limit.is_none_or(|l| l.limiter.backend().decides_now());
-        if !decides_now || self.count_status.is_some() {
+        if self.waits.always() || self.count_status.is_some() {
             return None;
         }
         let pipeline = self.pipeline();

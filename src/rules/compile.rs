@@ -49,6 +49,8 @@ pub(super) struct Compiled {
     pub host_rules: bool,
     /// The file's decisions by reason.
     pub reasons: ReasonMetrics,
+    /// Whether the backend said it never decides now.
+    pub waits: crate::layer::pipeline::Waits,
     /// Overrides, blocks and resets made at run time: one for every
     /// version of the rules.
     pub runtime: Arc<super::runtime::Runtime>,
@@ -175,6 +177,7 @@ impl Compiled {
             rules,
             file,
             reasons: ReasonMetrics::new(),
+            waits: Default::default(),
             runtime,
         })
     }

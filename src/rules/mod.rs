@@ -75,7 +75,6 @@ pub use path::{PathError, normalize_path};
 pub use runtime::POLL_EVERY as OVERRIDES_POLL;
 pub use watch::MAX_RULES_FILE_BYTES;
 
-use crate::backend::Backend;
 use crate::layer::{Policy, Sealed, Verdict};
 use compile::Compiled;
 use model::{BackendConfig, RulesFile};
@@ -353,7 +352,7 @@ impl Policy for Rules {
         let compiled = self.inner.current.load();
         // Asked first, so that a request bound for `decide` is planned once.
         // A leasing Redis decides now when a lease covers the request.
-        if !compiled.backend.decides_now() {
+        if compiled.waits.always() {
             return None;
         }
         let pipeline = compiled.pipeline();

@@ -28,6 +28,7 @@ impl Compiled {
             timeout: self.timeout,
             decisions: false,
             reasons: &self.reasons,
+            waits: &self.waits,
         }
     }
 

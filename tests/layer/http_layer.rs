@@ -4,6 +4,8 @@ use crate::support;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -13,7 +15,7 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use support::{Reply, reply};
-use tollgate::backend::{BackendErrorKind, CheckRequest};
+use tollgate::backend::{BackendErrorKind, CheckRequest, Now};
 use tollgate::key::{
     ClientIp, HeaderKey, KeyExtractor, KeyExtractorExt, KeyFuture, PeerIp, RouteKey,
 };
@@ -937,4 +939,86 @@ async fn every_decision_carries_its_reason_to_handlers_bodies_and_outer_layers()
     assert_eq!(send(&app, alice()).await.body, "admitted");
     let refused = app.clone().oneshot(alice()).await.unwrap();
     assert_eq!(refused.extensions().get::<Reason>(), Some(&Reason::Quota));
+}
+
+/// A store that decides now (from memory) and fails when awaited: the
+/// status says which of the two the layer asked.
+struct DecidesNow(MemoryBackend);
+
+impl Backend for DecidesNow {
+    fn check<'a>(
+        &'a self,
+        _: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        std::future::ready(Err(BackendError::new(
+            BackendErrorKind::Unavailable,
+            "awaited, though it decides now",
+        )))
+    }
+
+    fn check_now(&self, request: CheckRequest<'_>) -> Now {
+        self.0.check_now(request)
+    }
+}
+
+#[tokio::test]
+async fn a_custom_backend_that_implements_check_now_alone_is_asked_now() {
+    let layer = RateLimitLayer::builder(
+        Limiter::new(
+            DecidesNow(MemoryBackend::new()),
+            Quota::gcra(1, 60 * SEC).build().unwrap(),
+        ),
+        PeerIp::new(),
+    )
+    .on_backend_error(OnBackendError::Reject)
+    .build();
+    let app = app(layer);
+    // An awaited check would answer 503.
+    assert_eq!(send(&app, from("192.0.2.1")).await.status, StatusCode::OK);
+    let refused = send(&app, from("192.0.2.1")).await.status;
+    assert_eq!(refused, StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// Counts the keys it extracts.
+struct Counted(Arc<AtomicUsize>);
+
+impl KeyExtractor for Counted {
+    fn extract(&self, parts: &http::request::Parts) -> KeyFuture {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        PeerIp::new().extract(parts)
+    }
+}
+
+/// A store that implements `check` alone, as most custom stores do.
+struct AwaitedOnly(MemoryBackend);
+
+impl Backend for AwaitedOnly {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send + 'a {
+        self.0.check(request)
+    }
+}
+
+#[tokio::test]
+async fn a_backend_that_never_decides_now_has_each_key_extracted_once_after_its_first_answer() {
+    let extracted = Arc::new(AtomicUsize::new(0));
+    let limiter = Limiter::new(
+        AwaitedOnly(MemoryBackend::new()),
+        Quota::gcra(3, 60 * SEC).build().unwrap(),
+    );
+    let app = app(RateLimitLayer::new(
+        limiter,
+        Counted(Arc::clone(&extracted)),
+    ));
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(send(&app, from("192.0.2.1")).await.status);
+    }
+    let admitted = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert_eq!(admitted, 3, "{statuses:?}");
+    // The first request asked `check_now`, heard `Never`, and was prepared
+    // again for `check`; every later one went straight to `check`.
+    assert_eq!(extracted.load(Ordering::Relaxed), 10 + 1);
 }

@@ -621,19 +621,24 @@ impl Backend for RedisBackend {
     }
 
     /// With leases on: the decision when this process can make it alone,
-    /// from a lease or a remembered denial; `None` when Redis must be asked.
-    fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Decision, BackendError>> {
-        self.inner.lease.as_ref()?;
-        let (cache, set) = self.cache_for(request.quotas)?;
+    /// from a lease or a remembered denial, else [`Now::Later`](crate::backend::Now::Later) (most
+    /// decisions of a hot key are made here). Without leases,
+    /// [`Now::Never`](crate::backend::Now::Never): every decision is Redis's.
+    fn check_now(&self, request: CheckRequest<'_>) -> crate::backend::Now {
+        if self.inner.lease.is_none() {
+            return crate::backend::Now::Never;
+        }
+        // A set no lease can serve (it counts refusals, say) still says
+        // `Later`, not `Never`: the other sets of the same rules may lease.
+        let Some((cache, set)) = self.cache_for(request.quotas) else {
+            return crate::backend::Now::Later;
+        };
         let now = self.inner.local_now();
         let (key, quotas, cost) = (request.key, request.quotas, request.cost);
-        let hit = cache.get(set, key, quotas, cost, request.commit, now)?;
-        Some(Ok(self.hit(hit).into_decision()))
-    }
-
-    /// True with leases on: most decisions of a hot key are then made here.
-    fn decides_now(&self) -> bool {
-        self.inner.lease.is_some()
+        match cache.get(set, key, quotas, cost, request.commit, now) {
+            Some(hit) => crate::backend::Now::Decided(Ok(self.hit(hit).into_decision())),
+            None => crate::backend::Now::Later,
+        }
     }
 
     fn reset<'a>(
