@@ -135,6 +135,9 @@ impl Pipeline<'_> {
     /// nothing (slots taken are given back), since [`decide`](Self::decide)
     /// follows.
     pub(crate) fn decide_now<B: Backend>(&self, checks: &[Check<'_, B>]) -> Option<Verdict> {
+        if let [check] = checks {
+            return self.decide_one_now(check);
+        }
         // A response-aware limit reserves and settles, both awaited.
         if checks
             .iter()
@@ -166,29 +169,56 @@ impl Pipeline<'_> {
             let Some(limit) = check.limit.as_deref() else {
                 continue;
             };
-            let room = limit.room(self.protect);
-            let outcome = match (limit.limiter.with_room(room)).now(check.key.as_str(), check.cost)
-            {
-                Now::Decided(outcome) => outcome,
-                Now::Later => return None,
-                Now::Never => {
-                    self.waits.learn();
-                    return None;
-                }
-            };
-            if let (Some(watch), Ok(decision)) = (check.watch, &outcome) {
-                watch.decided(&check.key, decision);
-            }
-            // A shared store that answered now did so from a lease or a
-            // remembered refusal.
-            let local = limit.limiter.backend().shared();
-            let judged = self.judge(limit, &check.key, outcome, local);
-            let refused = add(&mut verdict, judged);
-            if refused {
+            let judged = self.limit_now(limit, check)?;
+            if add(&mut verdict, judged) {
                 break;
             }
         }
         Some(self.finish(admissions, verdict.unwrap_or_else(admitted)))
+    }
+
+    /// [`decide_now`](Self::decide_now) for a request with one check (the
+    /// layer's, and a request one rule matches): the same steps, without
+    /// the lists and loops that several need.
+    #[inline]
+    fn decide_one_now<B: Backend>(&self, check: &Check<'_, B>) -> Option<Verdict> {
+        if check.count_status.is_some() || check.cost_from_response.is_some() {
+            return None;
+        }
+        let admission = match check.concurrency {
+            None => None,
+            Some(protect) => match protect.acquire_now(&check.key, self.respond)? {
+                Ok(admission) => Some(admission),
+                Err(refused) => return Some(self.finish(None, refused)),
+            },
+        };
+        let verdict = match check.limit.as_deref() {
+            Some(limit) => self.limit_now(limit, check)?,
+            None => admitted(),
+        };
+        Some(self.finish(admission, verdict))
+    }
+
+    /// One limit's verdict without waiting; `None` when its backend must be
+    /// awaited.
+    #[inline]
+    fn limit_now<B: Backend>(&self, limit: &Limit<B>, check: &Check<'_, B>) -> Option<Verdict> {
+        let room = limit.room(self.protect);
+        let outcome = match (limit.limiter.with_room(room)).now(check.key.as_str(), check.cost) {
+            Now::Decided(outcome) => outcome,
+            Now::Later => return None,
+            Now::Never => {
+                self.waits.learn();
+                return None;
+            }
+        };
+        if let (Some(watch), Ok(decision)) = (check.watch, &outcome) {
+            watch.decided(&check.key, decision);
+        }
+        // A shared store that answered now did so from a lease or a
+        // remembered refusal.
+        let local = limit.limiter.backend().shared();
+        Some(self.judge(limit, &check.key, outcome.as_ref(), local))
     }
 
     /// The verdict, waiting for slots and stores within the timeout.
@@ -224,10 +254,10 @@ impl Pipeline<'_> {
                     let made = match made {
                         Ok(made) => made,
                         Err(e) => {
-                            return self.finish(admissions, self.judge(limit, key, Err(e), false));
+                            return self.finish(admissions, self.judge(limit, key, Err(&e), false));
                         }
                     };
-                    let judged = self.judge(limit, key, Ok(made.decision().clone()), false);
+                    let judged = self.judge(limit, key, Ok(made.decision()), false);
                     match check.cost_from_response {
                         Some(from) if made.decision().allowed() => {
                             reserved.push((limit, key, cost, made.clone()));
@@ -247,20 +277,20 @@ impl Pipeline<'_> {
                     if let (Some(watch), Ok(decision)) = (check.watch, &outcome) {
                         watch.decided(key, decision);
                     }
-                    self.judge(limit, key, outcome, false)
+                    self.judge(limit, key, outcome.as_ref(), false)
                 }
                 Some(counts) => {
                     let made = reserve_within(limiter, key, cost, timeout, room).await;
                     let made = match made {
                         Ok(made) => made,
                         Err(e) => {
-                            return self.finish(admissions, self.judge(limit, key, Err(e), false));
+                            return self.finish(admissions, self.judge(limit, key, Err(&e), false));
                         }
                     };
                     if let Some(watch) = check.watch {
                         watch.decided(key, made.decision());
                     }
-                    let judged = self.judge(limit, key, Ok(made.decision().clone()), false);
+                    let judged = self.judge(limit, key, Ok(made.decision()), false);
                     if made.decision().allowed() {
                         reserved.push((limit, key, cost, made.clone()));
                     }
@@ -288,7 +318,7 @@ impl Pipeline<'_> {
     /// A verdict reached before any slot or limit (shed, no key, a list):
     /// finished as any other.
     pub(crate) fn settled(&self, verdict: Verdict) -> Verdict {
-        self.finish(Admissions::new(), verdict)
+        self.finish(None, verdict)
     }
 
     /// The final verdict: a passing one holds every slot taken and is
@@ -296,7 +326,7 @@ impl Pipeline<'_> {
     /// back, so a request's concurrency and rate quotas are all-or-nothing.
     /// Its reason is counted here, once per request.
     #[inline]
-    fn finish(&self, admissions: Admissions, verdict: Verdict) -> Verdict {
+    fn finish(&self, admissions: impl IntoIterator<Item = Admission>, verdict: Verdict) -> Verdict {
         let mut verdict = admissions.into_iter().fold(verdict, |v, a| a.hold(v));
         self.reasons.count(verdict.reason());
         if self.decisions {
@@ -307,21 +337,18 @@ impl Pipeline<'_> {
 
     /// `limit`'s verdict, carrying the decision for the inner service when
     /// asked to.
+    #[inline]
     fn judge<B>(
         &self,
         limit: &Limit<B>,
         key: &Key,
-        outcome: Result<Decision, Error>,
+        outcome: Result<&Decision, &Error>,
         local: bool,
     ) -> Verdict {
-        let decision = match &outcome {
-            Ok(decision) if self.decisions => Some(decision.clone()),
-            _ => None,
-        };
         let verdict = limit.judge(self.respond, key, outcome, local);
-        match decision {
-            Some(decision) => verdict.with_decision(decision),
-            None => verdict,
+        match outcome {
+            Ok(decision) if self.decisions => verdict.with_decision(decision.clone()),
+            _ => verdict,
         }
     }
 }
@@ -576,14 +603,15 @@ impl<B> Limit<B> {
 
     /// What becomes of a request given the limiter's answer; `local`: made
     /// here without the shared store.
+    #[inline]
     fn judge(
         &self,
         respond: &ResponsePolicy,
         key: &Key,
-        outcome: Result<Decision, Error>,
+        outcome: Result<&Decision, &Error>,
         local: bool,
     ) -> Verdict {
-        if let Ok(decision) = &outcome {
+        if let Ok(decision) = outcome {
             self.count_near_limit(decision);
         }
         let quotas = self.limiter.quotas();
@@ -597,8 +625,13 @@ impl<B> Limit<B> {
         if !decision.allowed() {
             return;
         }
-        let Some(binding) = decision.binding() else {
-            return;
+        // One quota binds itself: no search, no second reading of its reset.
+        let binding = match decision.quotas() {
+            [only] => only,
+            _ => match decision.binding() {
+                Some(binding) => binding,
+                None => return,
+            },
         };
         let limit = binding.limit();
         let used = limit.saturating_sub(binding.remaining());

@@ -408,3 +408,73 @@ async fn the_http_layer_decides_from_a_lease_through_a_real_server() {
     let stats = backend.stats();
     assert!(stats.lease_hits > 0 && stats.calls < 50, "{stats:?}");
 }
+
+/// Redis commands run so far, `INFO` itself left out.
+fn commands_run(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+        .filter_map(|l| l.split_once(":calls=")?.1.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The gateway's path: a rules decision on a leasing Redis, with a lease
+/// covering the request, is made inside `call` (its future is ready at the
+/// first poll, with no waker ever woken), and Redis hears one command per
+/// lease, not per request.
+#[cfg(feature = "rules")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_decision_on_a_covering_lease_waits_for_nothing() {
+    use std::convert::Infallible;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    use tower::{Layer, Service};
+
+    const REQUESTS: u64 = 600;
+    const LEASE: u64 = 50;
+    let server = RedisServer::start();
+    let rules = tollgate::rules::Rules::parse(&format!(
+        "backend:\n  redis:\n    url: {}\n    lease: {LEASE}\nrules:\n  - {{ name: api, key: peer_ip, quotas: [{{ algorithm: gcra, limit: 1000000, period: 1h }}] }}\n",
+        server.url()
+    ))
+    .unwrap();
+    let hello = tower::service_fn(|_: http::Request<()>| async {
+        Ok::<_, Infallible>(http::Response::new(axum::body::Body::empty()))
+    });
+    let mut service = tollgate::RateLimitLayer::from_policy(rules).layer(hello);
+    let request = || {
+        let mut request = http::Request::new(());
+        let peer: std::net::SocketAddr = "192.0.2.7:4000".parse().unwrap();
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+        request
+    };
+    // The first request takes the first lease (and loads the scripts).
+    let first = service.call(request()).await.unwrap();
+    assert_eq!(first.status(), http::StatusCode::OK);
+    let before = commands_run(&server);
+    let (mut now, mut awaited) = (0u64, 0u64);
+    for _ in 0..REQUESTS {
+        let mut answer = std::pin::pin!(service.call(request()));
+        let response = match answer.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(response) => {
+                now += 1;
+                response
+            }
+            Poll::Pending => {
+                awaited += 1;
+                answer.await
+            }
+        };
+        assert_eq!(response.unwrap().status(), http::StatusCode::OK);
+    }
+    let commands = commands_run(&server) - before;
+    // One lease of 50 units per 50 requests, give or take the lease in
+    // hand at the start and one taken ahead.
+    let leases = REQUESTS / LEASE;
+    assert!(awaited <= leases + 2, "awaited {awaited}, now {now}");
+    assert!(now >= REQUESTS - leases - 2, "awaited {awaited}, now {now}");
+    assert!(commands <= 2 * (leases + 2), "{commands} Redis commands");
+}
