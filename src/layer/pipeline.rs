@@ -181,7 +181,7 @@ impl Pipeline<'_> {
     /// layer's, and a request one rule matches): the same steps, without
     /// the lists and loops that several need.
     #[inline]
-    fn decide_one_now<B: Backend>(&self, check: &Check<'_, B>) -> Option<Verdict> {
+    pub(crate) fn decide_one_now<B: Backend>(&self, check: &Check<'_, B>) -> Option<Verdict> {
         if check.count_status.is_some() || check.cost_from_response.is_some() {
             return None;
         }
@@ -189,14 +189,19 @@ impl Pipeline<'_> {
             None => None,
             Some(protect) => match protect.acquire_now(&check.key, self.respond)? {
                 Ok(admission) => Some(admission),
-                Err(refused) => return Some(self.finish(None, refused)),
+                Err(refused) => return Some(self.finish_held(refused)),
             },
         };
         let verdict = match check.limit.as_deref() {
             Some(limit) => self.limit_now(limit, check)?,
             None => admitted(),
         };
-        Some(self.finish(admission, verdict))
+        // Matched rather than folded: most requests hold no slot, and a
+        // fold moves the verdict (128 bytes) through it all the same.
+        Some(self.finish_held(match admission {
+            Some(admission) => admission.hold(verdict),
+            None => verdict,
+        }))
     }
 
     /// One limit's verdict without waiting; `None` when its backend must be
@@ -318,7 +323,7 @@ impl Pipeline<'_> {
     /// A verdict reached before any slot or limit (shed, no key, a list):
     /// finished as any other.
     pub(crate) fn settled(&self, verdict: Verdict) -> Verdict {
-        self.finish(None, verdict)
+        self.finish_held(verdict)
     }
 
     /// The final verdict: a passing one holds every slot taken and is
@@ -326,8 +331,14 @@ impl Pipeline<'_> {
     /// back, so a request's concurrency and rate quotas are all-or-nothing.
     /// Its reason is counted here, once per request.
     #[inline]
-    fn finish(&self, admissions: impl IntoIterator<Item = Admission>, verdict: Verdict) -> Verdict {
-        let mut verdict = admissions.into_iter().fold(verdict, |v, a| a.hold(v));
+    fn finish(&self, admissions: Admissions, verdict: Verdict) -> Verdict {
+        let verdict = admissions.into_iter().fold(verdict, |v, a| a.hold(v));
+        self.finish_held(verdict)
+    }
+
+    /// [`finish`](Self::finish) once the slots are held (or there are none).
+    #[inline]
+    fn finish_held(&self, mut verdict: Verdict) -> Verdict {
         self.reasons.count(verdict.reason());
         if self.decisions {
             verdict = verdict.handing_over();

@@ -166,7 +166,7 @@ impl<B: Backend, K: KeyExtractor> Policy for LimitPolicy<B, K> {
         }
         let key = self.key.extract(parts).into_ready().ok()?;
         match self.check(key, parts) {
-            Ok(check) => pipeline.decide_now(std::slice::from_ref(&check)),
+            Ok(check) => pipeline.decide_one_now(&check),
             Err(settled) => Some(pipeline.settled(settled)),
         }
     }
