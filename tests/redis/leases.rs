@@ -377,12 +377,14 @@ async fn the_http_layer_decides_from_a_lease_through_a_real_server() {
         backend.clone(),
         set(Quota::gcra(50, DECADE).build().unwrap()),
     );
-    let app = axum::Router::new()
-        .fallback(|| async { "ok" })
-        .layer(tollgate::RateLimitLayer::new(
-            limiter,
-            tollgate::key::PeerIp::new(),
-        ));
+    // A generous timeout, refusing when it passes: on a loaded machine a
+    // Redis call past the default 100 ms would let the request through
+    // (failing open), which reads as an over-admission.
+    let layer = tollgate::RateLimitLayer::builder(limiter, tollgate::key::PeerIp::new())
+        .timeout(Duration::from_secs(5))
+        .on_backend_error(tollgate::OnBackendError::Reject)
+        .build();
+    let app = axum::Router::new().fallback(|| async { "ok" }).layer(layer);
     let addr = support::serve(app).await;
     let mut tasks = Vec::new();
     for _ in 0..CLIENTS {
@@ -409,19 +411,14 @@ async fn the_http_layer_decides_from_a_lease_through_a_real_server() {
     assert!(stats.lease_hits > 0 && stats.calls < 50, "{stats:?}");
 }
 
-/// Redis commands run so far, `INFO` itself left out.
-fn commands_run(server: &RedisServer) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
-        .filter_map(|l| l.split_once(":calls=")?.1.split(',').next()?.parse::<u64>().ok())
-        .sum()
+/// The scripts Redis has run: every decision it makes is one.
+fn scripts_run(server: &RedisServer) -> u64 {
+    server.command_calls("evalsha") + server.command_calls("eval")
 }
 
 /// The gateway's path: a rules decision on a leasing Redis, with a lease
 /// covering the request, is made inside `call` (its future is ready at the
-/// first poll, with no waker ever woken), and Redis hears one command per
+/// first poll, with no waker ever woken), and Redis runs one script per
 /// lease, not per request.
 #[cfg(feature = "rules")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -435,7 +432,7 @@ async fn a_rules_decision_on_a_covering_lease_waits_for_nothing() {
     const LEASE: u64 = 50;
     let server = RedisServer::start();
     let rules = tollgate::rules::Rules::parse(&format!(
-        "backend:\n  redis:\n    url: {}\n    lease: {LEASE}\nrules:\n  - {{ name: api, key: peer_ip, quotas: [{{ algorithm: gcra, limit: 1000000, period: 1h }}] }}\n",
+        "backend:\n  redis:\n    url: {}\n    lease: {LEASE}\ntimeout: 5s\non_backend_error: reject\nrules:\n  - {{ name: api, key: peer_ip, quotas: [{{ algorithm: gcra, limit: 1000000, period: 1h }}] }}\n",
         server.url()
     ))
     .unwrap();
@@ -454,11 +451,14 @@ async fn a_rules_decision_on_a_covering_lease_waits_for_nothing() {
     // The first request takes the first lease (and loads the scripts).
     let first = service.call(request()).await.unwrap();
     assert_eq!(first.status(), http::StatusCode::OK);
-    let before = commands_run(&server);
+    let scripts_before = scripts_run(&server);
     let (mut now, mut awaited) = (0u64, 0u64);
     for _ in 0..REQUESTS {
         let mut answer = std::pin::pin!(service.call(request()));
-        let response = match answer.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        let response = match answer
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        {
             Poll::Ready(response) => {
                 now += 1;
                 response
@@ -470,11 +470,11 @@ async fn a_rules_decision_on_a_covering_lease_waits_for_nothing() {
         };
         assert_eq!(response.unwrap().status(), http::StatusCode::OK);
     }
-    let commands = commands_run(&server) - before;
-    // One lease of 50 units per 50 requests, give or take the lease in
-    // hand at the start and one taken ahead.
-    let leases = REQUESTS / LEASE;
-    assert!(awaited <= leases + 2, "awaited {awaited}, now {now}");
-    assert!(now >= REQUESTS - leases - 2, "awaited {awaited}, now {now}");
-    assert!(commands <= 2 * (leases + 2), "{commands} Redis commands");
+    let scripts = scripts_run(&server) - scripts_before;
+    // A lease of up to 50 units at a time, taken ahead (in the background)
+    // or awaited by the request that found none: a few requests in a
+    // hundred wait, and Redis runs a few scripts a hundred requests.
+    assert!(awaited <= REQUESTS / 10, "awaited {awaited}, now {now}");
+    assert_eq!(now + awaited, REQUESTS);
+    assert!(scripts <= REQUESTS / 10, "{scripts} scripts");
 }
