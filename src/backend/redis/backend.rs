@@ -621,9 +621,9 @@ impl Backend for RedisBackend {
     }
 
     /// With leases on: the decision when this process can make it alone,
-    /// from a lease or a remembered denial, else [`Now::Later`](crate::backend::Now::Later) (most
-    /// decisions of a hot key are made here). Without leases,
-    /// [`Now::Never`](crate::backend::Now::Never): every decision is Redis's.
+    /// from a lease or a remembered denial (most decisions of a hot key are
+    /// made here), else `Later`. Without leases, `Never`: every decision is
+    /// Redis's.
     fn check_now(&self, request: CheckRequest<'_>) -> crate::backend::Now {
         if self.inner.lease.is_none() {
             return crate::backend::Now::Never;
