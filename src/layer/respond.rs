@@ -175,11 +175,11 @@ impl ResponsePolicy {
                 reason = Reason::Delayed;
             }
             if delay.is_zero() || self.on_delay == OnDelay::Wait {
-                let headers = self.headers(policy_header, key, &decision, None);
+                let headers = self.headers(policy_header, key, decision, None);
                 return Verdict::pass_after(headers, delay, reason);
             }
             let wait = retry_after_secs(delay);
-            let headers = self.headers(policy_header, key, &decision, Some(wait));
+            let headers = self.headers(policy_header, key, decision, Some(wait));
             let detail = format!("Queued; retry in {wait} seconds.");
             let response = problem(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -195,13 +195,10 @@ impl ResponsePolicy {
         } else {
             Reason::Quota
         };
-        let headers = self.headers(policy_header, key, &decision, refusal_wait(&decision));
+        let headers = self.headers(policy_header, key, decision, refusal_wait(decision));
         let rejection = Rejection {
             key,
-            refused: Refused::Rate {
-                decision: &decision,
-                quotas,
-            },
+            refused: Refused::Rate { decision, quotas },
         };
         tracing::debug!(
             key = self.logged_key(key).as_str(),
