@@ -134,6 +134,8 @@ impl Pipeline<'_> {
     /// The verdict, if it can be reached without waiting; `None` has changed
     /// nothing (slots taken are given back), since [`decide`](Self::decide)
     /// follows.
+    // Only the rules plan several checks; the layer asks `decide_one_now`.
+    #[cfg_attr(not(feature = "rules"), allow(dead_code))]
     pub(crate) fn decide_now<B: Backend>(&self, checks: &[Check<'_, B>]) -> Option<Verdict> {
         if let [check] = checks {
             return self.decide_one_now(check);
