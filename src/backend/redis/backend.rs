@@ -383,7 +383,12 @@ impl RedisBackend {
         let keys = script::redis_keys(&inner.prefix, request.key, quotas);
         let (now, slack) = inner.script_time();
         let args = script::arguments(quotas, now, ask, slack, request.room);
-        self.run(quotas, &keys, &args, ask.want.max(ask.cost)).await
+        let again = match ask.give_back {
+            None => Again::Same,
+            Some(_) => Again::WithoutGiveBack,
+        };
+        self.run(quotas, &keys, &args, ask.want.max(ask.cost), again)
+            .await
     }
 
     /// Gives back a reservation: to the fallback store that made it, to
@@ -420,7 +425,8 @@ impl RedisBackend {
         let (now, slack) = inner.script_time();
         let units = [cost, request.requests];
         let args = script::give_back_arguments(quotas, now, reserved.decision(), units, at, slack);
-        match tokio::time::timeout(inner.timeout, self.run(quotas, &keys, &args, cost)).await {
+        let give_back = self.run(quotas, &keys, &args, cost, Again::Never);
+        match tokio::time::timeout(inner.timeout, give_back).await {
             Ok(reply) => reply.map(|reply| quotas.decision_from(&reply.verdicts)),
             Err(_) => {
                 inner.connections.forget(None);
@@ -446,7 +452,9 @@ impl RedisBackend {
         let keys = script::redis_keys(&inner.prefix, key, quotas);
         let (now, slack) = inner.script_time();
         let args = script::charge_arguments(quotas, now, cost, slack);
-        match tokio::time::timeout(inner.timeout, self.run(quotas, &keys, &args, cost)).await {
+        // Charged twice if the first run happened: the strict side.
+        let charge = self.run(quotas, &keys, &args, cost, Again::Same);
+        match tokio::time::timeout(inner.timeout, charge).await {
             Ok(reply) => reply.map(|reply| quotas.decision_from(&reply.verdicts)),
             Err(_) => {
                 inner.connections.forget(None);
@@ -459,7 +467,8 @@ impl RedisBackend {
     }
 
     /// Runs the script on `keys` with `args`; a reply that says more than
-    /// `asked` units were spent is a lie.
+    /// `asked` units were spent is a lie. If the kept connection broke, the
+    /// call is sent again on a new one as `again` says.
     ///
     /// Boxed, one allocation beside a network round trip: the pool's and
     /// the redis crate's futures (single, Cluster, Sentinel, TLS) nest so
@@ -472,8 +481,9 @@ impl RedisBackend {
         keys: &'a [String],
         args: &'a [String],
         asked: u64,
+        again: Again,
     ) -> Pin<Box<dyn Future<Output = Result<Reply, BackendError>> + Send + 'a>> {
-        Box::pin(self.run_inline(quotas, keys, args, asked))
+        Box::pin(self.run_inline(quotas, keys, args, asked, again))
     }
 
     async fn run_inline(
@@ -482,19 +492,29 @@ impl RedisBackend {
         keys: &[String],
         args: &[String],
         asked: u64,
+        again: Again,
     ) -> Result<Reply, BackendError> {
         let inner = &*self.inner;
         let connections = &inner.connections;
         let loads = &inner.counters.script_loads;
         let (mut conn, fresh) = connections.connection().await?;
         let reply = match connections.evaluate(&mut conn, keys, args, loads).await {
-            Err((_, true)) if !fresh => {
+            Err((_, true)) if !fresh && again != Again::Never => {
                 // The connection kept from earlier checks died (Redis
                 // restarted, say): try once more on a new one. If the dead
                 // one had run the script before failing, this spends twice,
-                // which errs on the strict side.
+                // which errs on the strict side; but units given back
+                // twice would be admitted twice (see `Again`).
                 connections.forget(Some(conn.0));
                 let (mut conn, _) = connections.connection().await?;
+                let resent;
+                let args = match again {
+                    Again::WithoutGiveBack => {
+                        resent = script::without_give_back(args);
+                        &resent[..]
+                    }
+                    _ => args,
+                };
                 connections.evaluate(&mut conn, keys, args, loads).await
             }
             reply => reply,
@@ -519,6 +539,19 @@ impl RedisBackend {
             }
         }
     }
+}
+
+/// What a call does when the kept connection broke under it, and the
+/// script may or may not have run: sent again, what it spends may be spent
+/// twice (the strict side), but what it gives back must not be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Again {
+    /// Sent again as it was: it only spends.
+    Same,
+    /// Sent again without the units of an earlier lease it gives back.
+    WithoutGiveBack,
+    /// Not sent again (a reservation given back): the units stay spent.
+    Never,
 }
 
 /// Ends a key's call when dropped: settled, failed or cancelled, the

@@ -107,6 +107,17 @@ pub(crate) fn arguments(
     args
 }
 
+/// `args` from [`arguments`] with no units given back (ARGV[6] set to 0),
+/// for sending again a call that may have run: the give-back must reach
+/// Redis at most once, and units lost when it did not are the strict side.
+pub(crate) fn without_give_back(args: &[String]) -> Vec<String> {
+    let mut args = args.to_vec();
+    if let Some(back) = args.get_mut(5) {
+        "0".clone_into(back);
+    }
+    args
+}
+
 /// Each quota's parameters, as prelude.lua reads them. A calendar quota's
 /// windows are worked out here, for `now` (the script's time, else this
 /// machine's clock): the Lua has no time zone rules. A quota counting
