@@ -152,7 +152,7 @@ impl ResponsePolicy {
             } else {
                 Reason::Admitted
             };
-            if let Some(beyond) = Reason::beyond_limit(quotas, &decision) {
+            if let Some(beyond) = Reason::beyond_limit(quotas, decision) {
                 reason = beyond;
                 tracing::debug!(
                     key = self.logged_key(key).as_str(),
