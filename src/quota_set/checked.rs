@@ -62,8 +62,10 @@ impl Checked {
 
 impl Checked {
     /// `quota`'s check of a request on its stored `state`; a whole outcome
-    /// is kept in `outcomes`.
-    #[inline]
+    /// is kept in `outcomes`. Inlined into the set's loop, as
+    /// [`resolve`](Self::resolve) is: left to LLVM, each was a call per
+    /// quota, spilling and restoring registers around it.
+    #[inline(always)]
     pub(super) fn new(
         quota: &Quota,
         state: Option<&State>,
@@ -100,7 +102,7 @@ impl Checked {
 
     /// What the check means once the set has decided (`allowed`): the
     /// quota's decision, and the update to store (none for a peek).
-    #[inline]
+    #[inline(always)]
     pub(super) fn resolve(
         &mut self,
         quota: &Quota,

@@ -304,7 +304,9 @@ impl States for Stored<'_, '_> {
         }
     }
 
-    #[inline]
+    // Always inlined into the set's loop: a call per quota, its update
+    // passed through memory, cost more than the store itself.
+    #[inline(always)]
     fn store(&mut self, i: usize, update: Update, p: &Params) {
         // A refusal or a peek: nothing to find (every quota of a refused
         // set but the admitting ones).
