@@ -65,6 +65,9 @@ impl Word {
 
     /// Applies `update` under the write lock, if the result is still one
     /// number; else hands back the state it makes, to be stored wide.
+    /// Inlined, as [`Pair::apply`] is: a set stores through them on every
+    /// check, and the update passed to a call went through memory.
+    #[inline]
     fn apply(&mut self, update: Update, p: &Params) -> Option<State> {
         match update {
             Update::Keep => None,
@@ -167,6 +170,7 @@ impl Pair {
 
     /// Applies `update` under the write lock, if the result still fits
     /// two numbers; else hands back the state it makes, to be stored wide.
+    #[inline]
     fn apply(&mut self, update: Update, p: &Params) -> Option<State> {
         // A state set (every update but a log's) is encoded as it is: the
         // numbers it replaces need no decoding, nor the update a match.
