@@ -45,18 +45,7 @@ pub(crate) fn charge(
             // stored as measured later, when it has climbed back to
             // `level`, which the check reads as the same deficit exactly.
             let full = p.capacity * p.unit;
-            let deficit = match state {
-                Some(State::TokenBucket(b)) => {
-                    let lacking = full.saturating_sub(b.level);
-                    if now >= b.at {
-                        lacking.saturating_sub((now - b.at).saturating_mul(p.refill))
-                    } else {
-                        lacking.saturating_add((b.at - now).saturating_mul(p.refill))
-                    }
-                }
-                Some(State::Word(full_at)) => full_at.saturating_sub(now).saturating_mul(p.refill),
-                _ => 0,
-            };
+            let deficit = token_bucket::deficit(state, p, now).unwrap_or(0);
             let after = deficit
                 .saturating_add(cost.saturating_mul(p.unit))
                 .min(DEBT_HORIZON.saturating_mul(p.refill));

@@ -89,6 +89,24 @@ pub(crate) fn full_at(state: Option<&State>, p: &Params) -> Option<u64> {
     }
 }
 
+/// What `state` lacks of a full bucket at `now`, in `1/unit` tokens (past
+/// `capacity * unit`: a level below zero, a debt); `None` for no state.
+#[inline]
+pub(crate) fn deficit(state: Option<&State>, p: &Params, now: u64) -> Option<u64> {
+    match state {
+        Some(State::TokenBucket(b)) => {
+            let lacking = (p.capacity * p.unit).saturating_sub(b.level);
+            Some(if now >= b.at {
+                lacking.saturating_sub((now - b.at).saturating_mul(p.refill))
+            } else {
+                lacking.saturating_add((b.at - now).saturating_mul(p.refill))
+            })
+        }
+        Some(State::Word(full_at)) => Some(full_at.saturating_sub(now).saturating_mul(p.refill)),
+        _ => None,
+    }
+}
+
 /// `state`: a [`Bucket`], or the moment the bucket is full again; either
 /// is read, and the one [`kept_as_arrival`] says is stored. `alone`: see
 /// [`check`](super::check); an admission then leaves its refusal branch
@@ -106,18 +124,7 @@ pub(crate) fn check(
         return gcra::check(full_at(state, p), p, cost, now, alone);
     }
     let full = p.capacity * p.unit;
-    let deficit = match state {
-        Some(State::TokenBucket(b)) => {
-            let lacking = full.saturating_sub(b.level);
-            if now >= b.at {
-                lacking.saturating_sub((now - b.at).saturating_mul(p.refill))
-            } else {
-                lacking.saturating_add((b.at - now).saturating_mul(p.refill))
-            }
-        }
-        Some(State::Word(full_at)) => full_at.saturating_sub(now).saturating_mul(p.refill),
-        _ => 0,
-    };
+    let deficit = deficit(state, p, now).unwrap_or(0);
     let need = cost * p.unit;
     // A deficit past `full` is a level below zero: no token until it
     // climbs back to one.
@@ -166,17 +173,8 @@ pub(crate) fn give_back(state: Option<&State>, p: &Params, spent: Spent, now: u6
         return Update::Keep;
     }
     let full = p.capacity * p.unit;
-    let deficit = match state {
-        Some(State::TokenBucket(b)) => {
-            let lacking = full.saturating_sub(b.level);
-            if now >= b.at {
-                lacking.saturating_sub((now - b.at).saturating_mul(p.refill))
-            } else {
-                lacking.saturating_add((b.at - now).saturating_mul(p.refill))
-            }
-        }
-        Some(State::Word(full_at)) => full_at.saturating_sub(now).saturating_mul(p.refill),
-        _ => return Update::Keep,
+    let Some(deficit) = deficit(state, p, now) else {
+        return Update::Keep;
     };
     let after = deficit.saturating_sub(spent.cost.saturating_mul(p.unit));
     // A level still below zero cannot be stored as one: keep the spend
