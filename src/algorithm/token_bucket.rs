@@ -123,39 +123,79 @@ pub(crate) fn check(
         // `unit` is then `interval`, and `full` GCRA's tolerance.
         return gcra::check(full_at(state, p), p, cost, now, alone);
     }
-    let full = p.capacity * p.unit;
+    take(state, p, cost, now).outcome(p, now, alone)
+}
+
+/// A check of a bucket not [`kept_as_arrival`] in plain numbers: what it
+/// lacked of full before the request and would lack after it, in `1/unit`
+/// tokens. A backend's compare-and-swap loop holds only this and
+/// [`Taken::bucket`]; the divisions of what it reports
+/// ([`Taken::outcome`]) are made once the swap holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Taken {
+    deficit: u64,
+    after: u64,
+}
+
+/// [`Taken`] for `cost` at `now` on the stored `state`.
+#[inline]
+pub(crate) fn take(state: Option<&State>, p: &Params, cost: u64, now: u64) -> Taken {
     let deficit = deficit(state, p, now).unwrap_or(0);
-    let need = cost * p.unit;
-    // A deficit past `full` is a level below zero: no token until it
-    // climbs back to one.
-    let branch = |deficit: u64, update| {
-        let remaining = full.saturating_sub(deficit) / p.unit;
-        let next_token = ((remaining + 1) * p.unit).saturating_add(deficit) - full;
-        Branch {
-            remaining,
-            reset: deficit.div_ceil(p.refill),
-            replenish: next_token.div_ceil(p.refill),
-            update,
+    Taken {
+        deficit,
+        after: deficit.saturating_add(cost * p.unit),
+    }
+}
+
+impl Taken {
+    /// Whether the request fits in the bucket.
+    #[inline]
+    pub(crate) fn admits(&self, p: &Params) -> bool {
+        self.after <= p.capacity * p.unit
+    }
+
+    /// The bucket after an admission at `now`.
+    #[inline]
+    pub(crate) fn bucket(&self, p: &Params, now: u64) -> Bucket {
+        Bucket {
+            level: (p.capacity * p.unit).saturating_sub(self.after),
+            at: now,
         }
-    };
-    let after = deficit.saturating_add(need);
-    if after <= full {
-        let level = full - after;
-        let admit = branch(
-            after,
-            Update::Set(State::TokenBucket(Bucket { level, at: now })),
-        );
-        let refuse = if alone {
-            Branch::unread()
-        } else {
-            branch(deficit, Update::Keep)
+    }
+
+    /// The outcome [`check`] reports: see there for `alone`.
+    #[inline]
+    pub(crate) fn outcome(&self, p: &Params, now: u64, alone: bool) -> Outcome {
+        let full = p.capacity * p.unit;
+        // A deficit past `full` is a level below zero: no token until it
+        // climbs back to one.
+        let branch = |deficit: u64, update| {
+            let remaining = full.saturating_sub(deficit) / p.unit;
+            let next_token = ((remaining + 1) * p.unit).saturating_add(deficit) - full;
+            Branch {
+                remaining,
+                reset: deficit.div_ceil(p.refill),
+                replenish: next_token.div_ceil(p.refill),
+                update,
+            }
         };
-        Outcome::allow(0, admit, refuse)
-    } else {
-        Outcome::deny(
-            (after - full).div_ceil(p.refill),
-            branch(deficit, Update::Keep),
-        )
+        if self.admits(p) {
+            let admit = branch(
+                self.after,
+                Update::Set(State::TokenBucket(self.bucket(p, now))),
+            );
+            let refuse = if alone {
+                Branch::unread()
+            } else {
+                branch(self.deficit, Update::Keep)
+            };
+            Outcome::allow(0, admit, refuse)
+        } else {
+            Outcome::deny(
+                (self.after - full).div_ceil(p.refill),
+                branch(self.deficit, Update::Keep),
+            )
+        }
     }
 }
 

@@ -120,6 +120,11 @@ pub(crate) enum Path {
     /// its admissions' numbers computed only when read, alone in its set
     /// or with others.
     SlidingWindow,
+    /// A token bucket refilling more than one unit a microsecond, not
+    /// elastic: two numbers swapped without a lock, decided inside the
+    /// loop in plain numbers (`token_bucket::Taken`), its report computed
+    /// once the swap holds.
+    Bucket,
     /// Any other token bucket, fixed or sliding window: two numbers
     /// swapped without a lock where they fit.
     Pair,
@@ -139,6 +144,7 @@ impl Path {
                 Path::Window
             }
             Algorithm::SlidingWindow if !elastic => Path::SlidingWindow,
+            Algorithm::TokenBucket if !elastic => Path::Bucket,
             Algorithm::TokenBucket | Algorithm::FixedWindow | Algorithm::SlidingWindow => {
                 Path::Pair
             }

@@ -4,7 +4,7 @@ use smallvec::SmallVec;
 
 use super::checked::{Checked, Outcomes, RawQuotaDecision, resolve};
 use super::{QuotaSet, SET_INLINE, States, requests};
-use crate::algorithm::{self, Outcome, State, Update, gcra, sliding_window};
+use crate::algorithm::{self, Outcome, State, Update, gcra, sliding_window, token_bucket};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
 use crate::quota::Quota;
@@ -106,22 +106,22 @@ impl QuotaSet {
         )
     }
 
-    /// An admission by a set of one sliding window, not elastic
-    /// (`Path::SlidingWindow`), on its stored `counters`: the decision,
-    /// whose numbers (a search, for replenish) are computed only when read,
-    /// and the counters to store. `None` for a refusal or a clock behind
-    /// the window, which [`evaluate_one`](QuotaSet::evaluate_one) decides.
+    /// The decision of a set of one sliding window, not elastic
+    /// (`Path::SlidingWindow`), that admitted (`sliding_window::admit_alone`):
+    /// its numbers (a search, for replenish) are computed only when read.
     #[inline]
-    pub(crate) fn admit_sliding_window(
-        &self,
-        counters: Option<&sliding_window::Counters>,
-        cost: u64,
-        now: u64,
-    ) -> Option<(Decision, sliding_window::Counters)> {
+    pub(crate) fn sliding_window_admitted(&self, admitted: sliding_window::Admitted) -> Decision {
         let p = &self.quotas[0].params;
-        let admitted = sliding_window::admit_alone(counters, p, cost, now)?;
-        let decision = QuotaDecision::sliding_window(p, admitted);
-        Some((Decision::one(true, decision), admitted.counters))
+        Decision::one(true, QuotaDecision::sliding_window(p, admitted))
+    }
+
+    /// The decision of a set of one token bucket kept as two numbers, not
+    /// elastic (`Path::Bucket`), on its check `taken`, made at `now`.
+    #[inline]
+    pub(crate) fn bucket_decision(&self, taken: &token_bucket::Taken, now: u64) -> Decision {
+        let report = |q: &Quota| taken.outcome(&q.params, now, true);
+        self.resolve_one(report, false, RawQuotaDecision::decision)
+            .0
     }
 
     /// [`evaluate_one`](QuotaSet::evaluate_one) for a fixed window, not

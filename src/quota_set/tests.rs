@@ -3,7 +3,7 @@
 
 use super::checked::{Checked, resolve};
 use super::*;
-use crate::algorithm::Outcome;
+use crate::algorithm::{Outcome, sliding_window, token_bucket};
 use crate::decision::QuotaDecision;
 use crate::quota::{Mode, QuotaBuilder};
 use std::time::Duration;
@@ -104,11 +104,12 @@ fn a_sliding_window_admission_reports_when_read_what_the_algorithm_computes() {
             let cost = [1, 2, 1, 3, 0][i as usize % 5];
             let state = counters.map(State::SlidingWindow);
             let (general, update) = set.evaluate_one(state.as_ref(), cost, now, true, false);
-            match set.admit_sliding_window(counters.as_ref(), cost, now) {
-                Some((derived, after)) => {
+            let p = &set.quotas()[0].params;
+            match sliding_window::admit_alone(counters.as_ref(), p, cost, now) {
+                Some(admitted) => {
                     derived_admissions += 1;
-                    read_alike(&general, &derived);
-                    assert_eq!(update, Update::Set(State::SlidingWindow(after)));
+                    read_alike(&general, &set.sliding_window_admitted(admitted));
+                    assert_eq!(update, Update::Set(State::SlidingWindow(admitted.counters)));
                 }
                 // Only a refusal, or a clock behind the window, is left
                 // to the general path.
@@ -122,6 +123,42 @@ fn a_sliding_window_admission_reports_when_read_what_the_algorithm_computes() {
             derived_admissions > 10 && refusals > 5,
             "{mode:?}: {derived_admissions}, {refusals}"
         );
+    }
+}
+
+#[test]
+fn a_token_bucket_checked_in_plain_numbers_reports_what_the_algorithm_computes() {
+    // A bucket refilling 7 units a microsecond (`Path::Bucket`), each
+    // request decided both ways on the same stored bucket, in every mode,
+    // with refusals, a cost of 0 and a clock behind the bucket.
+    let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
+    for mode in modes {
+        let quota = Quota::token_bucket(7_000_000, Duration::from_secs(1))
+            .burst(20)
+            .mode(mode)
+            .build()
+            .unwrap();
+        assert_eq!(quota.path, crate::quota::Path::Bucket);
+        let set = QuotaSet::single(quota);
+        let p = &set.quotas()[0].params;
+        let (mut state, mut refusals) = (None, 0);
+        for i in 0..200u64 {
+            let now = 1_000_000 + i * 2 - if i % 10 == 9 { 5 } else { 0 };
+            let cost = [3, 1, 0, 5, 2][i as usize % 5];
+            let (general, update) = set.evaluate_one(state.as_ref(), cost, now, true, false);
+            let taken = token_bucket::take(state.as_ref(), p, cost, now);
+            assert_eq!(set.bucket_decision(&taken, now), general, "{mode:?} at {i}");
+            let stored = taken
+                .admits(p)
+                .then(|| State::TokenBucket(taken.bucket(p, now)));
+            match update {
+                Update::Set(next) => assert_eq!(stored, Some(next), "{mode:?} at {i}"),
+                _ => assert_eq!(stored, None, "{mode:?} at {i}"),
+            }
+            refusals += u64::from(general.exceeded());
+            state = stored.or(state);
+        }
+        assert!(refusals >= 10, "{mode:?}: {refusals}");
     }
 }
 

@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use super::entry::{Entries, Stored, lend, pair_of, store_new, update, update_found, word_of};
 use super::{CheckRequest, MemoryBackend};
-use crate::algorithm::State;
+use crate::algorithm::{State, sliding_window, token_bucket};
 use crate::backend::table::{Found, Position};
 use crate::clock::{Clock, Timestamp};
 use crate::decision::Decision;
@@ -55,7 +55,9 @@ impl<C: Clock> MemoryBackend<C> {
         if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
             match quota.path {
                 Path::Window => return self.decide_fixed_window(request, now, *id),
-                Path::SlidingWindow | Path::Pair => return self.decide_pair(request, now, *id),
+                Path::SlidingWindow | Path::Bucket | Path::Pair => {
+                    return self.decide_pair(request, now, *id);
+                }
                 Path::Arrival | Path::Locked => {}
             }
         }
@@ -93,8 +95,12 @@ impl<C: Clock> MemoryBackend<C> {
     /// A one-quota state of two numbers (a token bucket, a fixed or a
     /// sliding window) found stored: swapped by a 128-bit compare-and-swap
     /// under the read lock. A sliding window's admission leaves what it
-    /// reports to be computed only if read. Anything else (a new key, a
-    /// state that no longer fits two numbers) takes the write lock.
+    /// reports to be computed only if read; a token bucket's check is made
+    /// in plain numbers inside the loop and its report (three divisions)
+    /// once the swap holds: the shorter the loop, the fewer swaps fail on
+    /// a key that many threads check at once.
+    /// Anything else (a new key, a state that no longer fits two numbers)
+    /// takes the write lock.
     #[inline]
     fn decide_pair(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
         let shard = self.inner.table.read(request.key);
@@ -103,26 +109,52 @@ impl<C: Clock> MemoryBackend<C> {
             let quota = &q.quotas()[0];
             let (p, cost, now) = (&quota.params, request.cost, now.as_micros());
             let (commit, room) = (request.commit, request.room);
-            let fast = quota.path == Path::SlidingWindow;
-            let decided = update(&pair.0, |numbers| {
-                let Some(state) = State::from_pair(numbers, p) else {
-                    return (None, None);
-                };
-                if let (true, State::SlidingWindow(c)) = (fast, &state) {
-                    if let Some((decision, after)) = q.admit_sliding_window(Some(c), cost, now) {
-                        if !commit {
-                            return (Some(decision), None);
-                        }
-                        let next = State::SlidingWindow(after).to_pair(p);
-                        return (next.map(|_| decision), next);
-                    }
-                }
-                let (decision, update) = q.evaluate_one(Some(&state), cost, now, commit, room);
+            // The whole check, in the loop: what the others fall back to.
+            let full = |state: &State| {
+                let (decision, update) = q.evaluate_one(Some(state), cost, now, commit, room);
                 match pair_of(update, p) {
                     Ok(next) => (Some(decision), next),
                     Err(()) => (None, None),
                 }
-            });
+            };
+            let decided = match quota.path {
+                Path::SlidingWindow => update(&pair.0, |numbers| {
+                    let Some(state @ State::SlidingWindow(c)) = State::from_pair(numbers, p) else {
+                        return (None, None);
+                    };
+                    // A refusal, or a clock behind the window, is checked in full.
+                    let Some(a) = sliding_window::admit_alone(Some(&c), p, cost, now) else {
+                        return full(&state);
+                    };
+                    let next = if commit {
+                        match State::SlidingWindow(a.counters).to_pair(p) {
+                            Some(next) => Some(next),
+                            None => return (None, None),
+                        }
+                    } else {
+                        None
+                    };
+                    (Some(q.sliding_window_admitted(a)), next)
+                }),
+                Path::Bucket => update(&pair.0, |numbers| {
+                    let Some(state) = State::from_pair(numbers, p) else {
+                        return (None, None);
+                    };
+                    let taken = token_bucket::take(Some(&state), p, cost, now);
+                    if !(commit && taken.admits(p)) {
+                        return (Some(taken), None);
+                    }
+                    match State::TokenBucket(taken.bucket(p, now)).to_pair(p) {
+                        Some(next) => (Some(taken), Some(next)),
+                        None => (None, None),
+                    }
+                })
+                .map(|taken| q.bucket_decision(&taken, now)),
+                _ => update(&pair.0, |numbers| match State::from_pair(numbers, p) {
+                    Some(state) => full(&state),
+                    None => (None, None),
+                }),
+            };
             if let Some(decision) = decided {
                 return decision;
             }
