@@ -103,7 +103,7 @@ pub struct BatchBackendBuilder<B> {
 /// threads of different stripes never write the same line.
 #[repr(align(128))]
 struct Stripe {
-    held: Mutex<HashMap<Owned, Held, foldhash::fast::RandomState>>,
+    held: Mutex<HashMap<Owned, Batch, foldhash::fast::RandomState>>,
 }
 
 /// A key and the state ids of its set: two sets checking the same key
@@ -135,7 +135,7 @@ impl Equivalent<Owned> for Borrowed<'_> {
 }
 
 /// A batch held by a stripe for one key.
-struct Held {
+struct Batch {
     /// Units left.
     units: u64,
     /// Units the batch took, the request that took it included.
@@ -147,7 +147,7 @@ struct Held {
     reserved: Reserved,
 }
 
-impl Held {
+impl Batch {
     /// Spends `cost` if the batch holds that much and is still live; the
     /// decision reported is the inner backend's on the batch (its
     /// `remaining` leaves out the units parked here).
@@ -180,7 +180,7 @@ fn thread_index() -> usize {
 /// Drops a stripe's batches, the live ones too unless `live_at` is given,
 /// and adds their units to `out`, to give back.
 fn sweep(
-    map: &mut HashMap<Owned, Held, foldhash::fast::RandomState>,
+    map: &mut HashMap<Owned, Batch, foldhash::fast::RandomState>,
     out: &mut Vec<Leftover>,
     live_at: Option<u64>,
 ) {
@@ -332,7 +332,7 @@ impl<B: Backend> BatchBackend<B> {
     /// as it may: then the lapsed batches go first, and when that frees
     /// too little, every batch (whose units are returned for giving back),
     /// so that a flood of keys costs one sweep per `max_keys / 4` keys.
-    fn keep(&self, request: &CheckRequest<'_>, held: Held, now: u64) -> Vec<Leftover> {
+    fn keep(&self, request: &CheckRequest<'_>, held: Batch, now: u64) -> Vec<Leftover> {
         let mut out = Vec::new();
         let mut map = lock(&self.stripe().held);
         let wanted = Borrowed {
@@ -404,7 +404,7 @@ impl<B: Backend> BatchBackend<B> {
             size = cost;
         }
         let decision = reserved.decision().clone();
-        let batch = Held {
+        let batch = Batch {
             units: if decision.allowed() { size - cost } else { 0 },
             size,
             expires: now.saturating_add(self.lifetime),

@@ -64,12 +64,12 @@ pub(crate) struct Check<'a, B> {
 }
 
 /// A check's limit: the policy's own, or one made at run time (a rules
-/// override set through the admin API), held while the request is decided.
+/// override set through the admin API), owned while the request is decided.
 pub(crate) enum LimitRef<'a, B> {
     Borrowed(&'a Arc<Limit<B>>),
     // Only rules make overrides; without them the layer borrows alone.
     #[cfg_attr(not(feature = "rules"), allow(dead_code))]
-    Held(Arc<Limit<B>>),
+    Owned(Arc<Limit<B>>),
 }
 
 impl<B> std::ops::Deref for LimitRef<'_, B> {
@@ -79,7 +79,7 @@ impl<B> std::ops::Deref for LimitRef<'_, B> {
     fn deref(&self) -> &Arc<Limit<B>> {
         match self {
             LimitRef::Borrowed(l) => l,
-            LimitRef::Held(l) => l,
+            LimitRef::Owned(l) => l,
         }
     }
 }

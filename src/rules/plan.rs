@@ -118,7 +118,7 @@ impl Compiled {
                 // Run-time entries: one load while there are none.
                 match self.runtime.find(&rule.name, key.as_str()) {
                     Some(Found::Blocked(ms)) => return Err(blocked(ms)),
-                    Some(Found::Override(l)) => limit = Some(LimitRef::Held(l)),
+                    Some(Found::Override(l)) => limit = Some(LimitRef::Owned(l)),
                     None => {}
                 }
                 checks.push(Check {

@@ -21,7 +21,7 @@ use std::hash::BuildHasher;
 use smallvec::SmallVec;
 use tokio::sync::Notify;
 
-use super::lease::{Held, Policy};
+use super::lease::{Leased, Policy};
 use super::script::{Ask, Reply};
 use crate::backend::table::{Expiring, Locked, Table};
 use crate::decision::Decision;
@@ -49,7 +49,7 @@ pub(crate) struct DenialCache {
 #[derive(Default)]
 struct Entry {
     denial: Option<Denial>,
-    lease: Option<Held>,
+    lease: Option<Leased>,
     /// Until when the key's call (a lease call, or the call after a denial
     /// ran out) is out: meanwhile other requests of the key wait for it,
     /// and ask Redis for their own cost only if they give up waiting.
@@ -205,7 +205,7 @@ impl DenialCache {
                 ask.give_back = last
                     .as_ref()
                     .filter(|l| now < l.expires)
-                    .and_then(Held::give_back);
+                    .and_then(Leased::give_back);
             }
             None if entry.denial.as_ref().is_some_and(|d| now >= d.until) => {}
             None => return (ask, Turn::Alone),
@@ -263,7 +263,7 @@ impl DenialCache {
             };
             // From when it was asked: Redis's moment came later, so the
             // lease never outlives a window there.
-            let held = Held {
+            let held = Leased {
                 units: reply.spent - cost,
                 size: reply.spent,
                 taken: sent,

@@ -140,7 +140,13 @@ impl Policy {
     /// spent, up to [`most`](Self::most). A key with no recent lease asks
     /// for the cost alone, as without leases, and so does any request
     /// costing more than a lease may hold.
-    pub(crate) fn want(&self, cost: u64, last: Option<&Held>, quotas: &QuotaSet, now: u64) -> u64 {
+    pub(crate) fn want(
+        &self,
+        cost: u64,
+        last: Option<&Leased>,
+        quotas: &QuotaSet,
+        now: u64,
+    ) -> u64 {
         // A cost of 0 asks how things stand: it takes nothing.
         let Some(last) = last.filter(|_| cost > 0) else {
             return cost;
@@ -164,7 +170,7 @@ impl Policy {
 
 /// Units leased from Redis and held here for one key.
 #[derive(Debug, Clone)]
-pub(crate) struct Held {
+pub(crate) struct Leased {
     /// Units left.
     pub units: u64,
     /// Units the lease took, the request that took it included.
@@ -179,7 +185,7 @@ pub(crate) struct Held {
     pub verdicts: SmallVec<[RawQuotaDecision; 2]>,
 }
 
-impl Held {
+impl Leased {
     /// Spends `cost` if the lease holds that much and is still live. An
     /// empty lease (one that took the request alone) answers nothing, not
     /// even a cost of 0: Redis's numbers have moved on since.
@@ -221,8 +227,8 @@ impl Held {
 mod tests {
     use super::*;
 
-    fn held(size: u64, units: u64, taken: u64) -> Held {
-        Held {
+    fn held(size: u64, units: u64, taken: u64) -> Leased {
+        Leased {
             units,
             size,
             taken,
