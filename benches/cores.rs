@@ -7,7 +7,8 @@
 //! `cargo bench --bench cores` (or `scripts/bench-cores.sh`, which builds
 //! it once and runs it where cargo is not). Settings, from the environment:
 //! `THREADS=1,2,4,8,16`, `CELL_MS=300` (each cell's measured time),
-//! `ONLY=gcra,...` (algorithms by name).
+//! `ROUNDS=3` (each cell's rounds, cases interleaved within a round; the
+//! median is reported), `ONLY=gcra,...` (algorithms by name).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -113,6 +114,11 @@ fn main() {
         .ok()
         .and_then(|m| m.parse().ok())
         .unwrap_or(300);
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|&r| r > 0)
+        .unwrap_or(3);
     let only = std::env::var("ONLY").ok();
     let wanted = |a: &Algorithm| {
         only.as_deref()
@@ -161,39 +167,64 @@ fn main() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("# Checks per second on many cores\n");
     println!(
-        "{cpus} CPUs; threads {threads:?}; {cell_ms} ms a cell; millions of checks a second.\n"
+        "{cpus} CPUs; threads {threads:?}; {cell_ms} ms a cell, the median of {rounds} rounds; millions of checks a second.\n"
+    );
+    // One cell thrown away first: the machine's first busy moments (clock
+    // speed rising, pages first touched) otherwise fell on the first case.
+    let warm = cases[0].1();
+    cell(
+        threads.first().copied().unwrap_or(1),
+        span,
+        true,
+        &keys,
+        &warm,
     );
     for hot in [true, false] {
-        let mut rows = Vec::new();
-        for (name, make) in &cases {
-            let mut rates = Vec::new();
-            for &t in &threads {
-                // A fresh limiter per cell: no cell inherits another's keys.
-                let check = make();
-                if !hot {
-                    // The keys are stored before they are measured.
-                    for key in keys.iter() {
-                        check(key);
+        // Cases interleaved within each round, the median of the rounds
+        // kept: a slow moment of the machine falls on one round of every
+        // case, not on every round of one.
+        let mut rates = vec![vec![Vec::new(); threads.len()]; cases.len()];
+        for (ti, &t) in threads.iter().enumerate() {
+            for _ in 0..rounds {
+                for (ci, (name, make)) in cases.iter().enumerate() {
+                    // A fresh limiter per cell: no cell inherits another's keys.
+                    let check = make();
+                    if !hot {
+                        // The keys are stored before they are measured.
+                        for key in keys.iter() {
+                            check(key);
+                        }
                     }
+                    let rate = cell(t, span, hot, &keys, &check);
+                    eprintln!(
+                        "{} {name} {t} threads: {:.2} M/s",
+                        if hot { "hot" } else { "many" },
+                        rate / 1e6
+                    );
+                    rates[ci][ti].push(rate);
                 }
-                rates.push(cell(t, span, hot, &keys, &check));
-                eprintln!(
-                    "{} {name} {t} threads: {:.2} M/s",
-                    if hot { "hot" } else { "many" },
-                    rates.last().unwrap() / 1e6
-                );
             }
-            rows.push(Row {
-                name: name.clone(),
-                rates,
-            });
         }
+        let rows: Vec<Row> = cases
+            .iter()
+            .zip(rates)
+            .map(|((name, _), cells)| Row {
+                name: name.clone(),
+                rates: cells.into_iter().map(median).collect(),
+            })
+            .collect();
         report(
             if hot { "One hot key" } else { "Many keys" },
             &threads,
             &rows,
         );
     }
+}
+
+/// The middle of a cell's rounds (the upper middle of an even count).
+fn median(mut rates: Vec<f64>) -> f64 {
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
 }
 
 fn report(title: &str, threads: &[usize], rows: &[Row]) {

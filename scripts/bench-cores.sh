@@ -10,8 +10,8 @@
 #   DIR/bench-cores.sh                    # there: runs, no cargo, no network
 #   DIR/bench-http.sh                     # the HTTP part (see that script)
 #
-# 13 cases x 5 thread counts x 2 key shapes = 130 cells of CELL_MS (300 ms):
-# about a minute; THREADS=1,2 CELL_MS=100 for a quick look. Writes the report
+# 13 cases x 5 thread counts x 2 key shapes x ROUNDS (3) = 390 cells of CELL_MS (300 ms):
+# about two minutes; THREADS=1,2 CELL_MS=100 for a quick look. Writes the report
 # to OUT (target/bench-cores, or DIR/out/cores) as report.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
