@@ -4,8 +4,7 @@
 //! until the debt has returned, as long as its state can say so. The Redis
 //! script's `forcing` mode is its twin.
 
-use super::{Algorithm, State, Update, fixed_window, sliding_window, token_bucket};
-use crate::quota::Params;
+use super::{Algorithm, Params, State, Update, fixed_window, sliding_window, token_bucket};
 
 /// The furthest a debt reaches, in microseconds (2^40, some 12 days): an
 /// arrival time past it would leave the exact range of the Redis script's
