@@ -4,11 +4,9 @@ use std::fmt;
 use std::future::{Future, ready};
 use std::sync::Arc;
 
-use smallvec::SmallVec;
+use entry::{Pair, Wide, Word};
 
-use entry::{Pair, Stored, Wide, Word};
-
-use super::table::{Position, Table};
+use super::table::Table;
 use super::{Backend, BackendError, CheckRequest, GiveBackRequest, Reserved};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
@@ -135,58 +133,34 @@ impl<C: Clock> MemoryBackend<C> {
     /// (which also keeps out the compare-and-swap of one-number states).
     /// Returns what is left then (a peek at cost 0).
     /// [`Backend::charge`] without waiting: under the key's lock, as a
-    /// give-back is.
+    /// give-back is. Returns what is left then (a peek at cost 0).
     pub(crate) fn charge_now(&self, request: CheckRequest<'_>) -> Decision {
-        let inner = &*self.inner;
-        let (key, quotas) = (request.key, request.quotas);
-        let now = self.now(&request).as_micros();
-        let mut shard = inner.table.lock(key);
-        let mut positions = SmallVec::<[Option<Position>; 4]>::new();
-        for &id in quotas.state_ids() {
-            positions.push(shard.position_in_set(id, key));
-        }
-        let mut stored = Stored {
-            shard: &mut shard,
-            positions: &positions,
-            new: SmallVec::new(),
-            metrics: &inner.metrics,
-            request: &request,
-            now,
-        };
-        quotas.charge_in(&mut stored, request.cost, now)
+        let (quotas, cost) = (request.quotas, request.cost);
+        let now = self.now(&request);
+        let mut shard = self.inner.table.lock(request.key);
+        let at = now.as_micros();
+        self.settle_in(&mut shard, &request, now, |s| quotas.charge_in(s, cost, at))
     }
 
+    /// Gives back a reservation made here, under the shard's write lock
+    /// (which also keeps out the compare-and-swap of one-number states).
+    /// Returns what is left then (a peek at cost 0).
     pub(crate) fn give_back_now(&self, request: GiveBackRequest<'_>) -> Decision {
-        let reserved = request.reserved;
-        let inner = &*self.inner;
-        let (key, quotas) = (request.key, request.quotas);
+        let (reserved, quotas) = (request.reserved, request.quotas);
         let check = CheckRequest {
-            key,
+            key: request.key,
             quotas,
             cost: request.cost,
             commit: true,
             room: false,
             started: crate::clock::Stopwatch::start(),
         };
-        let now = self.now(&check).as_micros();
-        let mut shard = inner.table.lock(key);
-        let mut positions = SmallVec::<[Option<Position>; 4]>::new();
-        for &id in quotas.state_ids() {
-            positions.push(shard.position_in_set(id, key));
-        }
-        let mut stored = Stored {
-            shard: &mut shard,
-            positions: &positions,
-            new: SmallVec::new(),
-            metrics: &inner.metrics,
-            request: &check,
-            now,
-        };
-        let at = reserved.at().as_micros();
-        let units = [request.cost, request.requests];
-        let left = quotas.give_back_in(&mut stored, reserved.decision(), units, at, now);
-        stored.store_new();
-        left
+        let now = self.now(&check);
+        let mut shard = self.inner.table.lock(request.key);
+        let (at, units) = (reserved.at().as_micros(), [request.cost, request.requests]);
+        self.settle_in(&mut shard, &check, now, |s| {
+            quotas.give_back_spent(s, reserved.decision(), units, at, now.as_micros());
+        })
     }
 }
 

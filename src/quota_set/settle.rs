@@ -61,13 +61,14 @@ impl QuotaSet {
         at: u64,
         now: u64,
     ) -> Decision {
-        if decision.allowed() {
-            self.give_back_spent(states, decision, units, at, now);
-        }
+        self.give_back_spent(states, decision, units, at, now);
         self.evaluate(states, 0, Timestamp::from_micros(now), false, false)
     }
 
-    fn give_back_spent(
+    /// [`give_back_in`](QuotaSet::give_back_in) without the peek that
+    /// follows: for a store that stores its new entries only once the
+    /// states are handed back, and then peeks itself.
+    pub(crate) fn give_back_spent(
         &self,
         states: &mut (impl States + ?Sized),
         decision: &Decision,
@@ -75,6 +76,10 @@ impl QuotaSet {
         at: u64,
         now: u64,
     ) {
+        // A refused decision spent nothing.
+        if !decision.allowed() {
+            return;
+        }
         let answers = self.quotas.iter().zip(decision.quotas()).enumerate();
         for (i, (quota, answer)) in answers {
             let cost = quota.units(cost, requests);
@@ -96,14 +101,9 @@ impl QuotaSet {
     /// Spends `cost` on every quota counting the cost whatever is left, at
     /// `now`, on the states a store keeps for the key (see
     /// [`Backend::charge`](crate::Backend::charge)): usage beyond a
-    /// reservation, whose request was counted already. Returns what is
-    /// left then, as a peek at cost 0 reports it.
-    pub(crate) fn charge_in(
-        &self,
-        states: &mut (impl States + ?Sized),
-        cost: u64,
-        now: u64,
-    ) -> Decision {
+    /// reservation, whose request was counted already. The store then
+    /// peeks at cost 0 for what is left, once its new entries are stored.
+    pub(crate) fn charge_in(&self, states: &mut (impl States + ?Sized), cost: u64, now: u64) {
         for (i, quota) in self.quotas.iter().enumerate() {
             if quota.counts() == Counts::Requests {
                 continue;
@@ -112,6 +112,5 @@ impl QuotaSet {
             let update = states.with(i, |s| algorithm::charge::charge(algorithm, s, p, cost, now));
             states.store(i, update, p);
         }
-        self.evaluate(states, 0, Timestamp::from_micros(now), false, false)
     }
 }

@@ -219,25 +219,77 @@ impl<C: Clock> MemoryBackend<C> {
             }
             return decision;
         }
-        // Each quota's entry found once: updated in place where it exists,
-        // and only then the new ones stored.
-        let mut positions = SmallVec::<[Option<Position>; 4]>::new();
-        for &id in ids {
-            positions.push(shard.position_in_set(id, key));
-        }
-        let mut stored = Stored {
-            shard: &mut shard,
-            positions: &positions,
-            new: SmallVec::new(),
-            metrics: &inner.metrics,
-            request: &request,
-            now: now_micros,
-        };
-        let decision =
-            request
-                .quotas
-                .evaluate(&mut stored, request.cost, now, request.commit, request.room);
-        stored.store_new();
-        decision
+        let (cost, commit, room) = (request.cost, request.commit, request.room);
+        self.in_set(&mut shard, &request, now_micros, |s| {
+            request.quotas.evaluate(s, cost, now, commit, room)
+        })
     }
+
+    /// Runs `f` on the states `request`'s set keeps for its key, under
+    /// `shard`: each quota's entry found once, updated in place where it
+    /// exists, and the new ones stored once `f` returns.
+    #[inline]
+    pub(super) fn in_set<R>(
+        &self,
+        shard: &mut Entries<'_>,
+        request: &CheckRequest<'_>,
+        now: u64,
+        f: impl FnOnce(&mut Stored<'_, '_>) -> R,
+    ) -> R {
+        let positions = positions(shard, request);
+        let mut stored = self.stored(shard, &positions, request, now);
+        let result = f(&mut stored);
+        stored.store_new();
+        result
+    }
+
+    /// [`in_set`](Self::in_set) for a settle (`f` gives back or charges),
+    /// then what is left: a peek at cost 0 under the same lock, which
+    /// finds again the entries `f` had to store anew.
+    pub(super) fn settle_in(
+        &self,
+        shard: &mut Entries<'_>,
+        request: &CheckRequest<'_>,
+        now: Timestamp,
+        f: impl FnOnce(&mut Stored<'_, '_>),
+    ) -> Decision {
+        let mut positions = positions(shard, request);
+        let mut stored = self.stored(shard, &positions, request, now.as_micros());
+        f(&mut stored);
+        if !stored.new.is_empty() {
+            stored.store_new();
+            positions = self::positions(shard, request);
+            stored = self.stored(shard, &positions, request, now.as_micros());
+        }
+        request.quotas.evaluate(&mut stored, 0, now, false, false)
+    }
+
+    #[inline(always)]
+    fn stored<'a, 'b>(
+        &'a self,
+        shard: &'a mut Entries<'b>,
+        positions: &'a [Option<Position>],
+        request: &'a CheckRequest<'a>,
+        now: u64,
+    ) -> Stored<'a, 'b> {
+        Stored {
+            shard,
+            positions,
+            new: SmallVec::new(),
+            metrics: &self.inner.metrics,
+            request,
+            now,
+        }
+    }
+}
+
+/// Where each quota of `request`'s set keeps its entry for the key, if
+/// anywhere.
+#[inline(always)]
+fn positions(shard: &Entries<'_>, request: &CheckRequest<'_>) -> SmallVec<[Option<Position>; 4]> {
+    let mut positions = SmallVec::new();
+    for &id in request.quotas.state_ids() {
+        positions.push(shard.position_in_set(id, request.key));
+    }
+    positions
 }

@@ -95,3 +95,43 @@ fn one_number_found_where_another_state_belongs_moves_to_its_kind() {
         assert_eq!(backend.len(), set.quotas().len());
     }
 }
+
+/// A charge that must store its state anew (a key with none, or a window
+/// kept as one number that its count no longer fits) is stored, and the
+/// decision it returns sees it.
+#[test]
+fn a_charge_stores_what_it_cannot_update_in_place() {
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    let backend = MemoryBackend::builder().clock(clock.clone()).build();
+    // 999 a millisecond: the window is one number while its count stays
+    // under the period's 1 000 microseconds.
+    let window = Quota::fixed_window(999, Duration::from_millis(1))
+        .build()
+        .unwrap();
+    let gcra = Quota::gcra(10, Duration::from_secs(1)).build().unwrap();
+    for quota in [window, gcra] {
+        let limiter = Limiter::new(backend.clone(), quota);
+        let charge = |key: &str, cost| {
+            let request = CheckRequest {
+                key,
+                quotas: limiter.quotas(),
+                cost,
+                commit: true,
+                room: false,
+                started: crate::clock::Stopwatch::start(),
+            };
+            backend.charge_now(request)
+        };
+        // A key with no state yet.
+        let left = charge("fresh", 5);
+        assert_eq!(left.remaining(), limiter.quotas().quotas()[0].limit() - 5);
+        let next = limiter.check_now("fresh", 0).unwrap().unwrap();
+        assert_eq!(next.remaining(), left.remaining(), "{:?}", limiter.quotas());
+        // Past what the stored form holds.
+        assert!(limiter.check_now("big", 1).unwrap().unwrap().allowed());
+        let left = charge("big", 5_000);
+        assert_eq!(left.remaining(), 0, "{:?}", limiter.quotas());
+        let next = limiter.check_now("big", 1).unwrap().unwrap();
+        assert!(!next.allowed(), "{:?}", limiter.quotas());
+    }
+}
