@@ -141,12 +141,18 @@ fn main() {
     }
     // States of two numbers, swapped by a 128-bit compare-and-swap: a
     // sliding window whose counts stay under 2^32 (the admitting quota
-    // above counts past it, so it is decided under the write lock), and a
-    // token bucket refilling more than one unit a microsecond.
+    // above counts past it, so it is decided under the write lock), the
+    // same with windows that end, and a token bucket refilling more than
+    // one unit a microsecond.
     let two_numbers = [
         (
             "sliding_window_u32",
             Quota::sliding_window(u64::from(u32::MAX), Duration::from_secs(1_000_000)),
+        ),
+        // Windows of 100 ms: each check weighs the previous window's count.
+        (
+            "sliding_window_rolling",
+            Quota::sliding_window(u64::from(u32::MAX), Duration::from_millis(100)),
         ),
         (
             "token_bucket_fractional",

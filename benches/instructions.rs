@@ -110,6 +110,14 @@ fn main() {
         ),
         // A flood on one key: ten a minute, so every check but the first ten
         // is refused.
+        // Windows of 100 ms: the check weighs the previous window's count,
+        // as on a key checked for longer than one window (the admitting
+        // sliding window's windows never end).
+        Some("sliding_window_rolling") => QuotaSet::single(
+            Quota::sliding_window(u64::from(u32::MAX), Duration::from_millis(100))
+                .build()
+                .expect("valid quota"),
+        ),
         Some("sliding_window_refusing") => QuotaSet::single(
             Quota::sliding_window(10, Duration::from_secs(60))
                 .build()

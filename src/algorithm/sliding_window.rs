@@ -57,6 +57,11 @@ impl Counters {
 /// unsigned conversion takes several; the quotient converts back likewise.
 #[inline]
 fn weigh(prev: u64, still_in: u64, period: u64) -> u64 {
+    // Nothing to weigh (a key's first window, or one after a quiet one):
+    // no float division.
+    if prev == 0 {
+        return 0;
+    }
     let float = |n: u64| n as i64 as f64;
     // Truncation of a quotient at most `prev`: exact through `i64`.
     (float(prev) * float(still_in) / float(period)) as i64 as u64
@@ -110,6 +115,14 @@ fn replenished_at(c: &Counters, used: u64, capacity: u64, elapsed: u64, period: 
 /// The stored counters moved on to the window of `now`.
 #[inline]
 fn at_window(state: Option<&Counters>, period: u64, now: u64) -> Counters {
+    // A stored window starts on a multiple of the period, so one that
+    // ends after `now` is `now`'s or later: no division, in the common
+    // case of a window still current.
+    if let Some(c) = state
+        && now < c.start.saturating_add(period)
+    {
+        return *c;
+    }
     let current = now - now % period;
     match state {
         Some(c) if c.start >= current => *c,
