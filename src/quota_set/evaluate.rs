@@ -107,7 +107,7 @@ impl QuotaSet {
     }
 
     /// The decision of a set of one sliding window, not elastic
-    /// (`Path::SlidingWindow`), that admitted (`sliding_window::admit_alone`):
+    /// (`Path::SlidingWindow`), that admitted (`sliding_window::admit_weighed`):
     /// its numbers (a search, for replenish) are computed only when read.
     #[inline]
     pub(crate) fn sliding_window_admitted(&self, admitted: sliding_window::Admitted) -> Decision {

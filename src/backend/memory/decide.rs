@@ -118,24 +118,30 @@ impl<C: Clock> MemoryBackend<C> {
                 }
             };
             let decided = match quota.path {
-                Path::SlidingWindow => update(&pair.0, |numbers| {
-                    let Some(state @ State::SlidingWindow(c)) = State::from_pair(numbers, p) else {
-                        return (None, None);
-                    };
-                    // A refusal, or a clock behind the window, is checked in full.
-                    let Some(a) = sliding_window::admit_alone(Some(&c), p, cost, now) else {
-                        return full(&state);
-                    };
-                    let next = if commit {
-                        match State::SlidingWindow(a.counters).to_pair(p) {
-                            Some(next) => Some(next),
-                            None => return (None, None),
-                        }
-                    } else {
-                        None
-                    };
-                    (Some(q.sliding_window_admitted(a)), next)
-                }),
+                Path::SlidingWindow => {
+                    let mut weighed = sliding_window::Weighed::default();
+                    update(&pair.0, |numbers| {
+                        let Some(state @ State::SlidingWindow(c)) = State::from_pair(numbers, p)
+                        else {
+                            return (None, None);
+                        };
+                        // A refusal, or a clock behind the window, is checked in full.
+                        let Some(a) =
+                            sliding_window::admit_weighed(Some(&c), p, cost, now, &mut weighed)
+                        else {
+                            return full(&state);
+                        };
+                        let next = if commit {
+                            match State::SlidingWindow(a.counters).to_pair(p) {
+                                Some(next) => Some(next),
+                                None => return (None, None),
+                            }
+                        } else {
+                            None
+                        };
+                        (Some(q.sliding_window_admitted(a)), next)
+                    })
+                }
                 Path::Bucket => update(&pair.0, |numbers| {
                     let Some(state) = State::from_pair(numbers, p) else {
                         return (None, None);
