@@ -75,7 +75,8 @@ impl<B: Backend + Clone> Twin<B> {
         ));
         if memory != other {
             panic!(
-                "the backends disagree\nquotas: {:#?}\nrequests:\n{}\nmemory: {memory:#?}\nother:  {other:#?}",
+                "the backends disagree on trace {:?}\nquotas: {:#?}\nrequests:\n{}\nmemory: {memory:#?}\nother:  {other:#?}",
+                self.namespace,
                 self.memory.quotas(),
                 self.log.borrow().join("\n")
             );
