@@ -3,7 +3,7 @@
 //! states in, and the Redis backend its denials.
 //!
 //! Values come in three kinds, each in its own vector per shard: wide ones
-//! (`V`), narrow ones (`N`, a state of one number in the memory backend)
+//! (`V`), words (`N`, a state of one number in the memory backend)
 //! and pairs (`P`, a state of two numbers swapped together), so that the
 //! common one-word value does not take the space of the widest. Entries are found through one index of positions per shard,
 //! so that a victim can be sampled at random positions (a hash table's own
@@ -36,11 +36,11 @@ const PURGE_EVERY: u64 = 1_000_000;
 /// hold the id to evict from.
 const SAMPLE: usize = 16;
 const MAX_SAMPLE: usize = 256;
-/// The bits of a position that say the entry is narrow, or a pair; the
+/// The bits of a position that say the entry is a word, or a pair; the
 /// rest is its place in its vector.
-const NARROW: u32 = 1 << 31;
+const WORD: u32 = 1 << 31;
 const PAIR: u32 = 1 << 30;
-const KIND: u32 = NARROW | PAIR;
+const KIND: u32 = WORD | PAIR;
 
 /// A value that stops mattering at a known moment.
 pub(crate) trait Expiring {
@@ -77,10 +77,10 @@ pub(crate) struct Shard<V, N, P> {
 /// Where an insert puts an entry: its kind's vector.
 type Column<V, N, P, T> = fn(&mut Entries<V, N, P>) -> &mut Vec<Entry<T>>;
 
-/// A shard's entries, wide, narrow and pairs.
+/// A shard's entries: wide ones, words and pairs.
 struct Entries<V, N, P> {
     wide: Vec<Entry<V>>,
-    narrow: Vec<Entry<N>>,
+    word: Vec<Entry<N>>,
     pair: Vec<Entry<P>>,
 }
 
@@ -92,7 +92,7 @@ struct Entry<V> {
     value: V,
 }
 
-/// Where an entry is in its shard: its vector ([`NARROW`] set or not) and
+/// Where an entry is in its shard: its vector ([`WORD`] set or not) and
 /// its place there. Valid until the next insert or removal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Position(u32);
@@ -100,7 +100,7 @@ pub(crate) struct Position(u32);
 /// A value found in the table, of any kind.
 pub(crate) enum Found<W, N, P = N> {
     Wide(W),
-    Narrow(N),
+    Word(N),
     Pair(P),
 }
 
@@ -109,7 +109,7 @@ impl<W, N, P> Found<&mut W, &mut N, &mut P> {
     pub(crate) fn shared(&self) -> Found<&W, &N, &P> {
         match self {
             Found::Wide(w) => Found::Wide(w),
-            Found::Narrow(n) => Found::Narrow(n),
+            Found::Word(n) => Found::Word(n),
             Found::Pair(p) => Found::Pair(p),
         }
     }
@@ -173,7 +173,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Table<V, N, P> {
                         .min(PAIR as usize - 1),
                     entries: Entries {
                         wide: Vec::new(),
-                        narrow: Vec::new(),
+                        word: Vec::new(),
                         pair: Vec::new(),
                     },
                     index: HashTable::new(),
@@ -244,10 +244,10 @@ impl<V: Expiring, N: Expiring, P: Expiring> Table<V, N, P> {
 }
 
 impl<'a, V: Expiring, N: Expiring, P: Expiring> Read<'a, V, N, P> {
-    /// The narrow entry of `(id, key)`, if there is one.
+    /// The word entry of `(id, key)`, if there is one.
     ///
     /// Each hot path that reads one number calls its own instance.
-    /// `NARROW_ONLY`: the search compares narrow entries alone, passing
+    /// `WORD_ONLY`: the search compares word entries alone, passing
     /// over a wide one of the same quota and key (there is never both),
     /// and by their id alone, the key compared once an entry is found
     /// (another key of the same id whose hash collides with this one is
@@ -256,35 +256,35 @@ impl<'a, V: Expiring, N: Expiring, P: Expiring> Read<'a, V, N, P> {
     /// Which is shorter was measured per path (guide::performance, "Notes
     /// on the hot path").
     #[inline]
-    pub(crate) fn narrow<const NARROW_ONLY: bool>(&self, id: u64, key: &str) -> Option<&N> {
+    pub(crate) fn word<const WORD_ONLY: bool>(&self, id: u64, key: &str) -> Option<&N> {
         let shard = &*self.shard;
         let entries = &shard.entries;
         let hash = entry_hash(self.key_hash, id);
-        if NARROW_ONLY {
+        if WORD_ONLY {
             let at = shard
                 .index
-                .find(hash, |&at| entries.narrow_id(at) == Some(id))?;
-            let entry = entries.narrow.get(Position(*at).narrow()?)?;
+                .find(hash, |&at| entries.word_id(at) == Some(id))?;
+            let entry = entries.word.get(Position(*at).word()?)?;
             if same_key(entry.key.as_bytes(), key.as_bytes()) {
                 return Some(&entry.value);
             }
-            return self.narrow_colliding(hash, id, key);
+            return self.word_colliding(hash, id, key);
         }
         let at = shard.index.find(hash, |&at| entries.is(at, id, key))?;
-        Some(&entries.narrow.get(Position(*at).narrow()?)?.value)
+        Some(&entries.word.get(Position(*at).word()?)?.value)
     }
 
-    /// [`narrow`](Self::narrow)'s search in full, for a key whose hash
+    /// [`word`](Self::word)'s search in full, for a key whose hash
     /// collides with another's of the same id.
     #[cold]
     #[inline(never)]
-    fn narrow_colliding(&self, hash: u64, id: u64, key: &str) -> Option<&N> {
+    fn word_colliding(&self, hash: u64, id: u64, key: &str) -> Option<&N> {
         let entries = &self.shard.entries;
         let at = self
             .shard
             .index
-            .find(hash, |&at| entries.is_narrow(at, id, key))?;
-        Some(&entries.narrow.get(Position(*at).narrow()?)?.value)
+            .find(hash, |&at| entries.is_word(at, id, key))?;
+        Some(&entries.word.get(Position(*at).word()?)?.value)
     }
 
     /// The pair entry of `(id, key)`, if there is one.

@@ -77,7 +77,7 @@ impl<C: Clock> MemoryBackend<C> {
         quota: &Quota,
     ) -> Decision {
         let shard = self.inner.table.read(request.key);
-        let Some(word) = shard.narrow::<true>(id, request.key) else {
+        let Some(word) = shard.word::<true>(id, request.key) else {
             return self.decide_locked(request, now, Some(shard.write()), None);
         };
         let (cost, now, commit) = (request.cost, now.as_micros(), request.commit);
@@ -173,7 +173,7 @@ impl<C: Clock> MemoryBackend<C> {
     #[inline]
     fn decide_fixed_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
         let shard = self.inner.table.read(request.key);
-        if let Some(window) = shard.narrow::<true>(id, request.key) {
+        if let Some(window) = shard.word::<true>(id, request.key) {
             let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
             let commit = request.commit;
             return window.update(|n| word_of(q.evaluate_window(n, cost, now, commit)));

@@ -41,7 +41,7 @@ impl Wide {
 
 /// A state that is one number (`State::Word`): a GCRA or leaky-bucket
 /// arrival time, the moment a token bucket is full again, or a fixed
-/// window's end plus its count (see `algorithm`). A narrow entry, 40 bytes
+/// window's end plus its count (see `algorithm`). A word entry, 40 bytes
 /// with the key instead of 72. The number is never before the state's
 /// expiry, so it serves as the expiry (exactly, but for a window's count
 /// of microseconds), and it is updated by compare-and-swap under the
@@ -217,8 +217,8 @@ pub(super) fn word_of((decision, update): (Decision, Update)) -> (Decision, Opti
 pub(super) type Entries<'a> = Locked<'a, Wide, Word, Pair>;
 
 /// Stores the first state of a key's quota, if the update makes one: one
-/// number narrow, two numbers a pair, anything else wide. `replaces`: the
-/// quota has a narrow or pair entry that the state no longer fits (its
+/// number word, two numbers a pair, anything else wide. `replaces`: the
+/// quota has a word or pair entry that the state no longer fits (its
 /// algorithm changed, or a count grew), removed first.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn store_new(
@@ -239,7 +239,7 @@ pub(super) fn store_new(
         return;
     }
     let gained = match state {
-        Some(State::Word(n)) => shard.insert_narrow(id, key, Word(AtomicU64::new(n)), now),
+        Some(State::Word(n)) => shard.insert_word(id, key, Word(AtomicU64::new(n)), now),
         Some(state) if let Some(numbers) = state.to_pair(p) => {
             shard.insert_pair(id, key, Pair(AtomicU128::new(numbers)), now)
         }
@@ -259,7 +259,7 @@ pub(super) fn store_new(
 pub(super) struct Stored<'a, 'b> {
     pub(super) shard: &'a mut Entries<'b>,
     pub(super) positions: &'a [Option<Position>],
-    /// (quota, the update to store anew, whether it replaces a narrow
+    /// (quota, the update to store anew, whether it replaces a word
     /// entry)
     pub(super) new: SmallVec<[(usize, Update, bool); 4]>,
     pub(super) metrics: &'a MemoryMetrics,
@@ -327,7 +327,7 @@ impl States for Stored<'_, '_> {
 }
 
 /// Calls `f` with the state of an entry found: a wide entry's, lent, or a
-/// narrow entry's number made into one.
+/// word entry's number made into one.
 #[inline]
 pub(super) fn lend<R>(
     found: Option<Found<&Wide, &Word, &Pair>>,
@@ -338,7 +338,7 @@ pub(super) fn lend<R>(
     // One call of `f`, not one per arm: it inlines a whole decision.
     let state = match found {
         Some(Found::Wide(slot)) => Some(&slot.state),
-        Some(Found::Narrow(n)) => {
+        Some(Found::Word(n)) => {
             word = n.state();
             Some(&word)
         }
@@ -356,7 +356,7 @@ pub(super) fn lend<R>(
 
 /// Applies `update` to the entry found for a quota, in place. Returns what
 /// must be stored as a new entry instead, if anything, and whether it
-/// replaces the narrow entry found (one whose algorithm changed).
+/// replaces the word entry found (one whose algorithm changed).
 #[inline]
 pub(super) fn update_found(
     found: Option<Found<&mut Wide, &mut Word, &mut Pair>>,
@@ -368,7 +368,7 @@ pub(super) fn update_found(
             slot.apply(update, p);
             None
         }
-        Some(Found::Narrow(a)) => a.apply(update, p).map(|state| (Update::Set(state), true)),
+        Some(Found::Word(a)) => a.apply(update, p).map(|state| (Update::Set(state), true)),
         Some(Found::Pair(a)) => a.apply(update, p).map(|state| (Update::Set(state), true)),
         None => Some((update, false)),
     }

@@ -13,13 +13,13 @@ fn kind<C>(backend: &MemoryBackend<C>, id: u64, key: &str) -> Option<&'static st
     let shard = backend.inner.table.lock(key);
     match shard.at(shard.position(id, key)?)? {
         Found::Wide(_) => Some("wide"),
-        Found::Narrow(_) => Some("narrow"),
+        Found::Word(_) => Some("word"),
         Found::Pair(_) => Some("pair"),
     }
 }
 
 #[test]
-fn states_of_one_number_are_stored_narrow_and_of_two_numbers_as_pairs() {
+fn states_of_one_number_are_stored_word_and_of_two_numbers_as_pairs() {
     let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
     let window = Quota::sliding_window(5, Duration::from_secs(1))
         .name("window")
@@ -36,18 +36,18 @@ fn states_of_one_number_are_stored_narrow_and_of_two_numbers_as_pairs() {
     assert!(!both.check_now("k", 1).unwrap().unwrap().allowed());
     assert!(!alone.check_now("k", 1).unwrap().unwrap().allowed());
     let ids = set.state_ids();
-    assert_eq!(kind(&backend, ids[0], "k"), Some("narrow"));
+    assert_eq!(kind(&backend, ids[0], "k"), Some("word"));
     assert_eq!(kind(&backend, ids[1], "k"), Some("pair"));
     let alone_id = alone.quotas().state_ids()[0];
-    assert_eq!(kind(&backend, alone_id, "k"), Some("narrow"));
+    assert_eq!(kind(&backend, alone_id, "k"), Some("word"));
     assert_eq!(backend.len(), 3);
     // A token bucket is one number when a token is whole microseconds,
     // and a fixed window under one unit a microsecond; else two numbers.
     let ten = Duration::from_secs(10);
     let cases = [
-        (Quota::token_bucket(5, ten), "narrow"),
+        (Quota::token_bucket(5, ten), "word"),
         (Quota::token_bucket(3, ten), "pair"),
-        (Quota::fixed_window(5, ten), "narrow"),
+        (Quota::fixed_window(5, ten), "word"),
         (Quota::fixed_window(2, Duration::from_micros(2)), "pair"),
         (Quota::sliding_window(5, ten), "pair"),
     ];
@@ -85,7 +85,7 @@ fn one_number_found_where_another_state_belongs_moves_to_its_kind() {
         inner
             .table
             .lock("k")
-            .insert_narrow(id, "k", Word(AtomicU64::new(u64::MAX >> 12)), 0);
+            .insert_word(id, "k", Word(AtomicU64::new(u64::MAX >> 12)), 0);
         let limiter = Limiter::new(backend.clone(), set.clone());
         for _ in 0..5 {
             assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());

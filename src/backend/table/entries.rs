@@ -3,10 +3,10 @@
 use super::*;
 
 impl Position {
-    /// The place in the narrow vector, if the entry is narrow.
+    /// The place in the word vector, if the entry is a word.
     #[inline]
-    pub(super) fn narrow(self) -> Option<usize> {
-        (self.0 & KIND == NARROW).then_some((self.0 & !KIND) as usize)
+    pub(super) fn word(self) -> Option<usize> {
+        (self.0 & KIND == WORD).then_some((self.0 & !KIND) as usize)
     }
 
     /// The place in the pair vector, if the entry is a pair.
@@ -24,16 +24,16 @@ impl Position {
 
 impl<V: Expiring, N: Expiring, P: Expiring> Entries<V, N, P> {
     pub(super) fn len(&self) -> usize {
-        self.wide.len() + self.narrow.len() + self.pair.len()
+        self.wide.len() + self.word.len() + self.pair.len()
     }
 
     /// The position of the `i`th entry, wide ones counted first, then
-    /// narrow ones.
+    /// words.
     pub(super) fn nth(&self, i: usize) -> Position {
         match i.checked_sub(self.wide.len()) {
             None => Position(i as u32),
-            Some(n) => match n.checked_sub(self.narrow.len()) {
-                None => Position(NARROW | n as u32),
+            Some(n) => match n.checked_sub(self.word.len()) {
+                None => Position(WORD | n as u32),
                 Some(n) => Position(PAIR | n as u32),
             },
         }
@@ -44,24 +44,24 @@ impl<V: Expiring, N: Expiring, P: Expiring> Entries<V, N, P> {
     pub(super) fn is(&self, at: u32, id: u64, key: &str) -> bool {
         let i = Position(at).place();
         match at & KIND {
-            NARROW => self.narrow.get(i).is_some_and(|e| e.is(id, key)),
+            WORD => self.word.get(i).is_some_and(|e| e.is(id, key)),
             PAIR => self.pair.get(i).is_some_and(|e| e.is(id, key)),
             _ => self.wide.get(i).is_some_and(|e| e.is(id, key)),
         }
     }
 
-    /// The id of the entry at `at`, if it is narrow.
+    /// The id of the entry at `at`, if it is a word.
     #[inline]
-    pub(super) fn narrow_id(&self, at: u32) -> Option<u64> {
-        Some(self.narrow.get(Position(at).narrow()?)?.id)
+    pub(super) fn word_id(&self, at: u32) -> Option<u64> {
+        Some(self.word.get(Position(at).word()?)?.id)
     }
 
-    /// Whether the entry at `at` is narrow and `(id, key)`'s.
+    /// Whether the entry at `at` is a word and `(id, key)`'s.
     #[inline]
-    pub(super) fn is_narrow(&self, at: u32, id: u64, key: &str) -> bool {
+    pub(super) fn is_word(&self, at: u32, id: u64, key: &str) -> bool {
         Position(at)
-            .narrow()
-            .is_some_and(|i| self.narrow.get(i).is_some_and(|e| e.is(id, key)))
+            .word()
+            .is_some_and(|i| self.word.get(i).is_some_and(|e| e.is(id, key)))
     }
 
     /// The id, key and expiry of the entry at `at`.
@@ -71,7 +71,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Entries<V, N, P> {
         }
         let i = at.place();
         match at.0 & KIND {
-            NARROW => self.narrow.get(i).map(of),
+            WORD => self.word.get(i).map(of),
             PAIR => self.pair.get(i).map(of),
             _ => self.wide.get(i).map(of),
         }
@@ -96,7 +96,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Entries<V, N, P> {
         }
         let i = at.place();
         match at.0 & KIND {
-            NARROW => take(&mut self.narrow, i, NARROW),
+            WORD => take(&mut self.word, i, WORD),
             PAIR => take(&mut self.pair, i, PAIR),
             _ => take(&mut self.wide, i, 0),
         }

@@ -41,7 +41,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Shard<V, N, P> {
     }
 
     pub(super) fn purge(&mut self, now: u64, hasher: &foldhash::fast::RandomState) {
-        for kind in [0, NARROW, PAIR] {
+        for kind in [0, WORD, PAIR] {
             let mut i = 0;
             while let Some((_, _, expires_at)) = self.entries.meta(Position(kind | i)) {
                 if expires_at <= now {

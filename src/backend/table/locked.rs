@@ -24,7 +24,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Locked<'_, V, N, P> {
         let entries = &self.shard.entries;
         let i = at.place();
         Some(match at.0 & KIND {
-            NARROW => Found::Narrow(&entries.narrow.get(i)?.value),
+            WORD => Found::Word(&entries.word.get(i)?.value),
             PAIR => Found::Pair(&entries.pair.get(i)?.value),
             _ => Found::Wide(&entries.wide.get(i)?.value),
         })
@@ -36,7 +36,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Locked<'_, V, N, P> {
         let entries = &mut self.shard.entries;
         let i = at.place();
         Some(match at.0 & KIND {
-            NARROW => Found::Narrow(&mut entries.narrow.get_mut(i)?.value),
+            WORD => Found::Word(&mut entries.word.get_mut(i)?.value),
             PAIR => Found::Pair(&mut entries.pair.get_mut(i)?.value),
             _ => Found::Wide(&mut entries.wide.get_mut(i)?.value),
         })
@@ -47,7 +47,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Locked<'_, V, N, P> {
     pub(crate) fn get(&self, id: u64, key: &str) -> Option<&V> {
         match self.at(self.position(id, key)?)? {
             Found::Wide(v) => Some(v),
-            Found::Narrow(_) | Found::Pair(_) => None,
+            Found::Word(_) | Found::Pair(_) => None,
         }
     }
 
@@ -57,7 +57,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Locked<'_, V, N, P> {
     pub(crate) fn get_mut(&mut self, id: u64, key: &str) -> Option<&mut V> {
         match self.at_mut(self.position(id, key)?)? {
             Found::Wide(v) => Some(v),
-            Found::Narrow(_) | Found::Pair(_) => None,
+            Found::Word(_) | Found::Pair(_) => None,
         }
     }
 
@@ -81,9 +81,9 @@ impl<V: Expiring, N: Expiring, P: Expiring> Locked<'_, V, N, P> {
         self.insert_in(id, key, value, now, |e| &mut e.wide, 0)
     }
 
-    /// [`insert`](Self::insert), for a narrow entry.
-    pub(crate) fn insert_narrow(&mut self, id: u64, key: &str, value: N, now: u64) -> isize {
-        self.insert_in(id, key, value, now, |e| &mut e.narrow, NARROW)
+    /// [`insert`](Self::insert), for a word entry.
+    pub(crate) fn insert_word(&mut self, id: u64, key: &str, value: N, now: u64) -> isize {
+        self.insert_in(id, key, value, now, |e| &mut e.word, WORD)
     }
 
     /// [`insert`](Self::insert), for a pair entry.

@@ -49,28 +49,28 @@ fn entries_are_found_updated_and_removed() {
     assert_eq!(table.len(), 1);
 }
 
-/// The value at `(id, key)`, and whether it is narrow.
+/// The value at `(id, key)`, and whether it is a word.
 fn value(table: &Table<Until>, id: u64, key: &str) -> Option<(u64, bool)> {
     let shard = table.lock(key);
     match shard.at(shard.position(id, key)?)? {
         Found::Wide(v) => Some((v.0, false)),
-        Found::Narrow(v) | Found::Pair(v) => Some((v.0, true)),
+        Found::Word(v) | Found::Pair(v) => Some((v.0, true)),
     }
 }
 
 #[test]
-fn wide_and_narrow_entries_share_the_index_the_bound_and_the_sweep() {
+fn wide_and_word_entries_share_the_index_the_bound_and_the_sweep() {
     let table: Table<Until> = Table::new(1_000, 1);
     for i in 0..300u64 {
         let key = i.to_string();
         let mut shard = table.lock(&key);
         shard.insert(1, &key, Until(1_000 + i), 0);
-        shard.insert_narrow(2, &key, Until(2_000 + i), 0);
+        shard.insert_word(2, &key, Until(2_000 + i), 0);
     }
     assert_eq!(table.len(), 600);
-    for narrow in [Read::narrow::<false>, Read::narrow::<true>] {
-        assert_eq!(narrow(&table.read("7"), 2, "7").map(|v| v.0), Some(2_007));
-        assert!(narrow(&table.read("7"), 1, "7").is_none(), "a wide entry");
+    for word in [Read::word::<false>, Read::word::<true>] {
+        assert_eq!(word(&table.read("7"), 2, "7").map(|v| v.0), Some(2_007));
+        assert!(word(&table.read("7"), 1, "7").is_none(), "a wide entry");
     }
     // Removals move the last entry of each vector into the gap.
     for i in (0..300u64).step_by(3) {
@@ -93,7 +93,7 @@ fn wide_and_narrow_entries_share_the_index_the_bound_and_the_sweep() {
         if i % 2 == 0 {
             shard.insert(1, &key, Until(u64::MAX), 0);
         } else {
-            shard.insert_narrow(1, &key, Until(u64::MAX), 0);
+            shard.insert_word(1, &key, Until(u64::MAX), 0);
         }
     }
     assert_eq!(table.len(), 64);
@@ -102,11 +102,11 @@ fn wide_and_narrow_entries_share_the_index_the_bound_and_the_sweep() {
     for i in 0..10u64 {
         let key = i.to_string();
         table.lock(&key).insert(1, &key, Until(5), 0);
-        table.lock(&key).insert_narrow(2, &key, Until(5), 0);
+        table.lock(&key).insert_word(2, &key, Until(5), 0);
     }
     table
         .lock("late")
-        .insert_narrow(2, "late", Until(u64::MAX), PURGE_EVERY);
+        .insert_word(2, "late", Until(u64::MAX), PURGE_EVERY);
     assert_eq!(table.len(), 1);
     assert_eq!(value(&table, 2, "late"), Some((u64::MAX, true)));
 }
