@@ -122,6 +122,13 @@ impl Counted {
         if self.allowed { 0 } else { self.end }
     }
 
+    /// The window after an admission of `cost`, as the one number a window
+    /// [`kept_as_one_number`] is stored as: its end plus its count.
+    #[inline]
+    pub(crate) fn word_after(&self, p: &Params, cost: u64) -> u64 {
+        self.window.start + p.period.get() + self.window.count + cost
+    }
+
     /// What the quota reports and stores if the request is `admitted`
     /// (only when it is [`allowed`](Self::allowed)) or not.
     #[inline]
@@ -139,7 +146,7 @@ impl Counted {
         }
         let count = w.count + cost;
         let state = if kept_as_one_number(p) {
-            State::Word(w.start + p.period.get() + count)
+            State::Word(self.word_after(p, cost))
         } else {
             State::FixedWindow(Window { count, ..w })
         };

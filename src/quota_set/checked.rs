@@ -124,18 +124,7 @@ impl Checked {
                     (refused.decision(quota), Update::Keep)
                 }
             },
-            Checked::FixedWindow(counted) => {
-                let admitted = allowed && counted.allowed;
-                let mut branch = counted.branch(&quota.params, cost, admitted);
-                let (raw, update) = resolve_branch(
-                    counted.allowed,
-                    counted.wait(),
-                    admitted,
-                    &mut branch,
-                    commit,
-                );
-                (raw.decision(quota), update)
-            }
+            Checked::FixedWindow(counted) => resolve_counted(counted, quota, allowed, commit, cost),
             Checked::Arrival(a) => {
                 let admitted = allowed && a.allowed;
                 let update = if admitted && commit {
@@ -182,6 +171,28 @@ pub(super) fn resolve(
         &mut outcome.refuse
     };
     resolve_branch(quota_allowed, wait, admitted, branch, commit)
+}
+
+/// A fixed window's count once the set has decided (`allowed`): only the
+/// branch that holds is made.
+#[inline(always)]
+pub(super) fn resolve_counted(
+    counted: &fixed_window::Counted,
+    quota: &Quota,
+    allowed: bool,
+    commit: bool,
+    cost: u64,
+) -> (QuotaDecision, Update) {
+    let admitted = allowed && counted.allowed;
+    let mut branch = counted.branch(&quota.params, cost, admitted);
+    let (raw, update) = resolve_branch(
+        counted.allowed,
+        counted.wait(),
+        admitted,
+        &mut branch,
+        commit,
+    );
+    (raw.decision(quota), update)
 }
 
 /// [`resolve`] once the branch that holds is chosen: a quota whose check

@@ -2,9 +2,11 @@
 
 use smallvec::SmallVec;
 
-use super::checked::{Checked, Outcomes, RawQuotaDecision, resolve};
+use super::checked::{Checked, Outcomes, RawQuotaDecision, resolve, resolve_counted};
 use super::{QuotaSet, SET_INLINE, States, requests};
-use crate::algorithm::{self, Outcome, State, Update, gcra, sliding_window, token_bucket};
+use crate::algorithm::{
+    self, Outcome, State, Update, fixed_window, gcra, sliding_window, token_bucket,
+};
 use crate::clock::Timestamp;
 use crate::decision::{Decision, QuotaDecision};
 use crate::quota::Quota;
@@ -124,23 +126,17 @@ impl QuotaSet {
             .0
     }
 
-    /// [`evaluate_one`](QuotaSet::evaluate_one) for a fixed window, not
-    /// elastic, kept as one number, `end_and_count`: its algorithm called
-    /// directly, and its numbers counted, not derived from a reset.
-    #[inline(always)]
-    pub(crate) fn evaluate_window(
-        &self,
-        end_and_count: u64,
-        cost: u64,
-        now: u64,
-        commit: bool,
-    ) -> (Decision, Update) {
-        let state = State::Word(end_and_count);
-        self.resolve_one(
-            |q| algorithm::fixed_window::check(Some(&state), &q.params, cost, now),
-            commit,
-            RawQuotaDecision::decision,
-        )
+    /// The decision of a set of one fixed window, not elastic, kept as one
+    /// number (`Path::Window`), on its count `counted` of `cost` (the
+    /// backend counts inside its compare-and-swap loop, and stores
+    /// `Counted::word_after` if it admits): only the branch that holds is
+    /// made, once the swap holds.
+    #[inline]
+    pub(crate) fn window_decision(&self, counted: &fixed_window::Counted, cost: u64) -> Decision {
+        let quota = &self.quotas[0];
+        let allowed = counted.allowed || quota.params.shadow;
+        let (decision, _) = resolve_counted(counted, quota, allowed, false, cost);
+        Decision::one(allowed, decision)
     }
 
     /// A set of one quota decided: its outcome resolved into the update to

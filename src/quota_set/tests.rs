@@ -3,7 +3,7 @@
 
 use super::checked::{Checked, resolve};
 use super::*;
-use crate::algorithm::{Outcome, sliding_window, token_bucket};
+use crate::algorithm::{Outcome, fixed_window, sliding_window, token_bucket};
 use crate::decision::QuotaDecision;
 use crate::quota::{Mode, QuotaBuilder};
 use std::time::Duration;
@@ -157,6 +157,41 @@ fn a_token_bucket_checked_in_plain_numbers_reports_what_the_algorithm_computes()
             let stored = taken
                 .admits(p)
                 .then(|| State::TokenBucket(taken.bucket(p, now)));
+            match update {
+                Update::Set(next) => assert_eq!(stored, Some(next), "{mode:?} at {i}"),
+                _ => assert_eq!(stored, None, "{mode:?} at {i}"),
+            }
+            refusals += u64::from(general.exceeded());
+            state = stored.or(state);
+        }
+        assert!(refusals >= 10, "{mode:?}: {refusals}");
+    }
+}
+
+#[test]
+fn a_window_kept_as_one_number_counted_apart_reports_what_the_algorithm_computes() {
+    // A fixed window of 5 a second (`Path::Window`), each request decided
+    // both ways on the same stored number, in every mode, across windows,
+    // with refusals, a cost of 0 and a clock behind the window.
+    let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
+    for mode in modes {
+        let quota = Quota::fixed_window(5, Duration::from_secs(1))
+            .mode(mode)
+            .build()
+            .unwrap();
+        assert_eq!(quota.path, crate::quota::Path::Window);
+        let set = QuotaSet::single(quota);
+        let p = &set.quotas()[0].params;
+        let (mut state, mut refusals) = (None, 0);
+        for i in 0..80u64 {
+            let now = 7_000_000 + i * 100_000 - if i % 10 == 9 { 150_000 } else { 0 };
+            let cost = [1, 2, 0, 3, 1][i as usize % 5];
+            let (general, update) = set.evaluate_one(state.as_ref(), cost, now, true, false);
+            let counted = fixed_window::count(state.as_ref(), p, cost, now);
+            assert_eq!(set.window_decision(&counted, cost), general, "{mode:?} at {i}");
+            let stored = counted
+                .allowed
+                .then(|| State::Word(counted.word_after(p, cost)));
             match update {
                 Update::Set(next) => assert_eq!(stored, Some(next), "{mode:?} at {i}"),
                 _ => assert_eq!(stored, None, "{mode:?} at {i}"),

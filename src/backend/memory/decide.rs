@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use super::entry::{Entries, Stored, lend, pair_of, store_new, update, update_found, word_of};
 use super::{CheckRequest, MemoryBackend};
-use crate::algorithm::{State, sliding_window, token_bucket};
+use crate::algorithm::{State, fixed_window, sliding_window, token_bucket};
 use crate::backend::table::{Found, Position};
 use crate::clock::{Clock, Timestamp};
 use crate::decision::Decision;
@@ -175,8 +175,13 @@ impl<C: Clock> MemoryBackend<C> {
         let shard = self.inner.table.read(request.key);
         if let Some(window) = shard.word::<true>(id, request.key) {
             let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
-            let commit = request.commit;
-            return window.update(|n| word_of(q.evaluate_window(n, cost, now, commit)));
+            let (commit, p) = (request.commit, &q.quotas()[0].params);
+            let counted = window.update(|n| {
+                let counted = fixed_window::count(Some(&State::Word(n)), p, cost, now);
+                let next = (counted.allowed && commit).then(|| counted.word_after(p, cost));
+                (counted, next)
+            });
+            return q.window_decision(&counted, cost);
         }
         self.decide_locked(request, now, Some(shard.write()), None)
     }
