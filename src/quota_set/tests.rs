@@ -188,7 +188,11 @@ fn a_window_kept_as_one_number_counted_apart_reports_what_the_algorithm_computes
             let cost = [1, 2, 0, 3, 1][i as usize % 5];
             let (general, update) = set.evaluate_one(state.as_ref(), cost, now, true, false);
             let counted = fixed_window::count(state.as_ref(), p, cost, now);
-            assert_eq!(set.window_decision(&counted, cost), general, "{mode:?} at {i}");
+            assert_eq!(
+                set.window_decision(&counted, cost),
+                general,
+                "{mode:?} at {i}"
+            );
             let stored = counted
                 .allowed
                 .then(|| State::Word(counted.word_after(p, cost)));
