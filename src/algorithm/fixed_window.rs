@@ -144,17 +144,25 @@ impl Counted {
                 update: Update::Keep,
             };
         }
-        let count = w.count + cost;
-        let state = if kept_as_one_number(p) {
-            State::Word(self.word_after(p, cost))
-        } else {
-            State::FixedWindow(Window { count, ..w })
-        };
         Branch {
-            remaining: p.capacity - count,
+            remaining: p.capacity - (w.count + cost),
             reset: self.end,
             replenish: self.end,
-            update: Update::Set(state),
+            update: Update::Set(self.state_after(p, cost)),
+        }
+    }
+
+    /// The state stored after an admission of `cost`, in the form
+    /// [`kept_as_one_number`] says.
+    #[inline]
+    pub(crate) fn state_after(&self, p: &Params, cost: u64) -> State {
+        if kept_as_one_number(p) {
+            State::Word(self.word_after(p, cost))
+        } else {
+            State::FixedWindow(Window {
+                count: self.window.count + cost,
+                ..self.window
+            })
         }
     }
 }

@@ -114,8 +114,13 @@ pub(crate) enum Path {
     /// unit refilled per microsecond), swapped without a lock.
     Arrival,
     /// A fixed window under one unit a microsecond, not elastic: one
-    /// number, swapped without a lock, though not as an arrival time.
+    /// number, swapped without a lock, though not as an arrival time,
+    /// counted inside the loop in plain numbers (`fixed_window::Counted`).
     Window,
+    /// Any other fixed window not elastic (a million a second or more, a
+    /// calendar's): two numbers swapped without a lock, counted as
+    /// [`Window`](Path::Window) is.
+    WindowPair,
     /// A sliding window, not elastic: two numbers swapped without a lock,
     /// its admissions' numbers computed only when read, alone in its set
     /// or with others.
@@ -125,8 +130,8 @@ pub(crate) enum Path {
     /// loop in plain numbers (`token_bucket::Taken`), its report computed
     /// once the swap holds.
     Bucket,
-    /// Any other token bucket, fixed or sliding window: two numbers
-    /// swapped without a lock where they fit.
+    /// An elastic token bucket, fixed or sliding window: two numbers
+    /// swapped without a lock where they fit, decided in full in the loop.
     Pair,
     /// Decided under the write lock as any set is: the sliding log.
     Locked,
@@ -143,6 +148,7 @@ impl Path {
             Algorithm::FixedWindow if !elastic && fixed_window::kept_as_one_number(params) => {
                 Path::Window
             }
+            Algorithm::FixedWindow if !elastic => Path::WindowPair,
             Algorithm::SlidingWindow if !elastic => Path::SlidingWindow,
             Algorithm::TokenBucket if !elastic => Path::Bucket,
             Algorithm::TokenBucket | Algorithm::FixedWindow | Algorithm::SlidingWindow => {

@@ -126,11 +126,11 @@ impl QuotaSet {
             .0
     }
 
-    /// The decision of a set of one fixed window, not elastic, kept as one
-    /// number (`Path::Window`), on its count `counted` of `cost` (the
-    /// backend counts inside its compare-and-swap loop, and stores
-    /// `Counted::word_after` if it admits): only the branch that holds is
-    /// made, once the swap holds.
+    /// The decision of a set of one fixed window, not elastic
+    /// (`Path::Window`, `Path::WindowPair`), on its count `counted` of
+    /// `cost` (the backend counts inside its compare-and-swap loop, and
+    /// stores what `Counted::state_after` says if it admits): only the
+    /// branch that holds is made, once the swap holds.
     #[inline]
     pub(crate) fn window_decision(&self, counted: &fixed_window::Counted, cost: u64) -> Decision {
         let quota = &self.quotas[0];

@@ -169,41 +169,41 @@ fn a_token_bucket_checked_in_plain_numbers_reports_what_the_algorithm_computes()
 }
 
 #[test]
-fn a_window_kept_as_one_number_counted_apart_reports_what_the_algorithm_computes() {
-    // A fixed window of 5 a second (`Path::Window`), each request decided
-    // both ways on the same stored number, in every mode, across windows,
-    // with refusals, a cost of 0 and a clock behind the window.
+fn a_fixed_window_counted_apart_reports_what_the_algorithm_computes() {
+    // Fixed windows of 5 a second (one number, `Path::Window`) and of 5
+    // million (two, `Path::WindowPair`), each request decided both ways on
+    // the same stored state, in every mode, across windows, with refusals,
+    // a cost of 0 and a clock behind the window.
     let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
-    for mode in modes {
-        let quota = Quota::fixed_window(5, Duration::from_secs(1))
+    let shapes = [
+        (5, 1, crate::quota::Path::Window),
+        (5_000_000, 1_000_000, crate::quota::Path::WindowPair),
+    ];
+    for ((limit, unit, path), mode) in shapes.into_iter().flat_map(|s| modes.map(|m| (s, m))) {
+        let quota = Quota::fixed_window(limit, Duration::from_secs(1))
             .mode(mode)
             .build()
             .unwrap();
-        assert_eq!(quota.path, crate::quota::Path::Window);
+        assert_eq!(quota.path, path);
         let set = QuotaSet::single(quota);
         let p = &set.quotas()[0].params;
         let (mut state, mut refusals) = (None, 0);
         for i in 0..80u64 {
             let now = 7_000_000 + i * 100_000 - if i % 10 == 9 { 150_000 } else { 0 };
-            let cost = [1, 2, 0, 3, 1][i as usize % 5];
+            let cost = [1, 2, 0, 3, 1][i as usize % 5] * unit;
             let (general, update) = set.evaluate_one(state.as_ref(), cost, now, true, false);
             let counted = fixed_window::count(state.as_ref(), p, cost, now);
-            assert_eq!(
-                set.window_decision(&counted, cost),
-                general,
-                "{mode:?} at {i}"
-            );
-            let stored = counted
-                .allowed
-                .then(|| State::Word(counted.word_after(p, cost)));
+            let at = format!("{limit} {mode:?} at {i}");
+            assert_eq!(set.window_decision(&counted, cost), general, "{at}");
+            let stored = counted.allowed.then(|| counted.state_after(p, cost));
             match update {
-                Update::Set(next) => assert_eq!(stored, Some(next), "{mode:?} at {i}"),
-                _ => assert_eq!(stored, None, "{mode:?} at {i}"),
+                Update::Set(next) => assert_eq!(stored, Some(next), "{at}"),
+                _ => assert_eq!(stored, None, "{at}"),
             }
             refusals += u64::from(general.exceeded());
             state = stored.or(state);
         }
-        assert!(refusals >= 10, "{mode:?}: {refusals}");
+        assert!(refusals >= 10, "{limit} {mode:?}: {refusals}");
     }
 }
 

@@ -55,7 +55,7 @@ impl<C: Clock> MemoryBackend<C> {
         if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
             match quota.path {
                 Path::Window => return self.decide_fixed_window(request, now, *id),
-                Path::SlidingWindow | Path::Bucket | Path::Pair => {
+                Path::SlidingWindow | Path::Bucket | Path::WindowPair | Path::Pair => {
                     return self.decide_pair(request, now, *id);
                 }
                 Path::Arrival | Path::Locked => {}
@@ -142,6 +142,20 @@ impl<C: Clock> MemoryBackend<C> {
                         (Some(q.sliding_window_admitted(a)), next)
                     })
                 }
+                Path::WindowPair => update(&pair.0, |numbers| {
+                    let Some(state) = State::from_pair(numbers, p) else {
+                        return (None, None);
+                    };
+                    let counted = fixed_window::count(Some(&state), p, cost, now);
+                    if !(commit && counted.allowed) {
+                        return (Some(counted), None);
+                    }
+                    match counted.state_after(p, cost).to_pair(p) {
+                        Some(next) => (Some(counted), Some(next)),
+                        None => (None, None),
+                    }
+                })
+                .map(|counted| q.window_decision(&counted, cost)),
                 Path::Bucket => update(&pair.0, |numbers| {
                     let Some(state) = State::from_pair(numbers, p) else {
                         return (None, None);
