@@ -176,7 +176,13 @@ fn estimate_weighed(
     now: u64,
     weighed: &mut Weighed,
 ) -> Estimate {
-    let c = at_window(state, period, now);
+    estimate_of(at_window(state, period, now), period, now, weighed)
+}
+
+/// [`estimate_weighed`] of counters already moved on to the window of
+/// `now`.
+#[inline]
+fn estimate_of(c: Counters, period: u64, now: u64, weighed: &mut Weighed) -> Estimate {
     let elapsed = now.checked_sub(c.start);
     let weight = match weighed.0 {
         Some((start, prev, weight)) if (start, prev) == (c.start, c.prev) => weight,
@@ -228,8 +234,29 @@ pub(crate) fn admit_weighed(
     now: u64,
     weighed: &mut Weighed,
 ) -> Option<Admitted> {
-    let e = estimate_weighed(state, p.period.get(), now, weighed);
-    admission(&e, p.capacity, cost)
+    let period = p.period.get();
+    let c = at_window(state, period, now);
+    if let Some(a) = admitted_unweighed(&c, p, cost, now) {
+        return Some(a);
+    }
+    admission(&estimate_of(c, period, now, weighed), p.capacity, cost)
+}
+
+/// An admission decided without weighing the previous window: its weight
+/// is at most its count, so a request that fits beside both counts whole
+/// fits beside the estimate. The float division is then made only near
+/// the limit, and only if what the admission reports is read. `None`
+/// when that bound does not fit, or the clock is behind the window.
+#[inline]
+fn admitted_unweighed(c: &Counters, p: &Params, cost: u64, now: u64) -> Option<Admitted> {
+    let elapsed = now.checked_sub(c.start)?;
+    (c.prev.saturating_add(c.curr).saturating_add(cost) <= p.capacity).then(|| Admitted {
+        counters: Counters {
+            curr: c.curr + cost,
+            ..*c
+        },
+        elapsed,
+    })
 }
 
 /// For a quota in a set of several: an admission, whose numbers are left
@@ -247,7 +274,12 @@ pub(crate) fn admit_or_check<T>(
     admitted: impl FnOnce(Admitted) -> T,
     checked: impl FnOnce(Outcome) -> T,
 ) -> T {
-    let e = estimate(state, p.period.get(), now);
+    let period = p.period.get();
+    let c = at_window(state, period, now);
+    if let Some(a) = admitted_unweighed(&c, p, cost, now) {
+        return admitted(a);
+    }
+    let e = estimate_of(c, period, now, &mut Weighed::default());
     match admission(&e, p.capacity, cost) {
         Some(a) => admitted(a),
         None => checked(decide(&e, p, cost, now, false)),
