@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod backends;
 mod client_ip_parsing;
 mod count_status;
 mod grpc;
