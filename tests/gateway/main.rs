@@ -18,3 +18,5 @@ mod metrics;
 mod protect;
 mod redis;
 mod usage;
+mod usage_gateway;
+mod usage_layer;
