@@ -164,47 +164,16 @@ struct Estimate {
 
 #[inline]
 fn estimate(state: Option<&Counters>, period: u64, now: u64) -> Estimate {
-    estimate_weighed(state, period, now, &mut Weighed::default())
+    estimate_of(at_window(state, period, now), period, now)
 }
 
-/// [`estimate`], the previous window's weight taken from `weighed` when it
-/// was computed for the same window and count at the same moment.
+/// [`estimate`] of counters already moved on to the window of `now`.
 #[inline]
-fn estimate_weighed(
-    state: Option<&Counters>,
-    period: u64,
-    now: u64,
-    weighed: &mut Weighed,
-) -> Estimate {
-    estimate_of(at_window(state, period, now), period, now, weighed)
-}
-
-/// [`estimate_weighed`] of counters already moved on to the window of
-/// `now`.
-#[inline]
-fn estimate_of(c: Counters, period: u64, now: u64, weighed: &mut Weighed) -> Estimate {
+fn estimate_of(c: Counters, period: u64, now: u64) -> Estimate {
     let elapsed = now.checked_sub(c.start);
-    let weight = match weighed.0 {
-        Some((start, prev, weight)) if (start, prev) == (c.start, c.prev) => weight,
-        _ => {
-            let weight = weigh(c.prev, period - elapsed.unwrap_or(0), period);
-            weighed.0 = Some((c.start, c.prev, weight));
-            weight
-        }
-    };
-    Estimate {
-        c,
-        elapsed,
-        used: weight + c.curr,
-    }
+    let used = weigh(c.prev, period - elapsed.unwrap_or(0), period) + c.curr;
+    Estimate { c, elapsed, used }
 }
-
-/// The previous window's weighed count, kept by a caller that estimates
-/// the same key at the same moment again: a compare-and-swap loop whose
-/// swap failed because another thread counted a request finds the same
-/// window and previous count, and makes no float division again.
-#[derive(Debug, Default)]
-pub(crate) struct Weighed(Option<(u64, u64, u64)>);
 
 /// An admission whose numbers are left to be derived when read
 /// ([`Admitted::left`]): the counters after it, or `None` when `cost` does
@@ -224,22 +193,19 @@ fn admission(e: &Estimate, capacity: u64, cost: u64) -> Option<Admitted> {
 /// An admission by a quota that decides alone, whose numbers are left to
 /// be derived when read ([`Admitted::left`]); `None` when `cost` does not
 /// fit, or the clock is behind the stored window, for [`check`] to decide.
-/// `weighed`: what an earlier try at the same `now` weighed (a
-/// compare-and-swap loop keeps it across its tries), else empty.
 #[inline]
-pub(crate) fn admit_weighed(
+pub(crate) fn admit_alone(
     state: Option<&Counters>,
     p: &Params,
     cost: u64,
     now: u64,
-    weighed: &mut Weighed,
 ) -> Option<Admitted> {
     let period = p.period.get();
     let c = at_window(state, period, now);
     if let Some(a) = admitted_unweighed(&c, p, cost, now) {
         return Some(a);
     }
-    admission(&estimate_of(c, period, now, weighed), p.capacity, cost)
+    admission(&estimate_of(c, period, now), p.capacity, cost)
 }
 
 /// An admission decided without weighing the previous window: its weight
@@ -279,7 +245,7 @@ pub(crate) fn admit_or_check<T>(
     if let Some(a) = admitted_unweighed(&c, p, cost, now) {
         return admitted(a);
     }
-    let e = estimate_of(c, period, now, &mut Weighed::default());
+    let e = estimate_of(c, period, now);
     match admission(&e, p.capacity, cost) {
         Some(a) => admitted(a),
         None => checked(decide(&e, p, cost, now, false)),
@@ -421,33 +387,6 @@ mod tests {
     use crate::algorithm::State;
     use crate::algorithm::testing::{S, Sim};
     use std::time::Duration;
-
-    #[test]
-    fn a_kept_weight_is_used_only_for_the_window_and_count_it_was_weighed_for() {
-        // The tries of one compare-and-swap loop at one moment: other
-        // threads move the current count, the previous one, or the window.
-        let q = Quota::sliding_window(1_000, Duration::from_secs(60))
-            .build()
-            .unwrap();
-        let p = &q.params;
-        let now = 60 * S + 45 * S;
-        let tries = [
-            (60 * S, 40, 7),
-            (60 * S, 40, 9),
-            (60 * S, 41, 9),
-            (60 * S, 0, 9),
-            (0, 999, 500),
-            (60 * S, 41, 9),
-            (120 * S, 3, 0),
-        ];
-        let mut kept = super::Weighed::default();
-        for (start, prev, curr) in tries {
-            let c = Counters { start, prev, curr };
-            let fresh = super::admit_weighed(Some(&c), p, 1, now, &mut Default::default());
-            let again = super::admit_weighed(Some(&c), p, 1, now, &mut kept);
-            assert_eq!(again, fresh, "{c:?}");
-        }
-    }
 
     /// A minute-long quota whose window starting at 60 s holds `curr`, after
     /// a window holding `prev`.

@@ -109,7 +109,7 @@ impl QuotaSet {
     }
 
     /// The decision of a set of one sliding window, not elastic
-    /// (`Path::SlidingWindow`), that admitted (`sliding_window::admit_weighed`):
+    /// (`Path::SlidingWindow`), that admitted (`sliding_window::admit_alone`):
     /// its numbers (a search, for replenish) are computed only when read.
     #[inline]
     pub(crate) fn sliding_window_admitted(&self, admitted: sliding_window::Admitted) -> Decision {

@@ -4,9 +4,9 @@
 
 use smallvec::SmallVec;
 
-use super::entry::{Entries, Stored, lend, pair_of, store_new, update, update_found, word_of};
+use super::entry::{Entries, Pair, Stored, lend, store_new, update, update_found, word_of};
 use super::{CheckRequest, MemoryBackend};
-use crate::algorithm::{State, fixed_window, sliding_window, token_bucket};
+use crate::algorithm::{Params, State, Update, fixed_window, sliding_window, token_bucket};
 use crate::backend::table::{Found, Position};
 use crate::clock::{Clock, Timestamp};
 use crate::decision::Decision;
@@ -109,70 +109,40 @@ impl<C: Clock> MemoryBackend<C> {
             let quota = &q.quotas()[0];
             let (p, cost, now) = (&quota.params, request.cost, now.as_micros());
             let (commit, room) = (request.commit, request.room);
-            // The whole check, in the loop: what the others fall back to.
-            let full = |state: &State| {
-                let (decision, update) = q.evaluate_one(Some(state), cost, now, commit, room);
-                match pair_of(update, p) {
-                    Ok(next) => (Some(decision), next),
-                    Err(()) => (None, None),
-                }
-            };
             let decided = match quota.path {
-                Path::SlidingWindow => {
-                    let mut weighed = sliding_window::Weighed::default();
-                    update(&pair.0, |numbers| {
-                        let Some(state @ State::SlidingWindow(c)) = State::from_pair(numbers, p)
-                        else {
-                            return (None, None);
-                        };
-                        // A refusal, or a clock behind the window, is checked in full.
-                        let Some(a) =
-                            sliding_window::admit_weighed(Some(&c), p, cost, now, &mut weighed)
-                        else {
-                            return full(&state);
-                        };
-                        let next = if commit {
-                            match State::SlidingWindow(a.counters).to_pair(p) {
-                                Some(next) => Some(next),
-                                None => return (None, None),
-                            }
-                        } else {
-                            None
-                        };
-                        (Some(q.sliding_window_admitted(a)), next)
-                    })
-                }
-                Path::WindowPair => update(&pair.0, |numbers| {
-                    let Some(state) = State::from_pair(numbers, p) else {
-                        return (None, None);
+                Path::SlidingWindow => swap_pair(pair, p, |state| {
+                    // A refusal, or a clock behind the window, is checked in full.
+                    let admitted = match state {
+                        State::SlidingWindow(c) => {
+                            sliding_window::admit_alone(Some(c), p, cost, now)
+                        }
+                        _ => None,
                     };
-                    let counted = fixed_window::count(Some(&state), p, cost, now);
-                    if !(commit && counted.allowed) {
-                        return (Some(counted), None);
+                    match admitted {
+                        Some(a) => {
+                            let next = commit.then_some(State::SlidingWindow(a.counters));
+                            Some((q.sliding_window_admitted(a), next))
+                        }
+                        None => to_store(q.evaluate_one(Some(state), cost, now, commit, room)),
                     }
-                    match counted.state_after(p, cost).to_pair(p) {
-                        Some(next) => (Some(counted), Some(next)),
-                        None => (None, None),
-                    }
+                }),
+                Path::WindowPair => swap_pair(pair, p, |state| {
+                    let counted = fixed_window::count(Some(state), p, cost, now);
+                    let store = commit && counted.allowed;
+                    Some((counted, store.then(|| counted.state_after(p, cost))))
                 })
                 .map(|counted| q.window_decision(&counted, cost)),
-                Path::Bucket => update(&pair.0, |numbers| {
-                    let Some(state) = State::from_pair(numbers, p) else {
-                        return (None, None);
-                    };
-                    let taken = token_bucket::take(Some(&state), p, cost, now);
-                    if !(commit && taken.admits(p)) {
-                        return (Some(taken), None);
-                    }
-                    match State::TokenBucket(taken.bucket(p, now)).to_pair(p) {
-                        Some(next) => (Some(taken), Some(next)),
-                        None => (None, None),
-                    }
+                Path::Bucket => swap_pair(pair, p, |state| {
+                    let taken = token_bucket::take(Some(state), p, cost, now);
+                    let store = commit && taken.admits(p);
+                    Some((
+                        taken,
+                        store.then(|| State::TokenBucket(taken.bucket(p, now))),
+                    ))
                 })
                 .map(|taken| q.bucket_decision(&taken, now)),
-                _ => update(&pair.0, |numbers| match State::from_pair(numbers, p) {
-                    Some(state) => full(&state),
-                    None => (None, None),
+                _ => swap_pair(pair, p, |state| {
+                    to_store(q.evaluate_one(Some(state), cost, now, commit, room))
                 }),
             };
             if let Some(decision) = decided {
@@ -317,4 +287,36 @@ fn positions(shard: &Entries<'_>, request: &CheckRequest<'_>) -> SmallVec<[Optio
         positions.push(shard.position_in_set(id, request.key));
     }
     positions
+}
+
+/// The compare-and-swap loop of a state of two numbers: `check` answers on
+/// the state stored and gives the state to store, if any (`None`: a state
+/// no pair holds, for the write lock); `None` also when the stored numbers
+/// or the state to store do not fit two numbers.
+#[inline(always)]
+fn swap_pair<T>(
+    pair: &Pair,
+    p: &Params,
+    mut check: impl FnMut(&State) -> Option<(T, Option<State>)>,
+) -> Option<T> {
+    update(&pair.0, |numbers| {
+        let Some((answer, next)) = State::from_pair(numbers, p).and_then(|s| check(&s)) else {
+            return (None, None);
+        };
+        match next.map(|next| next.to_pair(p)) {
+            None => (Some(answer), None),
+            Some(Some(next)) => (Some(answer), Some(next)),
+            Some(None) => (None, None),
+        }
+    })
+}
+
+/// What a full check's `update` stores through [`swap_pair`].
+#[inline(always)]
+fn to_store((decision, update): (Decision, Update)) -> Option<(Decision, Option<State>)> {
+    match update {
+        Update::Keep => Some((decision, None)),
+        Update::Set(state) => Some((decision, Some(state))),
+        Update::Log { .. } => None,
+    }
 }

@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 
 use super::super::CheckRequest;
 use super::super::table::{Expiring, Found, Locked, Position};
-use crate::algorithm::{Pair as Numbers, Params, State, Update, pair_expiry};
+use crate::algorithm::{Params, State, Update, pair_expiry};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
 use crate::quota_set::States;
@@ -190,17 +190,6 @@ impl Pair {
             }
             None => Some(state),
         }
-    }
-}
-
-/// The two numbers a decision on a state of two numbers stores: `None` to
-/// keep them, `Err` for a state they cannot hold (left to the write lock).
-#[inline(always)]
-pub(super) fn pair_of(update: Update, p: &Params) -> Result<Option<Numbers>, ()> {
-    match update {
-        Update::Keep => Ok(None),
-        Update::Set(state) => state.to_pair(p).map(Some).ok_or(()),
-        Update::Log { .. } => Err(()),
     }
 }
 
