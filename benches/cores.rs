@@ -8,7 +8,8 @@
 //! it once and runs it where cargo is not). Settings, from the environment:
 //! `THREADS=1,2,4,8,16`, `CELL_MS=300` (each cell's measured time),
 //! `ROUNDS=3` (each cell's rounds, cases interleaved within a round; the
-//! median is reported), `ONLY=gcra,...` (algorithms by name).
+//! median is reported), `ONLY=gcra,...` (algorithms by name),
+//! `SHAPES=hot` (the hot key alone; `hot,many` by default).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -185,7 +186,13 @@ fn main() {
         &keys,
         &warm,
     );
-    for hot in [true, false] {
+    let shapes = std::env::var("SHAPES").unwrap_or_else(|_| "hot,many".into());
+    let hot_shapes = [true, false].into_iter().filter(|&hot| {
+        shapes
+            .split(',')
+            .any(|s| s == if hot { "hot" } else { "many" })
+    });
+    for hot in hot_shapes {
         // Cases interleaved within each round, the median of the rounds
         // kept: a slow moment of the machine falls on one round of every
         // case, not on every round of one.

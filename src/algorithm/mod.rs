@@ -11,6 +11,7 @@ pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 mod kind;
 pub(crate) mod leaky_bucket;
+pub(crate) mod pair;
 mod params;
 pub(crate) mod sliding_log;
 pub(crate) mod sliding_window;
@@ -19,6 +20,7 @@ pub(crate) mod token_bucket;
 use std::collections::VecDeque;
 
 pub use kind::{Algorithm, Mode};
+pub(crate) use pair::pair_expiry;
 pub(crate) use params::{EXACT_MAX, Params};
 
 /// What one key stores for one quota.
@@ -52,77 +54,6 @@ impl State {
             State::SlidingWindow(c) => c.expires_at(p.period.get()),
             State::SlidingLog(log) => log.back().map_or(0, |t| t.saturating_add(p.period.get())),
         }
-    }
-}
-
-/// A state of two numbers, swapped together by a backend (a 128-bit
-/// compare-and-swap): the low 64 bits are the state's expiry, with the
-/// algorithm's tag in the top byte, the high 64 bits the algorithm's second
-/// number. Each algorithm owns its codec (`to_pair`, `from_pair`).
-pub(crate) type Pair = u128;
-
-/// The tags of a [`Pair`]'s top byte.
-const PAIR_TOKEN_BUCKET: u64 = 1;
-const PAIR_FIXED_WINDOW: u64 = 2;
-const PAIR_SLIDING_WINDOW: u64 = 3;
-/// The expiry's bits below the tag.
-const PAIR_EXPIRY: u64 = (1 << 56) - 1;
-
-/// A pair of `tag`, `expiry` and `second`; `None` when the expiry does not
-/// fit below the tag.
-#[inline]
-fn pair(tag: u64, expiry: u64, second: u64) -> Option<Pair> {
-    (expiry <= PAIR_EXPIRY).then(|| u128::from(tag << 56 | expiry) | u128::from(second) << 64)
-}
-
-/// A pair's expiry (the moment after which it means no state).
-#[inline]
-pub(crate) fn pair_expiry(pair: Pair) -> u64 {
-    pair as u64 & PAIR_EXPIRY
-}
-
-impl State {
-    /// The state as two numbers swapped together, if it is one of the
-    /// states kept so and fits.
-    #[inline]
-    pub(crate) fn to_pair(&self, p: &Params) -> Option<Pair> {
-        match self {
-            State::TokenBucket(b) => {
-                let (expiry, second) = b.to_pair(p)?;
-                pair(PAIR_TOKEN_BUCKET, expiry, second)
-            }
-            State::FixedWindow(w) => pair(
-                PAIR_FIXED_WINDOW,
-                w.start.checked_add(p.period.get())?,
-                w.count,
-            ),
-            State::SlidingWindow(c) => {
-                let (expiry, second) = c.to_pair(p)?;
-                pair(PAIR_SLIDING_WINDOW, expiry, second)
-            }
-            State::Word(_) | State::SlidingLog(_) => None,
-        }
-    }
-
-    /// The state a [`Pair`] holds, for a quota of `p`; `None` for numbers
-    /// that no state of `p` makes.
-    #[inline]
-    pub(crate) fn from_pair(pair: Pair, p: &Params) -> Option<State> {
-        let (first, second) = (pair as u64, (pair >> 64) as u64);
-        let expiry = first & PAIR_EXPIRY;
-        Some(match first >> 56 {
-            PAIR_TOKEN_BUCKET => {
-                State::TokenBucket(token_bucket::Bucket::from_pair(expiry, second, p)?)
-            }
-            PAIR_FIXED_WINDOW => State::FixedWindow(fixed_window::Window {
-                start: expiry.checked_sub(p.period.get())?,
-                count: second,
-            }),
-            PAIR_SLIDING_WINDOW => {
-                State::SlidingWindow(sliding_window::Counters::from_pair(expiry, second, p)?)
-            }
-            _ => return None,
-        })
     }
 }
 

@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use super::entry::{Entries, Pair, Stored, lend, store_new, update, update_found, word_of};
 use super::{CheckRequest, MemoryBackend};
-use crate::algorithm::{Params, State, Update, fixed_window, sliding_window, token_bucket};
+use crate::algorithm::{Params, State, Update, fixed_window, pair, sliding_window, token_bucket};
 use crate::backend::table::{Found, Position};
 use crate::clock::{Clock, Timestamp};
 use crate::decision::Decision;
@@ -94,11 +94,11 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// A one-quota state of two numbers (a token bucket, a fixed or a
     /// sliding window) found stored: swapped by a 128-bit compare-and-swap
-    /// under the read lock. A sliding window's admission leaves what it
-    /// reports to be computed only if read; a token bucket's check is made
-    /// in plain numbers inside the loop and its report (three divisions)
-    /// once the swap holds: the shorter the loop, the fewer swaps fail on
-    /// a key that many threads check at once.
+    /// under the read lock. The shorter the loop, the fewer swaps fail on
+    /// a key that many threads check at once, so a token bucket is checked
+    /// on its numbers as they are (`token_bucket::Spend`), and a sliding
+    /// window far from its limit adds the cost to its count and nothing
+    /// else; what either reports is computed once the swap holds.
     /// Anything else (a new key, a state that no longer fits two numbers)
     /// takes the write lock.
     #[inline]
@@ -110,21 +110,33 @@ impl<C: Clock> MemoryBackend<C> {
             let (p, cost, now) = (&quota.params, request.cost, now.as_micros());
             let (commit, room) = (request.commit, request.room);
             let decided = match quota.path {
-                Path::SlidingWindow => swap_pair(pair, p, |state| {
-                    // A refusal, or a clock behind the window, is checked in full.
-                    let admitted = match state {
-                        State::SlidingWindow(c) => {
-                            sliding_window::admit_alone(Some(c), p, cost, now)
-                        }
-                        _ => None,
-                    };
-                    match admitted {
-                        Some(a) => {
-                            let next = commit.then_some(State::SlidingWindow(a.counters));
-                            Some((q.sliding_window_admitted(a), next))
-                        }
-                        None => to_store(q.evaluate_one(Some(state), cost, now, commit, room)),
+                Path::SlidingWindow => update(&pair.0, |numbers| {
+                    // Far from the limit, in the stored window: the cost
+                    // added to the count, and nothing else in the loop.
+                    if let Some((next, a)) = pair::sliding_window_added(numbers, p, cost, now) {
+                        return (Some(Ok(a)), commit.then_some(next));
                     }
+                    // Another window, a count to weigh, a refusal or a
+                    // clock behind the window: read back and checked.
+                    checked_pair(numbers, p, |state| {
+                        let admitted = match state {
+                            State::SlidingWindow(c) => {
+                                sliding_window::admit_alone(Some(c), p, cost, now)
+                            }
+                            _ => None,
+                        };
+                        match admitted {
+                            Some(a) => {
+                                Some((Ok(a), commit.then_some(State::SlidingWindow(a.counters))))
+                            }
+                            None => to_store(q.evaluate_one(Some(state), cost, now, commit, room))
+                                .map(|(decision, next)| (Err(decision), next)),
+                        }
+                    })
+                })
+                .map(|checked| match checked {
+                    Ok(admitted) => q.sliding_window_admitted(admitted),
+                    Err(decision) => decision,
                 }),
                 Path::WindowPair => swap_pair(pair, p, |state| {
                     let counted = fixed_window::count(Some(state), p, cost, now);
@@ -132,15 +144,16 @@ impl<C: Clock> MemoryBackend<C> {
                     Some((counted, store.then(|| counted.state_after(p, cost))))
                 })
                 .map(|counted| q.window_decision(&counted, cost)),
-                Path::Bucket => swap_pair(pair, p, |state| {
-                    let taken = token_bucket::take(Some(state), p, cost, now);
-                    let store = commit && taken.admits(p);
-                    Some((
-                        taken,
-                        store.then(|| State::TokenBucket(taken.bucket(p, now))),
-                    ))
-                })
-                .map(|taken| q.bucket_decision(&taken, now)),
+                Path::Bucket => {
+                    let spend = token_bucket::Spend::new(p, cost);
+                    update(&pair.0, |numbers| {
+                        match pair::token_bucket_spent(numbers, p, &spend, now) {
+                            Some((taken, next)) => (Some(taken), next.filter(|_| commit)),
+                            None => (None, None),
+                        }
+                    })
+                    .map(|taken| q.bucket_decision(&taken, now))
+                }
                 _ => swap_pair(pair, p, |state| {
                     to_store(q.evaluate_one(Some(state), cost, now, commit, room))
                 }),
@@ -300,15 +313,26 @@ fn swap_pair<T>(
     mut check: impl FnMut(&State) -> Option<(T, Option<State>)>,
 ) -> Option<T> {
     update(&pair.0, |numbers| {
-        let Some((answer, next)) = State::from_pair(numbers, p).and_then(|s| check(&s)) else {
-            return (None, None);
-        };
-        match next.map(|next| next.to_pair(p)) {
-            None => (Some(answer), None),
-            Some(Some(next)) => (Some(answer), Some(next)),
-            Some(None) => (None, None),
-        }
+        checked_pair(numbers, p, |state| check(state))
     })
+}
+
+/// One try of [`swap_pair`]'s loop: the stored `numbers` read back into
+/// their state, checked, and the state to store made numbers again.
+#[inline(always)]
+fn checked_pair<T>(
+    numbers: u128,
+    p: &Params,
+    check: impl FnOnce(&State) -> Option<(T, Option<State>)>,
+) -> (Option<T>, Option<u128>) {
+    let Some((answer, next)) = State::from_pair(numbers, p).and_then(|s| check(&s)) else {
+        return (None, None);
+    };
+    match next.map(|next| next.to_pair(p)) {
+        None => (Some(answer), None),
+        Some(Some(next)) => (Some(answer), Some(next)),
+        Some(None) => (None, None),
+    }
 }
 
 /// What a full check's `update` stores through [`swap_pair`].
