@@ -5,6 +5,19 @@
 //! All arithmetic is on integer microseconds below 2^53 (see
 //! [`EXACT_MAX`]) so the Redis scripts can mirror it
 //! exactly.
+//!
+//! # Adding an algorithm
+//!
+//! Its file here (`check`, `give_back`, its state in one of [`State`]'s
+//! shapes); its [`Algorithm`] variant (`kind.rs`: the name, whether it
+//! has a burst); its arms in [`check`] and [`give_back`]; and its Lua twin
+//! (`backend/redis/<name>.lua`, which registers its own `algorithms` and
+//! `give_back_reserved` entries, included in `backend/redis/script.rs`).
+//! The memory backend then decides it under its shard's write lock, and
+//! the conformance traces (`tests/support/conformance.rs`) compare it with
+//! the script once it is in [`Algorithm::ALL`]. A lock-free form is an
+//! optimisation: a state of one or two numbers ([`State::Word`],
+//! `pair.rs`) and a `Path` of its own (`quota/quota.rs`).
 
 pub(crate) mod charge;
 pub(crate) mod fixed_window;

@@ -133,7 +133,8 @@ pub(crate) enum Path {
     /// An elastic token bucket, fixed or sliding window: two numbers
     /// swapped without a lock where they fit, decided in full in the loop.
     Pair,
-    /// Decided under the write lock as any set is: the sliding log.
+    /// Decided under the write lock as any set is: the sliding log, and
+    /// any algorithm given no lock-free form.
     Locked,
 }
 
@@ -154,7 +155,9 @@ impl Path {
             Algorithm::TokenBucket | Algorithm::FixedWindow | Algorithm::SlidingWindow => {
                 Path::Pair
             }
-            Algorithm::SlidingLog => Path::Locked,
+            // The sliding log, and any algorithm given no lock-free form:
+            // the write lock decides every state.
+            _ => Path::Locked,
         }
     }
 }
