@@ -102,7 +102,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--redis" => parsed.redis.push(value()?),
             "--redis-lease" => parsed.lease = value()?,
-            "--redis-timeout" => parsed.redis_timeout = super::duration(&flag, &value()?)?,
+            "--redis-timeout" => parsed.redis_timeout = super::args::duration(&flag, &value()?)?,
             "--on-backend-error" => parsed.on_error = value()?,
             "--algorithm" => {
                 let v = value()?;
