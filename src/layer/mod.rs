@@ -39,6 +39,7 @@ mod grpc;
 pub(crate) mod headers;
 #[allow(clippy::module_inception)]
 mod layer;
+pub(crate) mod limit;
 mod partition_key;
 pub(crate) mod pipeline;
 mod policy;

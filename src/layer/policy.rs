@@ -8,8 +8,9 @@ use std::time::Duration;
 use http::request::Parts;
 
 use super::count_status::CountStatus;
+use super::limit::Limit;
 use super::pipeline::{
-    Check, DEFAULT_MAX_KEY_LEN, KeyOutcome, Limit, LimitRef, Pipeline, Waits, admit_key,
+    Check, DEFAULT_MAX_KEY_LEN, KeyOutcome, LimitRef, Pipeline, Waits, admit_key,
 };
 use super::respond::ResponsePolicy;
 use super::usage::CostFromResponse;

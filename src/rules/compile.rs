@@ -16,7 +16,7 @@ use super::key_part::KeyPart;
 use super::model::{BackendConfig, ClientIpConfig, MatchConfig, MethodName, RuleConfig, RulesFile};
 use super::names::MatchMode;
 use crate::key::{ClientIp, ExtensionKey, GlobalKey, HeaderKey, KeyExtractor, PeerIp, UserId};
-use crate::layer::pipeline::{DEFAULT_NEAR_LIMIT, Limit};
+use crate::layer::limit::{DEFAULT_NEAR_LIMIT, Limit};
 use crate::layer::{
     ConcurrencyQuota, CostFromResponse, CountStatus, MeasuredLoad, OnMissingKey, Priority,
     ResponsePolicy, Shedding,

@@ -16,7 +16,7 @@ use super::compile::{Compiled, Rule};
 use super::key_part::KeyPart;
 use super::runtime::{Block, MAX_ENTRIES, now_ms};
 use crate::decision::Decision;
-use crate::layer::pipeline::Limit;
+use crate::layer::limit::Limit;
 
 /// Why an operator's call failed.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use super::operate::field;
 use super::operate::{OpError, OverrideView, backend_error, millis};
 use super::quotas::QuotaList;
 use super::runtime::{Block, MAX_ENTRIES, Override, now_ms};
-use crate::layer::pipeline::Limit;
+use crate::layer::limit::Limit;
 use crate::limiter::Limiter;
 use crate::quota_set::QuotaSet;
 

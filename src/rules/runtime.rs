@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::backend::AnyBackend;
-use crate::layer::pipeline::Limit;
+use crate::layer::limit::Limit;
 
 /// How often the `tollgate` gateway asks Redis whether an operator changed
 /// an override or a block ([`Rules::watch_overrides`](crate::rules::Rules::watch_overrides)):
