@@ -108,11 +108,7 @@ impl RedisBackend {
                 short_circuits = n,
                 "tollgate: circuit open, Redis not called"
             );
-            let e = BackendError::new(
-                BackendErrorKind::Unavailable,
-                "Redis failed repeatedly; the circuit breaker is open",
-            );
-            return self.fail(request, e).await;
+            return self.fail(request, circuit_open()).await;
         }
         let probe = permit == Permit::Probe;
         let mut guard = ProbeGuard {
@@ -125,13 +121,7 @@ impl RedisBackend {
             Ok(result) => result,
             Err(_) => {
                 bump(&inner.counters.timeouts);
-                // A connection that stopped answering may be dead (a peer
-                // gone without a reset): take a fresh one next time.
-                inner.connections.forget(None);
-                Err(BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("Redis did not answer within {:?}", inner.timeout),
-                ))
+                Err(inner.no_answer())
             }
         };
         guard.armed = false;
@@ -203,10 +193,7 @@ impl RedisBackend {
         if inner.breaker.is_open() {
             // Redis failed repeatedly: no waiting for it now. The units
             // stay spent, the strict side.
-            return Err(BackendError::new(
-                BackendErrorKind::Unavailable,
-                "Redis failed repeatedly; the circuit breaker is open",
-            ));
+            return Err(circuit_open());
         }
         let keys = script::redis_keys(&inner.prefix, key, quotas);
         let (now, slack) = inner.script_time();
@@ -215,13 +202,7 @@ impl RedisBackend {
         let give_back = self.run(quotas, &keys, &args, cost, Again::Never);
         match tokio::time::timeout(inner.timeout, give_back).await {
             Ok(reply) => reply.map(|reply| quotas.decision_from(&reply.verdicts)),
-            Err(_) => {
-                inner.connections.forget(None);
-                Err(BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("Redis did not answer within {:?}", inner.timeout),
-                ))
-            }
+            Err(_) => Err(inner.no_answer()),
         }
     }
 
@@ -234,10 +215,7 @@ impl RedisBackend {
         let inner = &*self.inner;
         let (key, quotas, cost) = (request.key, request.quotas, request.cost);
         if inner.breaker.is_open() {
-            return Err(BackendError::new(
-                BackendErrorKind::Unavailable,
-                "Redis failed repeatedly; the circuit breaker is open",
-            ));
+            return Err(circuit_open());
         }
         let keys = script::redis_keys(&inner.prefix, key, quotas);
         let (now, slack) = inner.script_time();
@@ -246,13 +224,7 @@ impl RedisBackend {
         let charge = self.run(quotas, &keys, &args, cost, Again::Same);
         match tokio::time::timeout(inner.timeout, charge).await {
             Ok(reply) => reply.map(|reply| quotas.decision_from(&reply.verdicts)),
-            Err(_) => {
-                inner.connections.forget(None);
-                Err(BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("Redis did not answer within {:?}", inner.timeout),
-                ))
-            }
+            Err(_) => Err(inner.no_answer()),
         }
     }
 
@@ -359,7 +331,26 @@ impl Drop for KeyCall<'_> {
     }
 }
 
+/// The error of a call the circuit breaker keeps from Redis.
+fn circuit_open() -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Unavailable,
+        "Redis failed repeatedly; the circuit breaker is open",
+    )
+}
+
 impl Inner {
+    /// The error of a call Redis did not answer within the timeout. Its
+    /// connection may be dead (a peer gone without a reset): the next call
+    /// takes a fresh one.
+    fn no_answer(&self) -> BackendError {
+        self.connections.forget(None);
+        BackendError::new(
+            BackendErrorKind::Timeout,
+            format!("Redis did not answer within {:?}", self.timeout),
+        )
+    }
+
     /// A failed call counted, told to the circuit breaker and logged, at
     /// most so often: an error when Redis refuses the scripts, a warning
     /// otherwise.
