@@ -133,8 +133,8 @@ impl RedisBackend {
     /// for calling before serving. A Redis that refuses them (the user's ACL
     /// lacks a command, `EVALSHA` renamed away, no Lua engine, full under
     /// `noeviction`) is an error of kind
-    /// [`Misconfigured`](BackendErrorKind::Misconfigured) saying what to
-    /// fix; a reply out of bounds is [`Protocol`](BackendErrorKind::Protocol);
+    /// [`Misconfigured`](crate::backend::BackendErrorKind::Misconfigured) saying what to
+    /// fix; a reply out of bounds is [`Protocol`](crate::backend::BackendErrorKind::Protocol);
     /// a Redis that cannot be reached is `Timeout` or `Unavailable`. Neither
     /// the circuit breaker, the denial cache nor the failure policy takes
     /// part, and nothing is counted in [`stats`](RedisBackend::stats)
