@@ -17,16 +17,16 @@
 //! fresh state that forgetting it gives.
 
 use std::hash::BuildHasher;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use compact_str::CompactString;
 use hashbrown::{HashMap, HashTable};
 
-use crate::sync::{read, write};
-
 mod entries;
 mod evict;
+mod lock;
 mod locked;
+
+use lock::{ReadGuard, ShardLock, WriteGuard};
 
 use entries::{ANY_CALLER, SET_LOOP, same_key};
 
@@ -49,12 +49,10 @@ pub(crate) trait Expiring {
 }
 
 pub(crate) struct Table<V, N = V, P = N> {
-    shards: Box<[Padded<ShardLock<V, N, P>>]>,
+    shards: Box<[Padded<ShardLock<Shard<V, N, P>>>]>,
     hasher: foldhash::fast::RandomState,
     capacity: usize,
 }
-
-type ShardLock<V, N, P> = RwLock<Shard<V, N, P>>;
 
 /// Keeps each shard's lock on its own cache line.
 #[repr(align(128))]
@@ -118,7 +116,7 @@ impl<W, N, P> Found<&mut W, &mut N, &mut P> {
 /// One key's shard, locked to write: all of a key's ids live in the same
 /// shard, so a decision over several of them is atomic.
 pub(crate) struct Locked<'a, V, N = V, P = N> {
-    shard: RwLockWriteGuard<'a, Shard<V, N, P>>,
+    shard: WriteGuard<'a, Shard<V, N, P>>,
     hasher: &'a foldhash::fast::RandomState,
     key_hash: u64,
 }
@@ -127,7 +125,7 @@ pub(crate) struct Locked<'a, V, N = V, P = N> {
 /// same time, so a value that updates itself atomically (a compare-and-swap)
 /// is decided on without excluding anyone.
 pub(crate) struct Read<'a, V, N, P> {
-    shard: RwLockReadGuard<'a, Shard<V, N, P>>,
+    shard: ReadGuard<'a, Shard<V, N, P>>,
     table: &'a Table<V, N, P>,
     index: usize,
     key_hash: u64,
@@ -168,7 +166,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Table<V, N, P> {
         let hasher = foldhash::fast::RandomState::default();
         let shards = (0..shards)
             .map(|i| {
-                Padded(RwLock::new(Shard {
+                Padded(ShardLock::new(Shard {
                     bound: (capacity / shards + usize::from(i < capacity % shards))
                         .min(PAIR as usize - 1),
                     entries: Entries {
@@ -201,7 +199,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Table<V, N, P> {
 
     /// Entries stored now, expired ones not yet swept included.
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| read(&s.0).entries.len()).sum()
+        self.shards.iter().map(|s| s.0.read().entries.len()).sum()
     }
 
     /// The hash of `key` and the index of its shard.
@@ -224,7 +222,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Table<V, N, P> {
     #[inline]
     fn lock_at(&self, index: usize, key_hash: u64) -> Locked<'_, V, N, P> {
         Locked {
-            shard: write(&self.shards[index].0),
+            shard: self.shards[index].0.write(),
             hasher: &self.hasher,
             key_hash,
         }
@@ -235,7 +233,7 @@ impl<V: Expiring, N: Expiring, P: Expiring> Table<V, N, P> {
     pub(crate) fn read(&self, key: &str) -> Read<'_, V, N, P> {
         let (key_hash, index) = self.place(key);
         Read {
-            shard: read(&self.shards[index].0),
+            shard: self.shards[index].0.read(),
             table: self,
             index,
             key_hash,
