@@ -49,10 +49,13 @@ pub(crate) trait Expiring {
 }
 
 pub(crate) struct Table<V, N = V, P = N> {
-    shards: Box<[Padded<ShardLock<Shard<V, N, P>>>]>,
+    shards: Shards<V, N, P>,
     hasher: foldhash::fast::RandomState,
     capacity: usize,
 }
+
+/// The shards, each behind its lock.
+type Shards<V, N, P> = Box<[Padded<ShardLock<Shard<V, N, P>>>]>;
 
 /// Keeps each shard's lock on its own cache line.
 #[repr(align(128))]
