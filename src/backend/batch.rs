@@ -10,19 +10,19 @@
 
 use std::fmt;
 use std::future::Future;
-use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use hashbrown::{Equivalent, HashMap};
-
 use super::{Backend, BackendError, CheckRequest, GiveBackRequest, Now, Reserved};
-use crate::clock::micros;
 use crate::sync::lock;
 use crate::{Algorithm, Decision, Mode, QuotaSet};
+
+mod builder;
+mod stripe;
+
+pub use builder::BatchBackendBuilder;
+use stripe::{Batch, Borrowed, Leftover, Owned, Stripe, sweep, thread_index};
 
 /// Growth of a stripe's batch from one to the next, at most: a key becomes
 /// hot over a few batches, and a key checked now and then never parks more
@@ -87,116 +87,6 @@ pub struct BatchBackend<B> {
     max_batch: u64,
     lifetime: u64,
     max_keys: usize,
-}
-
-/// Builds a [`BatchBackend`]; see [`BatchBackend::builder`].
-#[derive(Debug)]
-pub struct BatchBackendBuilder<B> {
-    inner: B,
-    stripes: usize,
-    max_batch: u64,
-    lifetime: Duration,
-    max_keys: usize,
-}
-
-/// One stripe's batches, on cache lines of its own: the point is that
-/// threads of different stripes never write the same line.
-#[repr(align(128))]
-struct Stripe {
-    held: Mutex<HashMap<Owned, Batch, foldhash::fast::RandomState>>,
-}
-
-/// A key and the state ids of its set: two sets checking the same key
-/// have batches of their own.
-#[derive(Hash, PartialEq, Eq)]
-struct Owned {
-    ids: Box<[u64]>,
-    key: Box<str>,
-}
-
-/// [`Owned`] as a request holds it, to look up without allocating. Hashes
-/// as `Owned` does (a slice, then a string).
-struct Borrowed<'a> {
-    ids: &'a [u64],
-    key: &'a str,
-}
-
-impl Hash for Borrowed<'_> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.ids.hash(state);
-        self.key.hash(state);
-    }
-}
-
-impl Equivalent<Owned> for Borrowed<'_> {
-    fn equivalent(&self, owned: &Owned) -> bool {
-        *owned.ids == *self.ids && *owned.key == *self.key
-    }
-}
-
-/// A batch held by a stripe for one key.
-struct Batch {
-    /// Units left.
-    units: u64,
-    /// Units the batch took, the request that took it included.
-    size: u64,
-    /// Until when its units may be spent (microseconds on the system clock).
-    expires: u64,
-    /// The inner backend's reservation: what local admissions report, and
-    /// what giving back needs.
-    reserved: Reserved,
-}
-
-impl Batch {
-    /// Spends `cost` if the batch holds that much and is still live; the
-    /// decision reported is the inner backend's on the batch (its
-    /// `remaining` leaves out the units parked here).
-    fn spend(&mut self, cost: u64, now: u64) -> Option<Decision> {
-        if now >= self.expires || self.units < cost || self.units == 0 {
-            return None;
-        }
-        self.units -= cost;
-        Some(self.reserved.decision().clone())
-    }
-}
-
-/// A lapsed batch's units, to give back.
-struct Leftover {
-    key: Box<str>,
-    units: u64,
-    reserved: Reserved,
-}
-
-/// Each thread's stripe index: threads take the next one as they first
-/// check, so that up to `stripes` threads each have a stripe of their own.
-fn thread_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    INDEX.with(|i| *i)
-}
-
-/// Drops a stripe's batches, the live ones too unless `live_at` is given,
-/// and adds their units to `out`, to give back.
-fn sweep(
-    map: &mut HashMap<Owned, Batch, foldhash::fast::RandomState>,
-    out: &mut Vec<Leftover>,
-    live_at: Option<u64>,
-) {
-    map.retain(|o, h| {
-        if live_at.is_some_and(|now| now < h.expires && h.units > 0) {
-            return true;
-        }
-        if h.units > 0 {
-            out.push(Leftover {
-                key: o.key.clone(),
-                units: h.units,
-                reserved: h.reserved.clone(),
-            });
-        }
-        false
-    });
 }
 
 /// Polls `future` once: the inner backend's answer on the synchronous
@@ -416,54 +306,6 @@ impl<B: Backend> BatchBackend<B> {
             self.give_back_leftover(request.quotas, leftover).await;
         }
         Ok(decision)
-    }
-}
-
-impl<B: Backend> BatchBackendBuilder<B> {
-    /// How many stripes of threads hold batches of their own (the number
-    /// of cores by default): threads past that many share stripes. At
-    /// least 1; each stripe may park a batch per key.
-    pub fn stripes(mut self, stripes: usize) -> Self {
-        self.stripes = stripes.clamp(1, 1024);
-        self
-    }
-
-    /// The most units one batch holds (64 by default; 1 batches nothing).
-    /// A batch also holds at most an eighth of the smallest capacity in
-    /// its set.
-    pub fn max_batch(mut self, units: u64) -> Self {
-        self.max_batch = units.max(1);
-        self
-    }
-
-    /// How long a batch's units may be spent after it was taken (10 ms by
-    /// default): how far a window's units may spill into the next, and how
-    /// long parked units may wait before they are given back.
-    pub fn lifetime(mut self, lifetime: Duration) -> Self {
-        self.lifetime = lifetime;
-        self
-    }
-
-    /// How many keys each stripe holds batches for (1 024 by default):
-    /// past that, lapsed batches are dropped, and then all of them.
-    pub fn max_keys(mut self, keys: usize) -> Self {
-        self.max_keys = keys.max(4);
-        self
-    }
-
-    /// The backend.
-    pub fn build(self) -> BatchBackend<B> {
-        BatchBackend {
-            inner: self.inner,
-            stripes: (0..self.stripes)
-                .map(|_| Stripe {
-                    held: Mutex::new(HashMap::default()),
-                })
-                .collect(),
-            max_batch: self.max_batch,
-            lifetime: micros(self.lifetime).max(1),
-            max_keys: self.max_keys,
-        }
     }
 }
 
