@@ -5,4 +5,5 @@
 mod support;
 
 mod files;
+mod mistakes;
 mod parsers;
