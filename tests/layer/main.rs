@@ -12,5 +12,6 @@ mod grpc;
 mod http_layer;
 mod http_server;
 mod ietf_headers;
+mod keys;
 mod metrics;
 mod protect;
