@@ -212,4 +212,38 @@ mod tests {
         // Every guard gave its place back.
         assert_eq!(lock.word.load(Ordering::Relaxed), 0);
     }
+
+    /// A writer waits for the reader already in; a reader that comes while
+    /// the writer waits goes the slow way and reads what the writer wrote.
+    #[test]
+    fn a_writer_waits_for_readers_in_and_later_readers_wait_for_it() {
+        let lock = Arc::new(ShardLock::new(0u64));
+        let first = lock.read();
+        let writer = {
+            let lock = lock.clone();
+            std::thread::spawn(move || *lock.write() = 1)
+        };
+        // The writer raises its bit, then waits for `first`.
+        while lock.word.load(Ordering::Acquire) & super::WRITER == 0 {
+            std::thread::yield_now();
+        }
+        let later = {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                let guard = lock.read();
+                assert!(
+                    guard.slow.is_some(),
+                    "a reader past the bit reads the slow way"
+                );
+                *guard
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!writer.is_finished(), "the writer waited for the reader in");
+        assert_eq!(*first, 0);
+        drop(first);
+        writer.join().unwrap();
+        assert_eq!(later.join().unwrap(), 1, "the later reader saw the write");
+        assert_eq!(lock.word.load(Ordering::Relaxed), 0);
+    }
 }
