@@ -13,11 +13,8 @@ use metrics::{
     gauge, histogram,
 };
 
-#[cfg(feature = "redis")]
-use crate::backend::BackendErrorKind;
 use crate::clock::Stopwatch;
 use crate::decision::Decision;
-use crate::layer::Reason;
 
 /// Decisions by outcome, labelled `policy` and `outcome`.
 pub(crate) const DECISIONS: &str = "tollgate_decisions_total";
@@ -119,28 +116,6 @@ pub(crate) const DECISION_REASONS: &str = "tollgate_decision_reasons_total";
 /// `policy`.
 pub(crate) const NEAR_LIMIT: &str = "tollgate_near_limit_total";
 
-/// A policy's decisions by [`Reason`]: one handle per reason, registered
-/// when the policy is built.
-#[derive(Debug, Clone)]
-pub(crate) struct ReasonMetrics([Counter; Reason::ALL.len()]);
-
-impl ReasonMetrics {
-    pub(crate) fn new() -> Self {
-        describe_counter!(
-            DECISION_REASONS,
-            Unit::Count,
-            "Requests decided by the layer or the rules, by reason (admitted, quota, lease, denial_cache, shed, deny_list, ...: one series per reason)."
-        );
-        ReasonMetrics(Reason::ALL.map(|r| counter!(DECISION_REASONS, "reason" => r.as_str())))
-    }
-
-    /// One more request decided for `reason`.
-    #[inline]
-    pub(crate) fn count(&self, reason: Reason) {
-        self.0[reason as usize].increment(1);
-    }
-}
-
 /// The near-limit counter of the quota set `policy`.
 pub(crate) fn near_limit(policy: &str) -> Counter {
     describe_counter!(
@@ -175,80 +150,6 @@ impl MemoryMetrics {
         if delta != 0 {
             self.states.increment(delta as f64);
         }
-    }
-}
-
-/// The Redis backend's calls, failures, denial-cache hits and breaker state.
-#[cfg(feature = "redis")]
-#[derive(Debug, Clone)]
-pub(crate) struct RedisMetrics {
-    calls: Counter,
-    /// By kind: timeout, unavailable, protocol, misconfigured.
-    failures: [Counter; 5],
-    cache_hits: Counter,
-    circuit_open: Gauge,
-}
-
-/// The kinds of failure, in the order of `RedisMetrics::failures`.
-#[cfg(feature = "redis")]
-const KINDS: [BackendErrorKind; 5] = [
-    BackendErrorKind::Timeout,
-    BackendErrorKind::Unavailable,
-    BackendErrorKind::Protocol,
-    BackendErrorKind::Misconfigured,
-    BackendErrorKind::Unsupported,
-];
-
-#[cfg(feature = "redis")]
-impl RedisMetrics {
-    pub(crate) fn new() -> Self {
-        describe_counter!(REDIS_CALLS, Unit::Count, "Calls made to Redis.");
-        describe_counter!(
-            REDIS_FAILURES,
-            Unit::Count,
-            "Redis calls that failed, by kind: timeout, unavailable (down, unreachable, busy), protocol (a reply that makes no sense), misconfigured (Redis refuses the scripts: ACL, renamed commands, full under noeviction)."
-        );
-        describe_counter!(
-            REDIS_CACHE_HITS,
-            Unit::Count,
-            "Checks answered from the denial cache without calling Redis."
-        );
-        describe_gauge!(
-            REDIS_CIRCUIT_OPEN,
-            "1 while the Redis circuit breaker is open (Redis not called), else 0."
-        );
-        let circuit_open = gauge!(REDIS_CIRCUIT_OPEN);
-        circuit_open.set(0.0);
-        RedisMetrics {
-            calls: counter!(REDIS_CALLS),
-            failures: KINDS.map(|k| counter!(REDIS_FAILURES, "kind" => k.name())),
-            cache_hits: counter!(REDIS_CACHE_HITS),
-            circuit_open,
-        }
-    }
-
-    pub(crate) fn call(&self) {
-        self.calls.increment(1);
-    }
-
-    pub(crate) fn failure(&self, kind: BackendErrorKind) {
-        let i = match kind {
-            BackendErrorKind::Timeout => 0,
-            BackendErrorKind::Unavailable => 1,
-            BackendErrorKind::Protocol => 2,
-            BackendErrorKind::Misconfigured => 3,
-            BackendErrorKind::Unsupported => 4,
-        };
-        self.failures[i].increment(1);
-    }
-
-    pub(crate) fn cache_hit(&self) {
-        self.cache_hits.increment(1);
-    }
-
-    /// The breaker opened (`true`) or closed.
-    pub(crate) fn circuit(&self, open: bool) {
-        self.circuit_open.set(f64::from(u8::from(open)));
     }
 }
 

@@ -59,6 +59,8 @@ pub use partition_key::PartitionKey;
 pub use policy::{LimitPolicy, OnMissingKey, Policy};
 pub use problem::{QUOTA_EXCEEDED, problem_response};
 pub use reason::Reason;
+#[cfg(feature = "rules")]
+pub(crate) use reason::ReasonMetrics;
 pub use respond::{OnBackendError, OnDelay, Refused, Rejection};
 pub use service::RateLimit;
 pub use usage::{CostFromResponse, Usage};

@@ -26,6 +26,7 @@ use super::limit::{Limit, check_within, reserve_within};
 use super::policy::OnMissingKey;
 use super::problem::problem;
 use super::reason::Reason;
+use super::reason::ReasonMetrics;
 use super::respond::ResponsePolicy;
 use super::usage::{CostFromResponse, Usage, UsageWatch};
 use super::verdict::Verdict;
@@ -33,7 +34,6 @@ use crate::backend::{Backend, Now};
 use crate::decision::Decision;
 use crate::key::{Key, KeyError};
 use crate::limiter::Error;
-use crate::metrics::ReasonMetrics;
 use crate::protect::{Admission, Protection};
 
 /// The longest key accepted by default, in bytes.

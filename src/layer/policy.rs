@@ -12,13 +12,13 @@ use super::limit::Limit;
 use super::pipeline::{
     Check, DEFAULT_MAX_KEY_LEN, KeyOutcome, LimitRef, Pipeline, Waits, admit_key,
 };
+use super::reason::ReasonMetrics;
 use super::respond::ResponsePolicy;
 use super::usage::CostFromResponse;
 use super::verdict::Verdict;
 use crate::backend::Backend;
 use crate::key::{Key, KeyError, KeyExtractor};
 use crate::limiter::Limiter;
-use crate::metrics::ReasonMetrics;
 use crate::protect::Protection;
 
 mod sealed {

@@ -3,6 +3,9 @@
 
 use std::fmt;
 
+use metrics::{Counter, Unit, counter, describe_counter};
+
+use crate::metrics::DECISION_REASONS;
 use crate::{Decision, Mode, QuotaSet};
 
 /// Why the layer passed or answered a request: one per decision, with a
@@ -167,5 +170,27 @@ mod tests {
             let same = Reason::ALL.iter().filter(|r| r.as_str() == reason.as_str());
             assert_eq!(same.count(), 1, "{reason}");
         }
+    }
+}
+
+/// A policy's decisions by [`Reason`]: one handle per reason, registered
+/// when the policy is built.
+#[derive(Debug, Clone)]
+pub(crate) struct ReasonMetrics([Counter; Reason::ALL.len()]);
+
+impl ReasonMetrics {
+    pub(crate) fn new() -> Self {
+        describe_counter!(
+            DECISION_REASONS,
+            Unit::Count,
+            "Requests decided by the layer or the rules, by reason (admitted, quota, lease, denial_cache, shed, deny_list, ...: one series per reason)."
+        );
+        ReasonMetrics(Reason::ALL.map(|r| counter!(DECISION_REASONS, "reason" => r.as_str())))
+    }
+
+    /// One more request decided for `reason`.
+    #[inline]
+    pub(crate) fn count(&self, reason: Reason) {
+        self.0[reason as usize].increment(1);
     }
 }

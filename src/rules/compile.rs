@@ -13,11 +13,11 @@ use super::error::RulesError;
 use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RulesFile};
 use super::names::MatchMode;
 use crate::key::{ClientIp, KeyExtractor, PeerIp};
+use crate::layer::ReasonMetrics;
 use crate::layer::limit::{DEFAULT_NEAR_LIMIT, Limit};
 use crate::layer::{
     CostFromResponse, CountStatus, MeasuredLoad, OnMissingKey, Priority, ResponsePolicy, Shedding,
 };
-use crate::metrics::ReasonMetrics;
 use crate::protect::Protection;
 use crate::quota::Quota;
 

@@ -14,11 +14,10 @@ use super::connection::Connections;
 use super::lease::{self, Lease};
 use super::on_failure::OnFailure;
 use super::script::{self};
-use super::stats::{Counters, RedisStats};
+use super::stats::{Counters, RedisMetrics, RedisStats};
 use crate::backend::{Backend, BackendError, CheckRequest, GiveBackRequest, Reserved};
 use crate::clock::{Clock, Stopwatch, micros};
 use crate::decision::Decision;
-use crate::metrics::RedisMetrics;
 use crate::quota::Quota;
 use crate::quota_set::QuotaSet;
 

@@ -13,8 +13,8 @@ use super::lease::{self, Lease};
 use super::on_failure::OnFailure;
 use super::source::{SourceConfig, Tls, source};
 use super::stats::Counters;
+use super::stats::RedisMetrics;
 use crate::clock::Clock;
-use crate::metrics::RedisMetrics;
 
 impl RedisBackend {
     /// A backend on the Redis at `url` (`redis://[user:password@]host:port[/db]`,

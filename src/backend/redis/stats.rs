@@ -2,7 +2,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use metrics::{Counter, Gauge, Unit, counter, describe_counter, describe_gauge, gauge};
+
 use super::breaker::Breaker;
+use crate::backend::BackendErrorKind;
+use crate::metrics::{REDIS_CACHE_HITS, REDIS_CALLS, REDIS_CIRCUIT_OPEN, REDIS_FAILURES};
 
 /// Counters of what a [`RedisBackend`](super::RedisBackend) did since it was built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -74,5 +78,76 @@ impl Counters {
             consecutive_failures: breaker.consecutive_failures(),
             circuit_open: breaker.is_open(),
         }
+    }
+}
+
+/// The Redis backend's calls, failures, denial-cache hits and breaker state.
+#[derive(Debug, Clone)]
+pub(crate) struct RedisMetrics {
+    calls: Counter,
+    /// By kind: timeout, unavailable, protocol, misconfigured.
+    failures: [Counter; 5],
+    cache_hits: Counter,
+    circuit_open: Gauge,
+}
+
+/// The kinds of failure, in the order of `RedisMetrics::failures`.
+const KINDS: [BackendErrorKind; 5] = [
+    BackendErrorKind::Timeout,
+    BackendErrorKind::Unavailable,
+    BackendErrorKind::Protocol,
+    BackendErrorKind::Misconfigured,
+    BackendErrorKind::Unsupported,
+];
+
+impl RedisMetrics {
+    pub(crate) fn new() -> Self {
+        describe_counter!(REDIS_CALLS, Unit::Count, "Calls made to Redis.");
+        describe_counter!(
+            REDIS_FAILURES,
+            Unit::Count,
+            "Redis calls that failed, by kind: timeout, unavailable (down, unreachable, busy), protocol (a reply that makes no sense), misconfigured (Redis refuses the scripts: ACL, renamed commands, full under noeviction)."
+        );
+        describe_counter!(
+            REDIS_CACHE_HITS,
+            Unit::Count,
+            "Checks answered from the denial cache without calling Redis."
+        );
+        describe_gauge!(
+            REDIS_CIRCUIT_OPEN,
+            "1 while the Redis circuit breaker is open (Redis not called), else 0."
+        );
+        let circuit_open = gauge!(REDIS_CIRCUIT_OPEN);
+        circuit_open.set(0.0);
+        RedisMetrics {
+            calls: counter!(REDIS_CALLS),
+            failures: KINDS.map(|k| counter!(REDIS_FAILURES, "kind" => k.name())),
+            cache_hits: counter!(REDIS_CACHE_HITS),
+            circuit_open,
+        }
+    }
+
+    pub(crate) fn call(&self) {
+        self.calls.increment(1);
+    }
+
+    pub(crate) fn failure(&self, kind: BackendErrorKind) {
+        let i = match kind {
+            BackendErrorKind::Timeout => 0,
+            BackendErrorKind::Unavailable => 1,
+            BackendErrorKind::Protocol => 2,
+            BackendErrorKind::Misconfigured => 3,
+            BackendErrorKind::Unsupported => 4,
+        };
+        self.failures[i].increment(1);
+    }
+
+    pub(crate) fn cache_hit(&self) {
+        self.cache_hits.increment(1);
+    }
+
+    /// The breaker opened (`true`) or closed.
+    pub(crate) fn circuit(&self, open: bool) {
+        self.circuit_open.set(f64::from(u8::from(open)));
     }
 }
