@@ -90,7 +90,6 @@ mod limiter;
 mod log_limit;
 mod metrics;
 pub mod outbound;
-mod protect;
 mod quota;
 mod quota_set;
 #[cfg(feature = "rls")]

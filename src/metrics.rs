@@ -6,7 +6,10 @@
 //! Handles are registered when a limiter or backend is built, so the recorder
 //! must be installed before; without one every handle is a no-op, and an
 //! event costs one branch. One function per event, called from the one place
-//! that knows it.
+//! that knows it. The names are all here; the handles of the layer's
+//! decisions by reason and of the Redis backend live beside what they count
+//! (`layer/reason.rs`, `backend/redis/stats.rs`), so this module imports
+//! neither.
 
 use metrics::{
     Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram,

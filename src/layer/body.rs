@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::protect::held::Held;
+use crate::layer::protect::held::Held;
 
 pin_project! {
     /// The body of a response from [`RateLimit`](super::RateLimit): the inner

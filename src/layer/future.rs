@@ -12,7 +12,7 @@ use tower_service::Service;
 use super::body::ResponseBody;
 use super::headers::{Headers, apply};
 use super::verdict::{Verdict, VerdictKind};
-use crate::protect::held::{Held, Settling};
+use crate::layer::protect::held::{Held, Settling};
 
 /// A verdict on its way: the policy deciding, then any delay it asks for.
 /// Yields the request back with the verdict, so it can be passed on.

@@ -17,10 +17,10 @@ use super::respond::{OnBackendError, OnDelay, Rejection};
 use super::service::RateLimit;
 use crate::backend::{Backend, MemoryBackend};
 use crate::key::KeyExtractor;
+use crate::layer::protect::concurrency::ConcurrencyQuota;
+use crate::layer::protect::load::{LoadSignal, MeasuredLoad};
+use crate::layer::protect::shed::Shedding;
 use crate::limiter::Limiter;
-use crate::protect::concurrency::ConcurrencyQuota;
-use crate::protect::load::{LoadSignal, MeasuredLoad};
-use crate::protect::shed::Shedding;
 
 /// Rate-limits a tower service: picks each request's key, asks the limiter,
 /// and answers refused requests with 429, `Retry-After` and rate-limit

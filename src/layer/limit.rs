@@ -15,9 +15,9 @@ use super::verdict::Verdict;
 use crate::backend::{Backend, BackendError, BackendErrorKind, Reserved};
 use crate::decision::Decision;
 use crate::key::Key;
+use crate::layer::protect::Protection;
+use crate::layer::protect::held::Settlement;
 use crate::limiter::{Error, Limiter};
-use crate::protect::Protection;
-use crate::protect::held::Settlement;
 
 /// The share of a quota above which an admitted decision counts as near
 /// its limit, by default.

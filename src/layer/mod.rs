@@ -27,7 +27,7 @@
 // (slots, limits and finish, shared with the rules), `policy` (request to
 // decision), `body`, `future`, `service`, `layer` (the layer and its
 // builder). Protecting the server (shedding, concurrency slots, the load)
-// is `crate::protect`. The response
+// is `crate::layer::protect`. The response
 // future is the inner service's, a ready response, or a decision under way;
 // the body is the inner service's or the layer's own, without constraining
 // the inner body type.
@@ -44,6 +44,7 @@ mod partition_key;
 pub(crate) mod pipeline;
 mod policy;
 pub(crate) mod problem;
+pub(crate) mod protect;
 mod reason;
 pub(crate) mod respond;
 mod service;
@@ -65,9 +66,9 @@ pub use respond::{OnBackendError, OnDelay, Refused, Rejection};
 pub use service::RateLimit;
 pub use usage::{CostFromResponse, Usage};
 pub use verdict::Verdict;
-// Server protection lives in `crate::protect`; its public types keep
+// Server protection lives in `crate::layer::protect`; its public types keep
 // their paths here, where users name them.
-pub use crate::protect::{
+pub use crate::layer::protect::{
     ConcurrencyQuota, LoadSignal, MeasuredLoad, Priority, Shedding, SheddingError,
     TEMPORARY_REDUCED_CAPACITY,
 };

@@ -33,8 +33,8 @@ use super::verdict::Verdict;
 use crate::backend::{Backend, Now};
 use crate::decision::Decision;
 use crate::key::{Key, KeyError};
+use crate::layer::protect::{Admission, Protection};
 use crate::limiter::Error;
-use crate::protect::{Admission, Protection};
 
 /// The longest key accepted by default, in bytes.
 pub(crate) const DEFAULT_MAX_KEY_LEN: usize = 256;

@@ -18,8 +18,8 @@ use super::usage::CostFromResponse;
 use super::verdict::Verdict;
 use crate::backend::Backend;
 use crate::key::{Key, KeyError, KeyExtractor};
+use crate::layer::protect::Protection;
 use crate::limiter::Limiter;
-use crate::protect::Protection;
 
 mod sealed {
     pub trait Sealed {}

@@ -17,8 +17,8 @@ use super::verdict::Verdict;
 use crate::backend::BackendErrorKind;
 use crate::decision::Decision;
 use crate::key::Key;
+use crate::layer::protect::concurrency::ConcurrencyQuota;
 use crate::limiter::Error;
-use crate::protect::concurrency::ConcurrencyQuota;
 use crate::quota_set::QuotaSet;
 
 /// What to do with a request when the backend fails or does not answer in

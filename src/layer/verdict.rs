@@ -9,7 +9,7 @@ use http::Response;
 use super::headers::Headers;
 use super::reason::Reason;
 use crate::decision::Decision;
-use crate::protect::held::{Held, Settlement};
+use crate::layer::protect::held::{Held, Settlement};
 
 /// What becomes of a request: pass it on (maybe after a delay, adding
 /// headers), or answer it. Made by a [`Policy`](super::Policy); opaque, as

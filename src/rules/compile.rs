@@ -15,10 +15,10 @@ use super::names::MatchMode;
 use crate::key::{ClientIp, KeyExtractor, PeerIp};
 use crate::layer::ReasonMetrics;
 use crate::layer::limit::{DEFAULT_NEAR_LIMIT, Limit};
+use crate::layer::protect::Protection;
 use crate::layer::{
     CostFromResponse, CountStatus, MeasuredLoad, OnMissingKey, Priority, ResponsePolicy, Shedding,
 };
-use crate::protect::Protection;
 use crate::quota::Quota;
 
 mod rule;

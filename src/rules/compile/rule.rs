@@ -10,9 +10,9 @@ use http::header::HOST;
 
 use crate::key::{ClientIp, ExtensionKey, GlobalKey, HeaderKey, KeyExtractor, PeerIp, UserId};
 use crate::layer::limit::Limit;
+use crate::layer::protect::Protection;
 use crate::layer::{ConcurrencyQuota, CostFromResponse};
 use crate::limiter::Limiter;
-use crate::protect::Protection;
 use crate::quota::Quota;
 use crate::quota_set::QuotaSet;
 
