@@ -100,10 +100,12 @@ pub(crate) fn token_bucket_spent(
 }
 
 /// A sliding window's pair with `cost` added to its current count, and the
-/// admission it is, when `now` is in that window and `cost` fits beside
-/// both counts whole: what [`sliding_window::admit_alone`] admits without
-/// weighing, found in the numbers as they are. `None` otherwise (another
-/// window, a count near the limit or past 32 bits), for the full check.
+/// admission it is, when `now` is in the stored window and `cost` fits
+/// beside both counts whole ([`sliding_window::admitted_unweighed`], what
+/// [`sliding_window::admit_alone`] admits without weighing) and the count
+/// still fits its 32 bits: the pair plus the cost, nothing re-encoded.
+/// `None` otherwise (another window, a count near the limit), for the full
+/// check.
 #[inline]
 pub(crate) fn sliding_window_added(
     pair: Pair,
@@ -112,26 +114,15 @@ pub(crate) fn sliding_window_added(
     now: u64,
 ) -> Option<(Pair, sliding_window::Admitted)> {
     let (first, counts) = (pair as u64, (pair >> 64) as u64);
-    let (prev, curr) = (counts >> 32, counts & u64::from(u32::MAX));
-    let period = p.period.get();
-    let start = (first & PAIR_EXPIRY).checked_sub(period.checked_mul(2)?)?;
-    let curr_after = curr.saturating_add(cost);
-    let fits = first >> 56 == PAIR_SLIDING_WINDOW
-        && (start..start.saturating_add(period)).contains(&now)
-        && prev.saturating_add(curr_after) <= p.capacity
-        && curr_after <= u64::from(u32::MAX);
-    fits.then(|| {
-        let counters = sliding_window::Counters {
-            start,
-            prev,
-            curr: curr_after,
-        };
-        let elapsed = now - start;
-        (
-            pair + (u128::from(cost) << 64),
-            sliding_window::Admitted { counters, elapsed },
-        )
-    })
+    if first >> 56 != PAIR_SLIDING_WINDOW {
+        return None;
+    }
+    let c = sliding_window::Counters::from_pair(first & PAIR_EXPIRY, counts, p)?;
+    if now >= c.start.saturating_add(p.period.get()) {
+        return None;
+    }
+    let a = sliding_window::admitted_unweighed(&c, p, cost, now)?;
+    (a.counters.curr <= u64::from(u32::MAX)).then(|| (pair + (u128::from(cost) << 64), a))
 }
 
 #[cfg(test)]

@@ -200,12 +200,25 @@ pub(crate) fn admit_alone(
     cost: u64,
     now: u64,
 ) -> Option<Admitted> {
+    match unweighed_or_estimate(state, p, cost, now) {
+        Ok(a) => Some(a),
+        Err(e) => admission(&e, p.capacity, cost),
+    }
+}
+
+/// The counters moved on to the window of `now`, and the admission of
+/// `cost` that fits without weighing ([`admitted_unweighed`]), else their
+/// estimate, to decide by.
+#[inline]
+fn unweighed_or_estimate(
+    state: Option<&Counters>,
+    p: &Params,
+    cost: u64,
+    now: u64,
+) -> Result<Admitted, Estimate> {
     let period = p.period.get();
     let c = at_window(state, period, now);
-    if let Some(a) = admitted_unweighed(&c, p, cost, now) {
-        return Some(a);
-    }
-    admission(&estimate_of(c, period, now), p.capacity, cost)
+    admitted_unweighed(&c, p, cost, now).ok_or_else(|| estimate_of(c, period, now))
 }
 
 /// An admission decided without weighing the previous window: its weight
@@ -214,7 +227,12 @@ pub(crate) fn admit_alone(
 /// the limit, and only if what the admission reports is read. `None`
 /// when that bound does not fit, or the clock is behind the window.
 #[inline]
-fn admitted_unweighed(c: &Counters, p: &Params, cost: u64, now: u64) -> Option<Admitted> {
+pub(crate) fn admitted_unweighed(
+    c: &Counters,
+    p: &Params,
+    cost: u64,
+    now: u64,
+) -> Option<Admitted> {
     let elapsed = now.checked_sub(c.start)?;
     (c.prev.saturating_add(c.curr).saturating_add(cost) <= p.capacity).then(|| Admitted {
         counters: Counters {
@@ -240,12 +258,10 @@ pub(crate) fn admit_or_check<T>(
     admitted: impl FnOnce(Admitted) -> T,
     checked: impl FnOnce(Outcome) -> T,
 ) -> T {
-    let period = p.period.get();
-    let c = at_window(state, period, now);
-    if let Some(a) = admitted_unweighed(&c, p, cost, now) {
-        return admitted(a);
-    }
-    let e = estimate_of(c, period, now);
+    let e = match unweighed_or_estimate(state, p, cost, now) {
+        Ok(a) => return admitted(a),
+        Err(e) => e,
+    };
     match admission(&e, p.capacity, cost) {
         Some(a) => admitted(a),
         None => checked(decide(&e, p, cost, now, false)),
