@@ -1,6 +1,8 @@
 //! Checks per second on many cores: one hot key and many keys, at 1, 2, 4,
 //! 8 and 16 threads, for every algorithm, plain and batched
-//! (`BatchBackend`), with governor 0.10 beside GCRA. Prints one markdown
+//! (`BatchBackend`), with governor 0.10 beside GCRA, and `mixed`: GCRA and
+//! a set of three quotas in turn on one backend (readers and writers of
+//! the same shards). Prints one markdown
 //! report: millions of checks a second, then ratios at the same thread
 //! count (each algorithm to GCRA, GCRA to governor, batched to plain).
 //!
@@ -8,9 +10,10 @@
 //! it once and runs it where cargo is not). Settings, from the environment:
 //! `THREADS=1,2,4,8,16`, `CELL_MS=300` (each cell's measured time),
 //! `ROUNDS=3` (each cell's rounds, cases interleaved within a round; the
-//! median is reported), `ONLY=gcra,...` (algorithms by name),
+//! median is reported), `ONLY=gcra,mixed,...` (cases by name),
 //! `SHAPES=hot` (the hot key alone; `hot,many` by default).
 
+use std::cell::Cell;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -79,6 +82,30 @@ fn quota_set(set: QuotaSet) -> Check {
     let limiter = Limiter::new(backend, set);
     Arc::new(move |key| {
         black_box(limiter.check_now(key, 1));
+    })
+}
+
+/// Every other check of a thread a GCRA quota (decided under the shard's
+/// read lock), the others a set of three quotas (under its write lock), on
+/// one backend: readers and writers on the same shards, as a service with
+/// single and multi-quota routes has them.
+fn mixed() -> Check {
+    let backend = MemoryBackend::builder().max_keys(4 * KEYS).build();
+    let read = Limiter::new(backend.clone(), peers::admitting(Algorithm::Gcra));
+    let write = Limiter::new(backend, peers::three_quotas_admitted());
+    Arc::new(move |key| {
+        thread_local! {
+            static TURN: Cell<bool> = const { Cell::new(false) };
+        }
+        let turn = TURN.with(|t| {
+            t.set(!t.get());
+            t.get()
+        });
+        if turn {
+            black_box(read.check_now(key, 1));
+        } else {
+            black_box(write.check_now(key, 1));
+        }
     })
 }
 
@@ -168,6 +195,12 @@ fn main() {
             let set = QuotaSet::single(quota.build().expect("valid quota"));
             cases.push((name.into(), Box::new(move || quota_set(set.clone()))));
         }
+    }
+    if only
+        .as_deref()
+        .is_none_or(|o| o.split(',').any(|n| n == "mixed"))
+    {
+        cases.push(("mixed".into(), Box::new(mixed)));
     }
     cases.push(("governor".into(), Box::new(governor)));
 
