@@ -1,61 +1,21 @@
 //! The direct API: check a key from any async code, HTTP or not.
 
-use std::fmt;
-use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use tracing::Span;
-
-use crate::backend::{Backend, BackendError, CheckRequest, GiveBackRequest, Reserved};
+use crate::backend::{Backend, CheckRequest, GiveBackRequest, Reserved};
 use crate::clock::Stopwatch;
 use crate::decision::Decision;
 use crate::metrics::DecisionMetrics;
 use crate::quota_set::QuotaSet;
 
+mod error;
 mod reservation;
+mod span;
 mod with_room;
 
+pub use error::Error;
 pub use reservation::{Reservation, Settle};
 pub use with_room::WithRoom;
-
-/// Records a decision's outcome on its span.
-fn record(span: &Span, outcome: &Result<Decision, Error>) {
-    if !span.is_disabled() {
-        span.record("outcome", outcome_name(outcome.as_ref()));
-    }
-}
-
-/// `allowed`, `refused`, or `errored` (the backend failed or the cost can
-/// never pass): what the span of a decision says.
-fn outcome_name(outcome: Result<&Decision, &Error>) -> &'static str {
-    match outcome {
-        Ok(d) if d.allowed() => "allowed",
-        Ok(_) => "refused",
-        Err(_) => "errored",
-    }
-}
-
-/// A key's hash as a span shows it: 16 hex digits, the same for the same
-/// key in one process, keyed by a secret drawn at start, so that a log
-/// cannot be searched for a guessed key (an IP address is easily guessed).
-struct KeyHash(u64);
-
-impl KeyHash {
-    fn of(key: &str) -> KeyHash {
-        static SECRET: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
-        KeyHash(
-            SECRET
-                .get_or_init(std::hash::RandomState::new)
-                .hash_one(key),
-        )
-    }
-}
-
-impl fmt::Display for KeyHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016x}", self.0)
-    }
-}
 
 /// A set of quotas bound to a backend. Cheap to clone (the quotas are shared;
 /// clone the backend's handle as it clones).
@@ -92,51 +52,6 @@ impl<B: Clone> Clone for Limiter<B> {
             backend: self.backend.clone(),
             metrics: Arc::clone(&self.metrics),
         }
-    }
-}
-
-/// Why a check could not give a decision.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Error {
-    /// The cost is more than the quota could admit even when untouched: no
-    /// amount of waiting would let it pass.
-    CostTooHigh {
-        /// The quota's name.
-        quota: String,
-        /// The cost asked for.
-        cost: u64,
-        /// The most that quota admits at once.
-        max: u64,
-    },
-    /// The backend failed.
-    Backend(BackendError),
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::CostTooHigh { quota, cost, max } => write!(
-                f,
-                "a cost of {cost} can never pass quota {quota:?}, which admits at most {max} at once"
-            ),
-            Error::Backend(e) => write!(f, "rate-limit backend failed: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Backend(e) => Some(e),
-            Error::CostTooHigh { .. } => None,
-        }
-    }
-}
-
-impl From<BackendError> for Error {
-    fn from(e: BackendError) -> Self {
-        Error::Backend(e)
     }
 }
 
@@ -319,33 +234,6 @@ impl<B: Backend> Limiter<B> {
             limiter: self,
             room,
         }
-    }
-
-    /// The span of one decision (level DEBUG, target `tollgate`): its set,
-    /// the hash of its key (never the key, which may be an API key), its
-    /// cost and, once known, its outcome. Without a subscriber at that level
-    /// it is `Span::none()`: a span made disabled by `debug_span!` still
-    /// carries its metadata for the `log` crate (tracing's `log` feature,
-    /// which other crates turn on), and entering, leaving and dropping it
-    /// cost about 360 instructions a check, more than the decision itself.
-    #[inline]
-    fn span(&self, key: &str, cost: u64, op: &'static str) -> Span {
-        if !tracing::enabled!(tracing::Level::DEBUG) {
-            return Span::none();
-        }
-        let span = tracing::debug_span!(
-            "tollgate.decision",
-            op,
-            set = self.quotas.name(),
-            backend = self.backend.name(),
-            key_hash = tracing::field::Empty,
-            cost,
-            outcome = tracing::field::Empty,
-        );
-        if !span.is_disabled() {
-            span.record("key_hash", tracing::field::display(KeyHash::of(key)));
-        }
-        span
     }
 
     /// Reserves `cost` from `key`'s quotas: spends it now, as

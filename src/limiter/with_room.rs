@@ -5,7 +5,8 @@ use std::fmt;
 
 use tracing::Instrument;
 
-use super::{Error, Limiter, outcome_name, record};
+use super::span::{outcome_name, record};
+use super::{Error, Limiter};
 use crate::backend::{Backend, Now, Reserved};
 use crate::clock::Stopwatch;
 use crate::decision::Decision;
