@@ -248,55 +248,77 @@ impl<'a, V: Expiring, N: Expiring, P: Expiring> Read<'a, V, N, P> {
     /// The word entry of `(id, key)`, if there is one.
     ///
     /// Each hot path that reads one number calls its own instance.
-    /// `WORD_ONLY`: the search compares word entries alone, passing
-    /// over a wide one of the same quota and key (there is never both),
-    /// and by their id alone, the key compared once an entry is found
-    /// (another key of the same id whose hash collides with this one is
-    /// then searched for again, in full): the index calls its comparison
-    /// through a `dyn FnMut`, which LLVM inlines only when it is small.
-    /// Which is shorter was measured per path (guide::performance, "Notes
-    /// on the hot path").
+    /// `WORD_ONLY`: the search is [`by_id`](Self::by_id)'s, over word
+    /// entries alone (there is never a wide one of the same quota and key
+    /// beside); else every entry is compared in full. Which is shorter was
+    /// measured per path (guide::performance, "Notes on the hot path").
     #[inline]
     pub(crate) fn word<const WORD_ONLY: bool>(&self, id: u64, key: &str) -> Option<&N> {
+        if WORD_ONLY {
+            return self.by_id(id, key, |e| &e.word, Position::word);
+        }
         let shard = &*self.shard;
         let entries = &shard.entries;
         let hash = entry_hash(self.key_hash, id);
-        if WORD_ONLY {
-            let at = shard
-                .index
-                .find(hash, |&at| entries.word_id(at) == Some(id))?;
-            let entry = entries.word.get(Position(*at).word()?)?;
-            if same_key(entry.key.as_bytes(), key.as_bytes()) {
-                return Some(&entry.value);
-            }
-            return self.word_colliding(hash, id, key);
-        }
         let at = shard.index.find(hash, |&at| entries.is(at, id, key))?;
         Some(&entries.word.get(Position(*at).word()?)?.value)
     }
 
-    /// [`word`](Self::word)'s search in full, for a key whose hash
+    /// The pair entry of `(id, key)`, if there is one: searched as
+    /// [`by_id`](Self::by_id) does, over pair entries.
+    #[inline]
+    pub(crate) fn pair(&self, id: u64, key: &str) -> Option<&P> {
+        self.by_id(id, key, |e| &e.pair, Position::pair)
+    }
+
+    /// The entry of `(id, key)` among one kind's (`column`, where
+    /// `place` finds them), searched by id alone and the key compared
+    /// once an entry is found (another key of the same id whose hash
+    /// collides with this one is then searched for again, in full): the
+    /// index calls its comparison through a `dyn FnMut`, which LLVM
+    /// inlines only when it is small.
+    #[inline(always)]
+    fn by_id<T>(
+        &self,
+        id: u64,
+        key: &str,
+        column: impl Fn(&Entries<V, N, P>) -> &Vec<Entry<T>>,
+        place: impl Fn(Position) -> Option<usize>,
+    ) -> Option<&T> {
+        let shard = &*self.shard;
+        let entries = &shard.entries;
+        let hash = entry_hash(self.key_hash, id);
+        let at = shard.index.find(hash, |&at| {
+            place(Position(at))
+                .and_then(|i| column(entries).get(i))
+                .is_some_and(|e| e.id == id)
+        })?;
+        let entry = column(entries).get(place(Position(*at))?)?;
+        if same_key(entry.key.as_bytes(), key.as_bytes()) {
+            return Some(&entry.value);
+        }
+        self.colliding(hash, id, key, column, place)
+    }
+
+    /// [`by_id`](Self::by_id)'s search in full, for a key whose hash
     /// collides with another's of the same id.
     #[cold]
     #[inline(never)]
-    fn word_colliding(&self, hash: u64, id: u64, key: &str) -> Option<&N> {
+    fn colliding<T>(
+        &self,
+        hash: u64,
+        id: u64,
+        key: &str,
+        column: impl Fn(&Entries<V, N, P>) -> &Vec<Entry<T>>,
+        place: impl Fn(Position) -> Option<usize>,
+    ) -> Option<&T> {
         let entries = &self.shard.entries;
+        let of = |at: u32| column(entries).get(place(Position(at))?);
         let at = self
             .shard
             .index
-            .find(hash, |&at| entries.is_word(at, id, key))?;
-        Some(&entries.word.get(Position(*at).word()?)?.value)
-    }
-
-    /// The pair entry of `(id, key)`, if there is one.
-    #[inline]
-    pub(crate) fn pair(&self, id: u64, key: &str) -> Option<&P> {
-        let shard = &*self.shard;
-        let entries = &shard.entries;
-        let at = shard
-            .index
-            .find(entry_hash(self.key_hash, id), |&at| entries.is(at, id, key))?;
-        Some(&entries.pair.get(Position(*at).pair()?)?.value)
+            .find(hash, |&at| of(at).is_some_and(|e| e.is(id, key)))?;
+        Some(&of(*at)?.value)
     }
 
     /// The same shard locked to write instead (another writer may come

@@ -50,20 +50,6 @@ impl<V: Expiring, N: Expiring, P: Expiring> Entries<V, N, P> {
         }
     }
 
-    /// The id of the entry at `at`, if it is a word.
-    #[inline]
-    pub(super) fn word_id(&self, at: u32) -> Option<u64> {
-        Some(self.word.get(Position(at).word()?)?.id)
-    }
-
-    /// Whether the entry at `at` is a word and `(id, key)`'s.
-    #[inline]
-    pub(super) fn is_word(&self, at: u32, id: u64, key: &str) -> bool {
-        Position(at)
-            .word()
-            .is_some_and(|i| self.word.get(i).is_some_and(|e| e.is(id, key)))
-    }
-
     /// The id, key and expiry of the entry at `at`.
     pub(super) fn meta(&self, at: Position) -> Option<(u64, &str, u64)> {
         fn of<T: Expiring>(e: &Entry<T>) -> (u64, &str, u64) {

@@ -175,3 +175,30 @@ fn within_an_id_the_entry_closest_to_expiry_is_evicted() {
     );
     assert!(table.lock("15").get(1, "15").is_some());
 }
+
+/// Thousands of keys under one id in one shard: some share the part of
+/// their hash the index compares first, so the search by id alone meets
+/// another key's entry and searches again in full; every key still finds
+/// its own word and its own pair, and a key never stored finds nothing.
+#[test]
+fn keys_of_one_id_whose_hashes_collide_find_their_own_entries() {
+    let table: Table<Until> = Table::new(10_000, 1);
+    for i in 0..4_000u64 {
+        let key = format!("k{i}");
+        let mut shard = table.lock(&key);
+        shard.insert_word(1, &key, Until(i), 0);
+        shard.insert_pair(2, &key, Until(10_000 + i), 0);
+    }
+    for i in 0..4_000u64 {
+        let key = format!("k{i}");
+        let read = table.read(&key);
+        assert_eq!(read.word::<true>(1, &key).map(|v| v.0), Some(i), "{key}");
+        assert_eq!(read.pair(2, &key).map(|v| v.0), Some(10_000 + i), "{key}");
+        assert!(read.pair(1, &key).is_none() && read.word::<true>(2, &key).is_none());
+    }
+    for i in 4_000..8_000u64 {
+        let key = format!("k{i}");
+        let read = table.read(&key);
+        assert!(read.word::<true>(1, &key).is_none() && read.pair(2, &key).is_none());
+    }
+}
