@@ -23,8 +23,6 @@ use smallvec::SmallVec;
 use super::count_status::CountStatus;
 use super::headers::Headers;
 use super::limit::{Limit, check_within, reserve_within};
-use super::policy::OnMissingKey;
-use super::problem::problem;
 use super::reason::Reason;
 use super::reason::ReasonMetrics;
 use super::respond::ResponsePolicy;
@@ -32,12 +30,13 @@ use super::usage::{CostFromResponse, Usage, UsageWatch};
 use super::verdict::Verdict;
 use crate::backend::{Backend, Now};
 use crate::decision::Decision;
-use crate::key::{Key, KeyError};
+use crate::key::Key;
 use crate::layer::protect::{Admission, Protection};
 use crate::limiter::Error;
 
-/// The longest key accepted by default, in bytes.
-pub(crate) const DEFAULT_MAX_KEY_LEN: usize = 256;
+mod key;
+
+pub(crate) use key::{DEFAULT_MAX_KEY_LEN, KeyOutcome, admit_key};
 
 /// One limit a request is checked against: a limiter (none for a
 /// concurrency quota alone), the key, the cost.
@@ -377,48 +376,4 @@ fn add(verdict: &mut Option<Verdict>, judged: Verdict) -> bool {
 /// The verdict of a request no limit refused, with no limit to say more.
 fn admitted() -> Verdict {
     Verdict::pass(Headers::new(), Reason::Admitted)
-}
-
-/// What a request's key means for it. The verdict is large because its
-/// headers are kept inline, which saves an allocation per request.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum KeyOutcome {
-    /// Limit it under this key.
-    Limit(Key),
-    /// Let it through unlimited, or answer it, without asking the limiter.
-    Settled(Verdict),
-}
-
-/// Checks an extracted key against the length limit and the missing-key
-/// policy.
-pub(crate) fn admit_key(
-    key: Result<Key, KeyError>,
-    max_len: usize,
-    policy: OnMissingKey,
-) -> KeyOutcome {
-    let error = match key {
-        Ok(key) if key.as_str().len() <= max_len => return KeyOutcome::Limit(key),
-        Ok(key) => KeyError::TooLong {
-            len: key.as_str().len(),
-            max: max_len,
-        },
-        Err(e) => e,
-    };
-    let reason = Reason::NoKey;
-    match policy {
-        OnMissingKey::Allow => {
-            tracing::debug!(%error, reason = reason.as_str(), "no rate-limit key; request passes unlimited");
-            KeyOutcome::Settled(Verdict::pass(Headers::new(), reason))
-        }
-        OnMissingKey::Reject => {
-            if error.status().is_server_error() {
-                tracing::error!(%error, reason = reason.as_str(), "no rate-limit key");
-            } else {
-                tracing::debug!(%error, reason = reason.as_str(), "no rate-limit key");
-            }
-            let detail = format!("No rate-limit key: {error}.");
-            let response = problem(error.status(), "about:blank", &detail, &[], reason);
-            KeyOutcome::Settled(Verdict::respond(response, reason))
-        }
-    }
 }
