@@ -102,7 +102,7 @@ pub(crate) fn token_bucket_spent(
 /// A sliding window's pair with `cost` added to its current count, and the
 /// admission it is, when `now` is in the stored window and `cost` fits
 /// beside both counts whole ([`sliding_window::admitted_unweighed`], what
-/// [`sliding_window::admit_alone`] admits without weighing) and the count
+/// [`sliding_window::admit_or_check`] admits without weighing) and the count
 /// still fits its 32 bits: the pair plus the cost, nothing re-encoded.
 /// `None` otherwise (another window, a count near the limit), for the full
 /// check.
@@ -187,7 +187,8 @@ mod tests {
             let unweighed = in_window && prev + curr + cost <= p.capacity;
             prop_assert_eq!(added.is_some(), unweighed);
             if let Some((next, a)) = added {
-                prop_assert_eq!(Some(a), sliding_window::admit_alone(Some(&counters), p, cost, now));
+                let checked = sliding_window::admit_or_check(Some(&counters), p, cost, now, Some, |_| None);
+                prop_assert_eq!(Some(a), checked);
                 prop_assert_eq!(Some(next), State::SlidingWindow(a.counters).to_pair(p));
             }
         }

@@ -190,37 +190,6 @@ fn admission(e: &Estimate, capacity: u64, cost: u64) -> Option<Admitted> {
     })
 }
 
-/// An admission by a quota that decides alone, whose numbers are left to
-/// be derived when read ([`Admitted::left`]); `None` when `cost` does not
-/// fit, or the clock is behind the stored window, for [`check`] to decide.
-#[inline]
-pub(crate) fn admit_alone(
-    state: Option<&Counters>,
-    p: &Params,
-    cost: u64,
-    now: u64,
-) -> Option<Admitted> {
-    match unweighed_or_estimate(state, p, cost, now) {
-        Ok(a) => Some(a),
-        Err(e) => admission(&e, p.capacity, cost),
-    }
-}
-
-/// The counters moved on to the window of `now`, and the admission of
-/// `cost` that fits without weighing ([`admitted_unweighed`]), else their
-/// estimate, to decide by.
-#[inline]
-fn unweighed_or_estimate(
-    state: Option<&Counters>,
-    p: &Params,
-    cost: u64,
-    now: u64,
-) -> Result<Admitted, Estimate> {
-    let period = p.period.get();
-    let c = at_window(state, period, now);
-    admitted_unweighed(&c, p, cost, now).ok_or_else(|| estimate_of(c, period, now))
-}
-
 /// An admission decided without weighing the previous window: its weight
 /// is at most its count, so a request that fits beside both counts whole
 /// fits beside the estimate. The float division is then made only near
@@ -243,10 +212,10 @@ pub(crate) fn admitted_unweighed(
     })
 }
 
-/// For a quota in a set of several: an admission, whose numbers are left
-/// to be derived when read whichever way the set decides (see
-/// [`Admitted::before`]), handed to `admitted`, or else [`check`]'s
-/// outcome, handed to `checked`, from one estimate. Two closures, not a
+/// An admission, whose numbers are left to be derived when read (in a set
+/// of several, whichever way the set decides: see [`Admitted::before`]),
+/// handed to `admitted`, or else [`check`]'s outcome, handed to `checked`,
+/// from one estimate. Two closures, not a
 /// returned enum: the outcome is written where the set keeps it, never
 /// moved.
 #[inline]
@@ -258,10 +227,12 @@ pub(crate) fn admit_or_check<T>(
     admitted: impl FnOnce(Admitted) -> T,
     checked: impl FnOnce(Outcome) -> T,
 ) -> T {
-    let e = match unweighed_or_estimate(state, p, cost, now) {
-        Ok(a) => return admitted(a),
-        Err(e) => e,
-    };
+    let period = p.period.get();
+    let c = at_window(state, period, now);
+    if let Some(a) = admitted_unweighed(&c, p, cost, now) {
+        return admitted(a);
+    }
+    let e = estimate_of(c, period, now);
     match admission(&e, p.capacity, cost) {
         Some(a) => admitted(a),
         None => checked(decide(&e, p, cost, now, false)),

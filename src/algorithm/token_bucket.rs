@@ -140,11 +140,7 @@ pub(crate) struct Taken {
 /// [`Taken`] for `cost` at `now` on the stored `state`.
 #[inline]
 pub(crate) fn take(state: Option<&State>, p: &Params, cost: u64, now: u64) -> Taken {
-    let deficit = deficit(state, p, now).unwrap_or(0);
-    Taken {
-        deficit,
-        after: deficit.saturating_add(cost * p.unit),
-    }
+    Taken::of(deficit(state, p, now).unwrap_or(0), cost * p.unit)
 }
 
 /// A check of `cost` made on a bucket's two numbers as [`Bucket::to_pair`]
@@ -164,6 +160,8 @@ impl Spend {
     #[inline]
     pub(crate) fn new(p: &Params, cost: u64) -> Spend {
         let units = cost * p.unit;
+        // A cost under a microsecond's refill (a token or a few, on a
+        // bucket refilling faster) needs no division.
         let (whole, part) = if units < p.refill {
             (0, units)
         } else {
@@ -193,11 +191,7 @@ impl Spend {
         } else {
             (now, 0)
         };
-        let deficit = (full_at - now).saturating_mul(p.refill) - r;
-        let taken = Taken {
-            deficit,
-            after: deficit.saturating_add(self.units),
-        };
+        let taken = Taken::of((full_at - now).saturating_mul(p.refill) - r, self.units);
         if !taken.admits(p) {
             return Some((taken, None));
         }
@@ -211,6 +205,15 @@ impl Spend {
 }
 
 impl Taken {
+    /// `units` taken from a bucket lacking `deficit` units.
+    #[inline]
+    fn of(deficit: u64, units: u64) -> Taken {
+        Taken {
+            deficit,
+            after: deficit.saturating_add(units),
+        }
+    }
+
     /// Whether the request fits in the bucket.
     #[inline]
     pub(crate) fn admits(&self, p: &Params) -> bool {

@@ -108,8 +108,15 @@ impl QuotaSet {
         )
     }
 
+    /// [`evaluate_one`](QuotaSet::evaluate_one) for the quota of a set of
+    /// one whose algorithm already gave its `outcome`.
+    #[inline]
+    pub(crate) fn evaluate_outcome(&self, outcome: Outcome, commit: bool) -> (Decision, Update) {
+        self.resolve_one(|_| outcome, commit, RawQuotaDecision::decision)
+    }
+
     /// The decision of a set of one sliding window, not elastic
-    /// (`Path::SlidingWindow`), that admitted (`sliding_window::admit_alone`):
+    /// (`Path::SlidingWindow`), that admitted (`sliding_window::admit_or_check`):
     /// its numbers (a search, for replenish) are computed only when read.
     #[inline]
     pub(crate) fn sliding_window_admitted(&self, admitted: sliding_window::Admitted) -> Decision {

@@ -105,7 +105,17 @@ fn a_sliding_window_admission_reports_when_read_what_the_algorithm_computes() {
             let state = counters.map(State::SlidingWindow);
             let (general, update) = set.evaluate_one(state.as_ref(), cost, now, true, false);
             let p = &set.quotas()[0].params;
-            match sliding_window::admit_alone(counters.as_ref(), p, cost, now) {
+            let admitted =
+                sliding_window::admit_or_check(counters.as_ref(), p, cost, now, Some, |outcome| {
+                    // The outcome checked from the same estimate decides
+                    // as the general path does.
+                    assert_eq!(
+                        set.evaluate_outcome(outcome, true),
+                        (general.clone(), update.clone())
+                    );
+                    None
+                });
+            match admitted {
                 Some(admitted) => {
                     derived_admissions += 1;
                     read_alike(&general, &set.sliding_window_admitted(admitted));

@@ -11,7 +11,7 @@ use crate::backend::table::{Found, Position};
 use crate::clock::{Clock, Timestamp};
 use crate::decision::Decision;
 use crate::quota::{Path, Quota};
-use crate::quota_set::{arrival_decision, arrive};
+use crate::quota_set::{QuotaSet, arrival_decision, arrive};
 
 impl<C: Clock> MemoryBackend<C> {
     /// The hot path, inlined into the caller so the decision is built where
@@ -121,21 +121,7 @@ impl<C: Clock> MemoryBackend<C> {
                     }
                     // Another window, a count to weigh, a refusal or a
                     // clock behind the window: read back and checked.
-                    checked_pair(numbers, p, |state| {
-                        let admitted = match state {
-                            State::SlidingWindow(c) => {
-                                sliding_window::admit_alone(Some(c), p, cost, now)
-                            }
-                            _ => None,
-                        };
-                        match admitted {
-                            Some(a) => {
-                                Some((Ok(a), commit.then_some(State::SlidingWindow(a.counters))))
-                            }
-                            None => to_store(q.evaluate_one(Some(state), cost, now, commit, room))
-                                .map(|(decision, next)| (Err(decision), next)),
-                        }
-                    })
+                    sliding_window_checked(numbers, q, cost, now, commit)
                 }) {
                     Some(Ok(admitted)) => return q.sliding_window_admitted(admitted),
                     Some(Err(decision)) => return decision,
@@ -353,4 +339,41 @@ fn to_store((decision, update): (Decision, Update)) -> Option<(Decision, Option<
         Update::Set(state) => Some((decision, Some(state))),
         Update::Log { .. } => None,
     }
+}
+
+/// One try of a sliding window's loop that the count added in place
+/// (`pair::sliding_window_added`) does not decide: the stored `numbers`
+/// read back, admitted or checked from one estimate, and the numbers to
+/// store. Out of line, so that the loop around the common case stays
+/// short.
+#[inline(never)]
+fn sliding_window_checked(
+    numbers: u128,
+    q: &QuotaSet,
+    cost: u64,
+    now: u64,
+    commit: bool,
+) -> (
+    Option<Result<sliding_window::Admitted, Decision>>,
+    Option<u128>,
+) {
+    let p = &q.quotas()[0].params;
+    checked_pair(numbers, p, |state| {
+        // Another algorithm's state counts as none, as in `check`.
+        let counters = match state {
+            State::SlidingWindow(c) => Some(c),
+            _ => None,
+        };
+        sliding_window::admit_or_check(
+            counters,
+            p,
+            cost,
+            now,
+            |a| Some((Ok(a), commit.then_some(State::SlidingWindow(a.counters)))),
+            |outcome| {
+                to_store(q.evaluate_outcome(outcome, commit))
+                    .map(|(decision, next)| (Err(decision), next))
+            },
+        )
+    })
 }
