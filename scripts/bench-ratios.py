@@ -35,7 +35,7 @@ RATIOS = [
     ("one hot key, 16 threads, time, GCRA", "In memory: many cores", 0, ("governor", 5), ("GCRA", 5)),
     ("bytes per key, IP keys", "In memory: bytes per key", 0, ("GCRA,", 1), ("governor", 1)),
     ("bytes per key, 64-byte keys", "In memory: bytes per key", 0, ("GCRA,", 2), ("governor", 2)),
-    ("layer, instructions added", "Through the layer", 0, ("tollgate", 2), ("tower_governor", 2)),
+    ("layer, instructions added", "Through the layer", 0, ("tollgate", 1), ("tower_governor", 1)),
     ("HTTP, server CPU added", "Over HTTP", 0, ("tollgate, per-IP", 4), ("tower_governor", 4)),
 ]
 
