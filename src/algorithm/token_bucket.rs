@@ -229,19 +229,49 @@ impl Taken {
         }
     }
 
+    /// What the bucket lacking `deficit` units reports:
+    /// `[remaining, reset, replenish]`. A deficit past full is a level
+    /// below zero: no token until it climbs back to one.
+    #[inline]
+    fn numbers(p: &Params, deficit: u64) -> [u64; 3] {
+        let full = p.capacity * p.unit;
+        let remaining = full.saturating_sub(deficit) / p.unit;
+        let next_token = ((remaining + 1) * p.unit).saturating_add(deficit) - full;
+        [
+            remaining,
+            deficit.div_ceil(p.refill),
+            next_token.div_ceil(p.refill),
+        ]
+    }
+
+    /// What a bucket decided alone reports, without the [`Outcome`] that
+    /// [`outcome`](Self::outcome) builds: whether it admits, the wait of a
+    /// refusal (0 for an admission), and the numbers of the branch that
+    /// holds.
+    #[inline]
+    pub(crate) fn reported(&self, p: &Params) -> (bool, u64, [u64; 3]) {
+        if self.admits(p) {
+            (true, 0, Taken::numbers(p, self.after))
+        } else {
+            (false, self.wait(p), Taken::numbers(p, self.deficit))
+        }
+    }
+
+    /// A refusal's wait: until the units it lacks are refilled.
+    #[inline]
+    fn wait(&self, p: &Params) -> u64 {
+        (self.after - p.capacity * p.unit).div_ceil(p.refill)
+    }
+
     /// The outcome [`check`] reports: see there for `alone`.
     #[inline]
     pub(crate) fn outcome(&self, p: &Params, now: u64, alone: bool) -> Outcome {
-        let full = p.capacity * p.unit;
-        // A deficit past `full` is a level below zero: no token until it
-        // climbs back to one.
         let branch = |deficit: u64, update| {
-            let remaining = full.saturating_sub(deficit) / p.unit;
-            let next_token = ((remaining + 1) * p.unit).saturating_add(deficit) - full;
+            let [remaining, reset, replenish] = Taken::numbers(p, deficit);
             Branch {
                 remaining,
-                reset: deficit.div_ceil(p.refill),
-                replenish: next_token.div_ceil(p.refill),
+                reset,
+                replenish,
                 update,
             }
         };
@@ -257,10 +287,7 @@ impl Taken {
             };
             Outcome::allow(0, admit, refuse)
         } else {
-            Outcome::deny(
-                (self.after - full).div_ceil(p.refill),
-                branch(self.deficit, Update::Keep),
-            )
+            Outcome::deny(self.wait(p), branch(self.deficit, Update::Keep))
         }
     }
 }

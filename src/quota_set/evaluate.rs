@@ -125,12 +125,14 @@ impl QuotaSet {
     }
 
     /// The decision of a set of one token bucket kept as two numbers, not
-    /// elastic (`Path::Bucket`), on its check `taken`, made at `now`.
+    /// elastic (`Path::Bucket`), on its check `taken`: only the branch that
+    /// holds is computed, and no update, which the backend has stored.
     #[inline]
-    pub(crate) fn bucket_decision(&self, taken: &token_bucket::Taken, now: u64) -> Decision {
-        let report = |q: &Quota| taken.outcome(&q.params, now, true);
-        self.resolve_one(report, false, RawQuotaDecision::decision)
-            .0
+    pub(crate) fn bucket_decision(&self, taken: &token_bucket::Taken) -> Decision {
+        let quota = &self.quotas[0];
+        let (admits, wait, numbers) = taken.reported(&quota.params);
+        let raw = RawQuotaDecision::resolved(admits, wait, admits, numbers);
+        Decision::one(admits || quota.params.shadow, raw.decision(quota))
     }
 
     /// The decision of a set of one fixed window, not elastic

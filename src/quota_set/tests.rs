@@ -157,7 +157,7 @@ fn a_token_bucket_checked_in_plain_numbers_reports_what_the_algorithm_computes()
             let cost = [3, 1, 0, 5, 2][i as usize % 5];
             let (general, update) = set.evaluate_one(state.as_ref(), cost, now, true, false);
             let taken = token_bucket::take(state.as_ref(), p, cost, now);
-            assert_eq!(set.bucket_decision(&taken, now), general, "{mode:?} at {i}");
+            assert_eq!(set.bucket_decision(&taken), general, "{mode:?} at {i}");
             let stored = taken
                 .admits(p)
                 .then(|| State::TokenBucket(taken.bucket(p, now)));

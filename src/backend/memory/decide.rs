@@ -4,14 +4,16 @@
 
 use smallvec::SmallVec;
 
-use super::entry::{Entries, Pair, Stored, lend, store_new, update, update_found, word_of};
+mod two_numbers;
+
+use super::entry::{Entries, Stored, lend, store_new, update_found, word_of};
 use super::{CheckRequest, MemoryBackend};
-use crate::algorithm::{Params, State, Update, fixed_window, pair, sliding_window, token_bucket};
+use crate::algorithm::{State, fixed_window};
 use crate::backend::table::{Found, Position};
 use crate::clock::{Clock, Timestamp};
 use crate::decision::Decision;
 use crate::quota::{Path, Quota};
-use crate::quota_set::{QuotaSet, arrival_decision, arrive};
+use crate::quota_set::{arrival_decision, arrive};
 
 impl<C: Clock> MemoryBackend<C> {
     /// The hot path, inlined into the caller so the decision is built where
@@ -49,15 +51,17 @@ impl<C: Clock> MemoryBackend<C> {
     }
 
     /// [`decide_at`](Self::decide_at) for anything but a one-quota arrival
-    /// time.
+    /// time: a dispatch only, each path in a function of its own, so that
+    /// each saves and restores only the registers it uses (one function
+    /// holding them all cost ~35 instructions a check on entry and exit).
     #[inline(never)]
     fn decide_other(&self, request: CheckRequest<'_>, now: Timestamp) -> Decision {
         if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
             match quota.path {
                 Path::Window => return self.decide_fixed_window(request, now, *id),
-                Path::SlidingWindow | Path::Bucket | Path::WindowPair | Path::Pair => {
-                    return self.decide_pair(request, now, *id);
-                }
+                Path::SlidingWindow => return self.decide_sliding_window(request, now, *id),
+                Path::Bucket => return self.decide_bucket(request, now, *id),
+                Path::WindowPair | Path::Pair => return self.decide_pair(request, now, *id),
                 Path::Arrival | Path::Locked => {}
             }
         }
@@ -92,78 +96,9 @@ impl<C: Clock> MemoryBackend<C> {
         word.update(|tat| word_of(q.evaluate_one(Some(&state(tat)), cost, now, commit, room)))
     }
 
-    /// A one-quota state of two numbers (a token bucket, a fixed or a
-    /// sliding window) found stored: swapped by a 128-bit compare-and-swap
-    /// under the read lock. The shorter the loop, the fewer swaps fail on
-    /// a key that many threads check at once, so a token bucket is checked
-    /// on its numbers as they are (`token_bucket::Spend`), and a sliding
-    /// window far from its limit adds the cost to its count and nothing
-    /// else; what either reports is computed once the swap holds.
-    /// Anything else (a new key, a state that no longer fits two numbers)
-    /// takes the write lock.
-    #[inline]
-    fn decide_pair(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
-        let shard = self.inner.table.read(request.key);
-        if let Some(pair) = shard.pair(id, request.key) {
-            let q = request.quotas;
-            let quota = &q.quotas()[0];
-            let (p, cost, now) = (&quota.params, request.cost, now.as_micros());
-            let (commit, room) = (request.commit, request.room);
-            // Each path returns its decision where it is made: gathered
-            // into one `Option` first, the decision was copied once more
-            // (~20 instructions a check).
-            match quota.path {
-                Path::SlidingWindow => match update(&pair.0, |numbers| {
-                    // Far from the limit, in the stored window: the cost
-                    // added to the count, and nothing else in the loop.
-                    if let Some((next, a)) = pair::sliding_window_added(numbers, p, cost, now) {
-                        return (Some(Ok(a)), commit.then_some(next));
-                    }
-                    // Another window, a count to weigh, a refusal or a
-                    // clock behind the window: read back and checked.
-                    sliding_window_checked(numbers, q, cost, now, commit)
-                }) {
-                    Some(Ok(admitted)) => return q.sliding_window_admitted(admitted),
-                    Some(Err(decision)) => return decision,
-                    None => {}
-                },
-                Path::WindowPair => {
-                    let counted = swap_pair(pair, p, |state| {
-                        let counted = fixed_window::count(Some(state), p, cost, now);
-                        let store = commit && counted.allowed;
-                        Some((counted, store.then(|| counted.state_after(p, cost))))
-                    });
-                    if let Some(counted) = counted {
-                        return q.window_decision(&counted, cost);
-                    }
-                }
-                Path::Bucket => {
-                    let spend = token_bucket::Spend::new(p, cost);
-                    let taken = update(&pair.0, |numbers| {
-                        match pair::token_bucket_spent(numbers, p, &spend, now) {
-                            Some((taken, next)) => (Some(taken), next.filter(|_| commit)),
-                            None => (None, None),
-                        }
-                    });
-                    if let Some(taken) = taken {
-                        return q.bucket_decision(&taken, now);
-                    }
-                }
-                _ => {
-                    if let Some(decision) = swap_pair(pair, p, |state| {
-                        to_store(q.evaluate_one(Some(state), cost, now, commit, room))
-                    }) {
-                        return decision;
-                    }
-                }
-            }
-        }
-        self.decide_locked(request, now, Some(shard.write()), None)
-    }
-
     /// A one-quota fixed window kept as one number: swapped under the read
     /// lock once stored.
-    #[inline]
+    #[inline(never)]
     fn decide_fixed_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
         let shard = self.inner.table.read(request.key);
         if let Some(window) = shard.word::<true>(id, request.key) {
@@ -296,84 +231,4 @@ fn positions(shard: &Entries<'_>, request: &CheckRequest<'_>) -> SmallVec<[Optio
         positions.push(shard.position_in_set(id, request.key));
     }
     positions
-}
-
-/// The compare-and-swap loop of a state of two numbers: `check` answers on
-/// the state stored and gives the state to store, if any (`None`: a state
-/// no pair holds, for the write lock); `None` also when the stored numbers
-/// or the state to store do not fit two numbers.
-#[inline(always)]
-fn swap_pair<T>(
-    pair: &Pair,
-    p: &Params,
-    mut check: impl FnMut(&State) -> Option<(T, Option<State>)>,
-) -> Option<T> {
-    update(&pair.0, |numbers| {
-        checked_pair(numbers, p, |state| check(state))
-    })
-}
-
-/// One try of [`swap_pair`]'s loop: the stored `numbers` read back into
-/// their state, checked, and the state to store made numbers again.
-#[inline(always)]
-fn checked_pair<T>(
-    numbers: u128,
-    p: &Params,
-    check: impl FnOnce(&State) -> Option<(T, Option<State>)>,
-) -> (Option<T>, Option<u128>) {
-    let Some((answer, next)) = State::from_pair(numbers, p).and_then(|s| check(&s)) else {
-        return (None, None);
-    };
-    match next.map(|next| next.to_pair(p)) {
-        None => (Some(answer), None),
-        Some(Some(next)) => (Some(answer), Some(next)),
-        Some(None) => (None, None),
-    }
-}
-
-/// What a full check's `update` stores through [`swap_pair`].
-#[inline(always)]
-fn to_store((decision, update): (Decision, Update)) -> Option<(Decision, Option<State>)> {
-    match update {
-        Update::Keep => Some((decision, None)),
-        Update::Set(state) => Some((decision, Some(state))),
-        Update::Log { .. } => None,
-    }
-}
-
-/// One try of a sliding window's loop that the count added in place
-/// (`pair::sliding_window_added`) does not decide: the stored `numbers`
-/// read back, admitted or checked from one estimate, and the numbers to
-/// store. Out of line, so that the loop around the common case stays
-/// short.
-#[inline(never)]
-fn sliding_window_checked(
-    numbers: u128,
-    q: &QuotaSet,
-    cost: u64,
-    now: u64,
-    commit: bool,
-) -> (
-    Option<Result<sliding_window::Admitted, Decision>>,
-    Option<u128>,
-) {
-    let p = &q.quotas()[0].params;
-    checked_pair(numbers, p, |state| {
-        // Another algorithm's state counts as none, as in `check`.
-        let counters = match state {
-            State::SlidingWindow(c) => Some(c),
-            _ => None,
-        };
-        sliding_window::admit_or_check(
-            counters,
-            p,
-            cost,
-            now,
-            |a| Some((Ok(a), commit.then_some(State::SlidingWindow(a.counters)))),
-            |outcome| {
-                to_store(q.evaluate_outcome(outcome, commit))
-                    .map(|(decision, next)| (Err(decision), next))
-            },
-        )
-    })
 }
