@@ -230,18 +230,18 @@ impl Taken {
     }
 
     /// What the bucket lacking `deficit` units reports:
-    /// `[remaining, reset, replenish]`. A deficit past full is a level
-    /// below zero: no token until it climbs back to one.
+    /// `[remaining, reset, replenish]`.
     #[inline]
     fn numbers(p: &Params, deficit: u64) -> [u64; 3] {
-        let full = p.capacity * p.unit;
-        let remaining = full.saturating_sub(deficit) / p.unit;
-        let next_token = ((remaining + 1) * p.unit).saturating_add(deficit) - full;
-        [
-            remaining,
-            deficit.div_ceil(p.refill),
-            next_token.div_ceil(p.refill),
-        ]
+        let (remaining, replenish) = left(deficit, p.capacity, p.unit, p.refill);
+        [remaining, reset(deficit, p.refill), replenish]
+    }
+
+    /// What the bucket lacks of full after the request, in `1/unit`
+    /// tokens.
+    #[inline]
+    pub(crate) fn after(&self) -> u64 {
+        self.after
     }
 
     /// What a bucket decided alone reports, without the [`Outcome`] that
@@ -290,6 +290,24 @@ impl Taken {
             Outcome::deny(self.wait(p), branch(self.deficit, Update::Keep))
         }
     }
+}
+
+/// `(remaining, replenish)` of a bucket of `capacity` tokens lacking
+/// `deficit` units (`unit` a token, `refill` a microsecond): the whole
+/// tokens left, and the microseconds until one more is. A deficit past
+/// full is a level below zero: no token until it climbs back to one.
+#[inline]
+pub(crate) fn left(deficit: u64, capacity: u64, unit: u64, refill: u64) -> (u64, u64) {
+    let full = capacity * unit;
+    let remaining = full.saturating_sub(deficit) / unit;
+    let next_token = ((remaining + 1) * unit).saturating_add(deficit) - full;
+    (remaining, next_token.div_ceil(refill))
+}
+
+/// Microseconds until a bucket lacking `deficit` units is full.
+#[inline]
+pub(crate) fn reset(deficit: u64, refill: u64) -> u64 {
+    deficit.div_ceil(refill)
 }
 
 /// Gives back `spent` (see [`super::give_back`]): the bucket refilled to

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::algorithm::{gcra, sliding_window};
+use crate::algorithm::{gcra, sliding_window, token_bucket};
 use crate::quota::Params;
 
 /// One quota's answer to one request.
@@ -48,6 +48,11 @@ enum Left {
     /// the period; remaining, reset and replenish follow from them
     /// (`sliding_window::Admitted`).
     SlidingWindow,
+    /// A token bucket of two numbers that admits, whose capacity is the
+    /// one reported: `left` is what it lacks of full after the request and
+    /// its `unit`, `reset` its `refill`; remaining, reset and replenish
+    /// follow from them (`token_bucket::left`), each with a division.
+    Bucket,
 }
 
 impl QuotaDecision {
@@ -125,6 +130,26 @@ impl QuotaDecision {
         }
     }
 
+    /// The answer of a token bucket of params `p` that admits, lacking
+    /// `after` units of full after the request, whose numbers are computed
+    /// only when read. Only for a quota whose capacity is the one reported
+    /// (no soft mode's margin): its limit is then the capacity, and it
+    /// never takes units beyond it.
+    #[inline]
+    pub(crate) fn bucket(p: &Params, after: u64) -> Self {
+        debug_assert_eq!(p.capacity, p.reported_capacity);
+        QuotaDecision {
+            limit: p.capacity,
+            reset: p.refill,
+            wait: 0,
+            left: (after, p.unit),
+            allowed: true,
+            shadow: p.shadow,
+            form: Left::Bucket,
+            over: false,
+        }
+    }
+
     /// What a sliding window's form keeps (see [`Left::SlidingWindow`]).
     fn sliding_window_admitted(&self) -> sliding_window::Admitted {
         let (prev, curr) = self.left;
@@ -154,6 +179,10 @@ impl QuotaDecision {
                 (effective.saturating_sub(soft_margin), replenish)
             }
             Left::SlidingWindow => self.sliding_window_admitted().left(self.limit, self.reset),
+            Left::Bucket => {
+                let (after, unit) = self.left;
+                token_bucket::left(after, self.limit, unit, self.reset)
+            }
         }
     }
 
@@ -172,6 +201,8 @@ impl QuotaDecision {
                 effective < capacity.saturating_sub(self.limit)
             }
             Left::SlidingWindow => self.sliding_window_admitted().used(self.reset) > self.limit,
+            // Its capacity is the one reported.
+            Left::Bucket => false,
         }
     }
 
@@ -179,6 +210,7 @@ impl QuotaDecision {
     pub(crate) fn reset_micros(&self) -> u64 {
         match self.form {
             Left::SlidingWindow => self.sliding_window_admitted().reset(self.reset),
+            Left::Bucket => token_bucket::reset(self.left.0, self.reset),
             Left::Counted | Left::Arrival => self.reset,
         }
     }
@@ -187,7 +219,7 @@ impl QuotaDecision {
     fn wait_micros(&self) -> u64 {
         match self.form {
             // `wait` keeps how far into its window it came; it never delays.
-            Left::SlidingWindow => 0,
+            Left::SlidingWindow | Left::Bucket => 0,
             Left::Counted | Left::Arrival => self.wait,
         }
     }

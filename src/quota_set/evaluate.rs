@@ -130,7 +130,14 @@ impl QuotaSet {
     #[inline]
     pub(crate) fn bucket_decision(&self, taken: &token_bucket::Taken) -> Decision {
         let quota = &self.quotas[0];
-        let (admits, wait, numbers) = taken.reported(&quota.params);
+        let p = &quota.params;
+        // An admission's numbers are left to be computed when read: each
+        // takes a division, and a caller that only asks whether the request
+        // passed reads none.
+        if p.capacity == p.reported_capacity && taken.admits(p) {
+            return Decision::one(true, QuotaDecision::bucket(p, taken.after()));
+        }
+        let (admits, wait, numbers) = taken.reported(p);
         let raw = RawQuotaDecision::resolved(admits, wait, admits, numbers);
         Decision::one(admits || quota.params.shadow, raw.decision(quota))
     }
