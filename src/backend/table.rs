@@ -254,7 +254,8 @@ impl<'a, V: Expiring, N: Expiring, P: Expiring> Read<'a, V, N, P> {
     /// entries alone (there is never a wide one of the same quota and key
     /// beside); else every entry is compared in full. Which is shorter was
     /// measured per path (guide::performance, "Notes on the hot path").
-    #[inline]
+    /// Inlined always, as [`pair`](Self::pair) is.
+    #[inline(always)]
     pub(crate) fn word<const WORD_ONLY: bool>(&self, id: u64, key: &str) -> Option<&N> {
         if WORD_ONLY {
             return self.by_id(id, key, |e| &e.word, Position::word);
