@@ -247,29 +247,19 @@ impl<V: Expiring, N: Expiring, P: Expiring> Table<V, N, P> {
 }
 
 impl<'a, V: Expiring, N: Expiring, P: Expiring> Read<'a, V, N, P> {
-    /// The word entry of `(id, key)`, if there is one.
-    ///
-    /// Each hot path that reads one number calls its own instance.
-    /// `WORD_ONLY`: the search is [`by_id`](Self::by_id)'s, over word
-    /// entries alone (there is never a wide one of the same quota and key
-    /// beside); else every entry is compared in full. Which is shorter was
-    /// measured per path (guide::performance, "Notes on the hot path").
-    /// Inlined always, as [`pair`](Self::pair) is.
+    /// The word entry of `(id, key)`, if there is one: searched as
+    /// [`by_id`](Self::by_id) does, over word entries (there is never a
+    /// wide one of the same quota and key beside). Inlined always: its
+    /// callers are each a path of their own, out of line, and each call
+    /// cost ~25 instructions.
     #[inline(always)]
-    pub(crate) fn word<const WORD_ONLY: bool>(&self, id: u64, key: &str) -> Option<&N> {
-        if WORD_ONLY {
-            return self.by_id(id, key, |e| &e.word, Position::word);
-        }
-        let shard = &*self.shard;
-        let entries = &shard.entries;
-        let hash = entry_hash(self.key_hash, id);
-        let at = shard.index.find(hash, |&at| entries.is(at, id, key))?;
-        Some(&entries.word.get(Position(*at).word()?)?.value)
+    pub(crate) fn word(&self, id: u64, key: &str) -> Option<&N> {
+        self.by_id(id, key, |e| &e.word, Position::word)
     }
 
     /// The pair entry of `(id, key)`, if there is one: searched as
-    /// [`by_id`](Self::by_id) does, over pair entries. Inlined always: its
-    /// callers are out of line, and each call cost ~20 instructions.
+    /// [`by_id`](Self::by_id) does, over pair entries. Inlined always, as
+    /// [`word`](Self::word) is.
     #[inline(always)]
     pub(crate) fn pair(&self, id: u64, key: &str) -> Option<&P> {
         self.by_id(id, key, |e| &e.pair, Position::pair)

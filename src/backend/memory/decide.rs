@@ -73,7 +73,7 @@ impl<C: Clock> MemoryBackend<C> {
         quota: &Quota,
     ) -> Decision {
         let shard = self.inner.table.read(request.key);
-        let Some(word) = shard.word::<true>(id, request.key) else {
+        let Some(word) = shard.word(id, request.key) else {
             return self.decide_locked(request, now, Some(shard.write()), None);
         };
         let (cost, now, commit) = (request.cost, now.as_micros(), request.commit);
@@ -93,7 +93,7 @@ impl<C: Clock> MemoryBackend<C> {
     #[inline(never)]
     fn decide_fixed_window(&self, request: CheckRequest<'_>, now: Timestamp, id: u64) -> Decision {
         let shard = self.inner.table.read(request.key);
-        if let Some(window) = shard.word::<true>(id, request.key) {
+        if let Some(window) = shard.word(id, request.key) {
             let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
             let (commit, p) = (request.commit, &q.quotas()[0].params);
             let counted = window.update(|n| {
