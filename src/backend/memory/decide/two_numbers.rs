@@ -20,7 +20,7 @@ impl<C: Clock> MemoryBackend<C> {
     /// and yields only the admission; another window, a count to weigh, a
     /// refusal or a clock behind the window leave it, on the same numbers,
     /// to [`sliding_window_checked`].
-    #[inline(never)]
+    #[inline]
     pub(super) fn decide_sliding_window(
         &self,
         request: CheckRequest<'_>,
@@ -52,7 +52,7 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// A one-quota token bucket kept as two numbers found stored: checked
     /// on its numbers as they are (`token_bucket::Spend`).
-    #[inline(never)]
+    #[inline]
     pub(super) fn decide_bucket(
         &self,
         request: CheckRequest<'_>,
