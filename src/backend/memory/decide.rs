@@ -39,7 +39,8 @@ impl<C: Clock> MemoryBackend<C> {
     /// window, a sliding window, a token bucket of two numbers) are inlined
     /// here too: out of line, each paid a call and a prologue of its own
     /// (27-37 instructions a check), where inlined they cost the hot path
-    /// ~4 (two more registers saved). The rare ones are out of line.
+    /// at most ~4 (GCRA 324-325 before, 326-329 after, counted side by
+    /// side). The rare ones are out of line.
     #[inline]
     pub(super) fn decide_at(&self, request: CheckRequest<'_>, now: Timestamp) -> Decision {
         if let ([id], [quota]) = (request.quotas.state_ids(), request.quotas.quotas()) {
