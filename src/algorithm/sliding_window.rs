@@ -181,13 +181,7 @@ fn estimate_of(c: Counters, period: u64, now: u64) -> Estimate {
 #[inline]
 fn admission(e: &Estimate, capacity: u64, cost: u64) -> Option<Admitted> {
     let elapsed = e.elapsed?;
-    (e.used + cost <= capacity).then(|| Admitted {
-        counters: Counters {
-            curr: e.c.curr + cost,
-            ..e.c
-        },
-        elapsed,
-    })
+    (e.used + cost <= capacity).then(|| Admitted::of(&e.c, cost, elapsed))
 }
 
 /// An admission decided without weighing the previous window: its weight
@@ -203,13 +197,8 @@ pub(crate) fn admitted_unweighed(
     now: u64,
 ) -> Option<Admitted> {
     let elapsed = now.checked_sub(c.start)?;
-    (c.prev.saturating_add(c.curr).saturating_add(cost) <= p.capacity).then(|| Admitted {
-        counters: Counters {
-            curr: c.curr + cost,
-            ..*c
-        },
-        elapsed,
-    })
+    (c.prev.saturating_add(c.curr).saturating_add(cost) <= p.capacity)
+        .then(|| Admitted::of(c, cost, elapsed))
 }
 
 /// An admission, whose numbers are left to be derived when read (in a set
@@ -250,6 +239,18 @@ pub(crate) struct Admitted {
 }
 
 impl Admitted {
+    /// `cost` admitted on the counters `c`, `elapsed` into their window.
+    #[inline]
+    fn of(c: &Counters, cost: u64, elapsed: u64) -> Admitted {
+        Admitted {
+            counters: Counters {
+                curr: c.curr + cost,
+                ..*c
+            },
+            elapsed,
+        }
+    }
+
     /// The counters as they were before the admission of `cost`, with what
     /// they report: the request was refused by another quota of its set.
     pub(crate) fn before(&self, cost: u64) -> Admitted {

@@ -249,12 +249,13 @@ impl<V: Expiring, N: Expiring, P: Expiring> Table<V, N, P> {
 impl<'a, V: Expiring, N: Expiring, P: Expiring> Read<'a, V, N, P> {
     /// The word entry of `(id, key)`, if there is one: searched as
     /// [`by_id`](Self::by_id) does, over word entries (there is never a
-    /// wide one of the same quota and key beside). Inlined always: its
-    /// callers are each a path of their own, out of line, and each call
-    /// cost ~25 instructions.
+    /// wide one of the same quota and key beside). Inlined always: the
+    /// paths that read a word are inlined into the caller's check, and a
+    /// call cost each ~25 instructions.
     #[inline(always)]
     pub(crate) fn word(&self, id: u64, key: &str) -> Option<&N> {
-        self.by_id(id, key, |e| &e.word, Position::word)
+        let entries = &self.shard.entries;
+        self.by_id(id, key, |at| entries.word.get(Position(at).word()?))
     }
 
     /// The pair entry of `(id, key)`, if there is one: searched as
@@ -262,57 +263,45 @@ impl<'a, V: Expiring, N: Expiring, P: Expiring> Read<'a, V, N, P> {
     /// [`word`](Self::word) is.
     #[inline(always)]
     pub(crate) fn pair(&self, id: u64, key: &str) -> Option<&P> {
-        self.by_id(id, key, |e| &e.pair, Position::pair)
+        let entries = &self.shard.entries;
+        self.by_id(id, key, |at| entries.pair.get(Position(at).pair()?))
     }
 
-    /// The entry of `(id, key)` among one kind's (`column`, where
-    /// `place` finds them), searched by id alone and the key compared
-    /// once an entry is found (another key of the same id whose hash
-    /// collides with this one is then searched for again, in full): the
-    /// index calls its comparison through a `dyn FnMut`, which LLVM
-    /// inlines only when it is small.
+    /// The entry of `(id, key)` among one kind's (`entry` reads a position
+    /// of the index as one of that kind, if it is), searched by id alone
+    /// and the key compared once an entry is found (another key of the
+    /// same id whose hash collides with this one is then searched for
+    /// again, in full): the index calls its comparison through a
+    /// `dyn FnMut`, which LLVM inlines only when it is small.
     #[inline(always)]
-    fn by_id<T>(
-        &self,
+    fn by_id<'s, T: 's>(
+        &'s self,
         id: u64,
         key: &str,
-        column: impl Fn(&Entries<V, N, P>) -> &Vec<Entry<T>>,
-        place: impl Fn(Position) -> Option<usize>,
-    ) -> Option<&T> {
-        let shard = &*self.shard;
-        let entries = &shard.entries;
+        entry: impl Fn(u32) -> Option<&'s Entry<T>>,
+    ) -> Option<&'s T> {
         let hash = entry_hash(self.key_hash, id);
-        let at = shard.index.find(hash, |&at| {
-            place(Position(at))
-                .and_then(|i| column(entries).get(i))
-                .is_some_and(|e| e.id == id)
-        })?;
-        let entry = column(entries).get(place(Position(*at))?)?;
-        if same_key(entry.key.as_bytes(), key.as_bytes()) {
-            return Some(&entry.value);
+        let at = (self.shard.index).find(hash, |&at| entry(at).is_some_and(|e| e.id == id))?;
+        let found = entry(*at)?;
+        if same_key(found.key.as_bytes(), key.as_bytes()) {
+            return Some(&found.value);
         }
-        self.colliding(hash, id, key, column, place)
+        self.colliding(hash, id, key, entry)
     }
 
     /// [`by_id`](Self::by_id)'s search in full, for a key whose hash
     /// collides with another's of the same id.
     #[cold]
     #[inline(never)]
-    fn colliding<T>(
-        &self,
+    fn colliding<'s, T: 's>(
+        &'s self,
         hash: u64,
         id: u64,
         key: &str,
-        column: impl Fn(&Entries<V, N, P>) -> &Vec<Entry<T>>,
-        place: impl Fn(Position) -> Option<usize>,
-    ) -> Option<&T> {
-        let entries = &self.shard.entries;
-        let of = |at: u32| column(entries).get(place(Position(at))?);
-        let at = self
-            .shard
-            .index
-            .find(hash, |&at| of(at).is_some_and(|e| e.is(id, key)))?;
-        Some(&of(*at)?.value)
+        entry: impl Fn(u32) -> Option<&'s Entry<T>>,
+    ) -> Option<&'s T> {
+        let at = (self.shard.index).find(hash, |&at| entry(at).is_some_and(|e| e.is(id, key)))?;
+        Some(&entry(*at)?.value)
     }
 
     /// The same shard locked to write instead (another writer may come
