@@ -9,8 +9,9 @@
 //! `cargo bench --bench cores` (or `scripts/bench-cores.sh`, which builds
 //! it once and runs it where cargo is not). Settings, from the environment:
 //! `THREADS=1,2,4,8,16`, `CELL_MS=300` (each cell's measured time),
-//! `ROUNDS=3` (each cell's rounds, cases interleaved within a round; the
-//! median is reported), `ONLY=gcra,mixed,...` (cases by name),
+//! `ROUNDS=3` (each cell's rounds, cases interleaved within a round; a
+//! cell's median is reported, and a ratio's median over the rounds),
+//! `ONLY=gcra,mixed,...` (cases by name),
 //! `SHAPES=hot` (the hot key alone; `hot,many` by default).
 
 use std::cell::Cell;
@@ -124,10 +125,10 @@ fn governor() -> Check {
     })
 }
 
-/// One row: a case's checks a second at each thread count.
+/// One row: a case's checks a second at each thread count, every round's.
 struct Row {
     name: String,
-    rates: Vec<f64>,
+    rounds: Vec<Vec<f64>>,
 }
 
 fn main() {
@@ -202,7 +203,7 @@ fn main() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("# Checks per second on many cores\n");
     println!(
-        "{cpus} CPUs; threads {threads:?}; {cell_ms} ms a cell, the median of {rounds} rounds; millions of checks a second.\n"
+        "{cpus} CPUs; threads {threads:?}; {cell_ms} ms a cell, a cell the median of {rounds} rounds, a ratio the median of the rounds' ratios; millions of checks a second.\n"
     );
     // One cell thrown away first: the machine's first busy moments (clock
     // speed rising, pages first touched) otherwise fell on the first case.
@@ -249,9 +250,9 @@ fn main() {
         let rows: Vec<Row> = cases
             .iter()
             .zip(rates)
-            .map(|((name, _), cells)| Row {
+            .map(|((name, _), rounds)| Row {
                 name: name.clone(),
-                rates: cells.into_iter().map(median).collect(),
+                rounds,
             })
             .collect();
         report(
@@ -275,18 +276,24 @@ fn report(title: &str, threads: &[usize], rows: &[Row]) {
     println!("## {title}: M checks/s\n\n| case |{head}\n|---|{rule}");
     for row in rows {
         let cells: String = row
-            .rates
+            .rounds
             .iter()
-            .map(|r| format!(" {:.2} |", r / 1e6))
+            .map(|r| format!(" {:.2} |", median(r.clone()) / 1e6))
             .collect();
         println!("| {} |{cells}", row.name);
     }
+    // The median of the rounds' ratios: the two cells of a round ran one
+    // after the other, so a change of the machine's speed between rounds
+    // (on a VM, whether its two CPUs share a core) moves both.
     let ratio = |label: String, a: &Row, b: &Row| {
         let cells: String = a
-            .rates
+            .rounds
             .iter()
-            .zip(&b.rates)
-            .map(|(x, y)| format!(" {:.2}x |", x / y))
+            .zip(&b.rounds)
+            .map(|(x, y)| {
+                let each = x.iter().zip(y).map(|(x, y)| x / y).collect();
+                format!(" {:.2}x |", median(each))
+            })
             .collect();
         println!("| {label} |{cells}");
     };

@@ -102,7 +102,8 @@ fn main() {
                 .expect("valid quota"),
         ),
         // 999 999 a second: a token is not a whole number of microseconds,
-        // so the bucket keeps its level and takes the write path.
+        // so the bucket is two numbers (the moment it is full, the units
+        // refilled past it), swapped together.
         Some("token_bucket_fractional") => QuotaSet::single(
             Quota::token_bucket(999_999, Duration::from_secs(1))
                 .build()
