@@ -52,45 +52,64 @@ impl Prefixes {
 
 /// `ip:a.b.c.d` on the stack, written without the formatting machinery:
 /// `Ipv4Addr`'s `Display`, or pushing characters one by one onto the key,
-/// costs several times more on this path (callgrind on the layer).
+/// costs several times more on this path (callgrind on the layer). Each
+/// octet is four bytes copied from [`OCTETS`] and a length added; the
+/// trailing dot is dropped at the end.
 fn ipv4_key(ip: Ipv4Addr) -> Ipv4Key {
     let mut key = Ipv4Key {
-        bytes: *b"ip:255.255.255.255",
+        bytes: *b"ip:.............................",
         len: 3,
     };
-    for (i, n) in ip.octets().into_iter().enumerate() {
-        if i > 0 {
-            key.push(b'.');
+    for n in ip.octets() {
+        let (text, digits) = OCTETS[usize::from(n)];
+        // 3 + 4 x 4 bytes at most: always in bounds.
+        if let Some(room) = key.bytes.get_mut(key.len..key.len + 4) {
+            room.copy_from_slice(&text);
+            key.len += digits + 1;
         }
-        if n >= 100 {
-            key.push(b'0' + n / 100);
-        }
-        if n >= 10 {
-            key.push(b'0' + n / 10 % 10);
-        }
-        key.push(b'0' + n % 10);
     }
+    key.len -= 1;
     key
 }
 
-/// The longest IPv4 key, and how much of it is written.
+/// Each octet's decimal digits, then a dot (and dots to four bytes), and
+/// how many digits: made when compiled.
+const OCTETS: [([u8; 4], usize); 256] = {
+    const fn digit(d: usize) -> u8 {
+        b'0' + (d % 10) as u8
+    }
+    let mut table = [([b'.'; 4], 0); 256];
+    let mut n = 0;
+    while n < 256 {
+        table[n] = match n {
+            100.. => ([digit(n / 100), digit(n / 10), digit(n), b'.'], 3),
+            10.. => ([digit(n / 10), digit(n), b'.', b'.'], 2),
+            _ => ([digit(n), b'.', b'.', b'.'], 1),
+        };
+        n += 1;
+    }
+    table
+};
+
+/// The longest IPv4 key with room for a last octet's four bytes, and how
+/// much of it is the key. Its bytes are all ASCII (the template and what is
+/// written over it) and word-aligned, so that their UTF-8 check runs a word
+/// at a time over all 32: over the key's own 10-15 bytes it went byte by
+/// byte, ~90 instructions a request.
+#[repr(C, align(8))]
 struct Ipv4Key {
-    bytes: [u8; 18],
+    bytes: [u8; 32],
     len: usize,
 }
 
 impl Ipv4Key {
-    fn push(&mut self, b: u8) {
-        // 3 + 4 x 3 + 3 bytes at most: always in bounds.
-        if let Some(slot) = self.bytes.get_mut(self.len) {
-            *slot = b;
-            self.len += 1;
-        }
-    }
-
     fn as_str(&self) -> &str {
-        // Only ASCII digits and dots were written after "ip:".
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or("ip:")
+        // Only ASCII digits and dots were written after "ip:", so the
+        // check passes and `len` falls between two characters.
+        std::str::from_utf8(&self.bytes)
+            .ok()
+            .and_then(|all| all.get(..self.len))
+            .unwrap_or("ip:")
     }
 }
 
