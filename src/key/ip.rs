@@ -65,7 +65,7 @@ fn ipv4_key(ip: Ipv4Addr) -> Ipv4Key {
         // 3 + 4 x 4 bytes at most: always in bounds.
         if let Some(room) = key.bytes.get_mut(key.len..key.len + 4) {
             room.copy_from_slice(&text);
-            key.len += digits + 1;
+            key.len += usize::from(digits) + 1;
         }
     }
     key.len -= 1;
@@ -74,7 +74,7 @@ fn ipv4_key(ip: Ipv4Addr) -> Ipv4Key {
 
 /// Each octet's decimal digits, then a dot (and dots to four bytes), and
 /// how many digits: made when compiled.
-const OCTETS: [([u8; 4], usize); 256] = {
+const OCTETS: [([u8; 4], u8); 256] = {
     const fn digit(d: usize) -> u8 {
         b'0' + (d % 10) as u8
     }
