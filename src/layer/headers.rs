@@ -11,6 +11,8 @@ use smallvec::SmallVec;
 use crate::decision::Decision;
 use crate::quota_set::QuotaSet;
 
+mod kept;
+
 /// Which rate-limit headers responses carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -161,6 +163,8 @@ impl Write for Buffer {
 /// item.
 #[derive(Debug, Clone)]
 pub(crate) struct PolicyHeader {
+    /// Backed by bytes kept for the process (`kept`): a response's copy
+    /// is then a pointer, with no count on a line every core writes.
     value: HeaderValue,
     names: Box<[Box<str>]>,
     /// The set, when a quota of it is a calendar's: its `w` is the length
@@ -195,7 +199,7 @@ pub(crate) fn policy_header(quotas: &QuotaSet) -> PolicyHeader {
         .collect();
     let calendar = quotas.quotas().iter().any(|q| q.params.calendar.is_some());
     PolicyHeader {
-        value: policy_value(quotas, 0),
+        value: kept::kept(policy_value(quotas, 0)),
         names,
         calendar: calendar.then(|| quotas.clone()),
     }
