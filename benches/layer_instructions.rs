@@ -3,12 +3,13 @@
 //! divided by the difference in requests, free of start-up costs and of
 //! machine noise. See `scripts/callgrind-layer.sh`.
 //!
-//! `layer_instructions N [tollgate|rules|governor|bare] [prometheus]`: N
-//! requests through tollgate's layer (memory backend, IETF headers), the
-//! same quota from a rules file (`rules`, with the `rules` feature), tower_governor's
-//! (its headers on) or none, one hot key, no runtime; with `prometheus`, a
-//! Prometheus recorder is installed first, to price the metrics when
-//! someone listens. What a layer adds is its count less bare's.
+//! `layer_instructions N [tollgate|tollgate-no-headers|rules|governor|bare]
+//! [prometheus]`: N requests through tollgate's layer (memory backend, IETF
+//! headers, or none), the same quota from a rules file (`rules`, with the
+//! `rules` feature), tower_governor's (its headers on) or none, one hot key,
+//! no runtime; with `prometheus`, a Prometheus recorder is installed first,
+//! to price the metrics when someone listens. What a layer adds is its
+//! count less bare's.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -22,7 +23,8 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use http::{Request, Response};
 use tollgate::key::PeerIp;
-use tollgate::{Limiter, MemoryBackend, Quota, RateLimitLayer};
+use tollgate::layer::HeaderStyle;
+use tollgate::{Limiter, MemoryBackend, Quota, QuotaSet, RateLimitLayer};
 use tower::{Layer, Service, service_fn};
 
 #[path = "support/peers.rs"]
@@ -52,11 +54,7 @@ fn main() {
     match mode.as_str() {
         "bare" => drive(hello, n),
         "tollgate" => {
-            let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
-                .burst(peers::NEVER_SPENT)
-                .build()
-                .expect("quota");
-            let limiter = Limiter::new(MemoryBackend::new(), quota);
+            let limiter = Limiter::new(MemoryBackend::new(), quota());
             drive(RateLimitLayer::new(limiter, PeerIp::new()).layer(hello), n);
         }
         #[cfg(feature = "rules")]
@@ -68,6 +66,13 @@ fn main() {
             let rules = tollgate::rules::Rules::parse(&yaml).expect("rules");
             drive(RateLimitLayer::from_policy(rules).layer(hello), n);
         }
+        "tollgate-no-headers" => {
+            let limiter = Limiter::new(MemoryBackend::new(), quota());
+            let layer = RateLimitLayer::builder(limiter, PeerIp::new())
+                .header_style(HeaderStyle::None)
+                .build();
+            drive(layer.layer(hello), n);
+        }
         "governor" => {
             drive(peers::governor_layer().layer(hello), n);
         }
@@ -78,6 +83,16 @@ fn main() {
 /// One request first, uncounted, then `n` counted: the first one pays for
 /// what happens once (the clock's calibration, which loops for a while of
 /// wall time and so costs a different number of instructions on each run).
+/// GCRA at a million a second with a burst never spent: every request
+/// admitted.
+fn quota() -> QuotaSet {
+    let quota = Quota::gcra(1_000_000, Duration::from_secs(1))
+        .burst(peers::NEVER_SPENT)
+        .build()
+        .expect("quota");
+    QuotaSet::single(quota)
+}
+
 fn drive<S, B>(mut svc: S, n: u64)
 where
     S: Service<Request<()>, Response = Response<B>>,

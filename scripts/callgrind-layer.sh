@@ -5,9 +5,12 @@
 # enter. Only the request loop is counted (`--toggle-collect`), after one
 # uncounted request: the clock's calibration on the first request loops for
 # a span of wall time, so its count differs from run to run and did not
-# cancel (the difference moved by thousands per request between runs). Prints the count for a bare service, tollgate's layer and
-# tower_governor's (headers on) without a metrics recorder, what each layer
-# adds to bare, and tollgate's count with a Prometheus recorder installed.
+# cancel (the difference moved by thousands per request between runs). Prints
+# the count for a bare service, tollgate's layer and tower_governor's (headers
+# on) without a metrics recorder, what each layer adds to bare, and
+# tollgate's count with a Prometheus recorder installed; beside each, the
+# misses of callgrind's model of this machine's L1 instruction cache, which
+# can cost time that the count does not show (guide::performance).
 #
 #   scripts/callgrind-layer.sh            # N=2000
 #   N=10000 scripts/callgrind-layer.sh   # what BENCHMARKS.md reports
@@ -20,33 +23,36 @@ command -v valgrind >/dev/null || {
 N=${N:-2000}
 cargo build --release --quiet --features "${FEATURES:-}" --bench layer_instructions
 bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/layer_instructions-* | grep -v '\.d$' | head -n 1)
-count() { # requests, extra args -> instructions
+count() { # requests, extra args -> "instructions instruction-cache-misses"
   local out
   if ! out=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \
-    '--toggle-collect=*layer_instructions::counted*' "$bin" "$@" 2>&1); then
+    --cache-sim=yes '--toggle-collect=*layer_instructions::counted*' "$bin" "$@" 2>&1); then
     echo "$out" >&2
     exit 1
   fi
-  echo "$out" | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+  # The events: Ir Dr Dw I1mr ... (callgrind's cache model of this machine).
+  echo "$out" | sed -n 's/.*Collected : \([0-9]*\) [0-9]* [0-9]* \([0-9]*\).*/\1 \2/p'
 }
-per_request() { # args -> instructions per request
-  local a b
-  a=$(count "$N" "$@")
-  b=$(count $((2 * N)) "$@")
-  echo $(( (b - a) / N ))
+per_request() { # args -> "instructions misses", per request
+  local a a_miss b b_miss
+  read -r a a_miss <<<"$(count "$N" "$@")"
+  read -r b b_miss <<<"$(count $((2 * N)) "$@")"
+  echo "$(( (b - a) / N )) $(( (b_miss - a_miss) / N ))"
 }
-bare=$(per_request bare)
-tollgate=$(per_request tollgate)
-governor=$(per_request governor)
-prometheus=$(per_request tollgate prometheus)
-echo "| service | instructions per request | added by the layer |"
-echo "|---|---:|---:|"
-echo "| bare | $bare | |"
-echo "| tollgate (memory, IETF headers) | $tollgate | $((tollgate - bare)) |"
-echo "| tower_governor (headers on) | $governor | $((governor - bare)) |"
-echo "| tollgate, Prometheus recorder installed | $prometheus | $((prometheus - bare)) |"
+read -r bare bare_miss <<<"$(per_request bare)"
+read -r tollgate tollgate_miss <<<"$(per_request tollgate)"
+read -r governor governor_miss <<<"$(per_request governor)"
+read -r prometheus prometheus_miss <<<"$(per_request tollgate prometheus)"
+read -r plain plain_miss <<<"$(per_request tollgate-no-headers)"
+echo "| service | instructions per request | added by the layer | instruction-cache misses per request |"
+echo "|---|---:|---:|---:|"
+echo "| bare | $bare | | $bare_miss |"
+echo "| tollgate (memory, IETF headers) | $tollgate | $((tollgate - bare)) | $tollgate_miss |"
+echo "| tower_governor (headers on) | $governor | $((governor - bare)) | $governor_miss |"
+echo "| tollgate, Prometheus recorder installed | $prometheus | $((prometheus - bare)) | $prometheus_miss |"
+echo "| tollgate, no rate-limit headers | $plain | $((plain - bare)) | $plain_miss |"
 if [[ "${FEATURES:-}" == *rules* ]]; then
-  rules=$(per_request rules)
-  echo "| tollgate, the quota as a rules file | $rules | $((rules - bare)) |"
+  read -r rules rules_miss <<<"$(per_request rules)"
+  echo "| tollgate, the quota as a rules file | $rules | $((rules - bare)) | $rules_miss |"
 fi
 python3 -c "print(f'tollgate adds {($tollgate - $bare) / ($governor - $bare):.2f}x what tower_governor adds')"
