@@ -198,8 +198,10 @@ pub(crate) fn policy_header(quotas: &QuotaSet) -> PolicyHeader {
         })
         .collect();
     let calendar = quotas.quotas().iter().any(|q| q.params.calendar.is_some());
+    // A calendar's value is written per response: this one is never sent.
+    let value = policy_value(quotas, 0);
     PolicyHeader {
-        value: kept::kept(policy_value(quotas, 0)),
+        value: if calendar { value } else { kept::kept(value) },
         names,
         calendar: calendar.then(|| quotas.clone()),
     }
