@@ -139,7 +139,7 @@ impl QuotaSet {
         }
         let (admits, wait, numbers) = taken.reported(p);
         let raw = RawQuotaDecision::resolved(admits, wait, admits, numbers);
-        Decision::one(admits || quota.params.shadow, raw.decision(quota))
+        Decision::one(admits || p.shadow, raw.decision(quota))
     }
 
     /// The decision of a set of one fixed window, not elastic
