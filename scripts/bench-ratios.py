@@ -37,7 +37,7 @@ RATIOS = [
     ("bytes per key, 64-byte keys", "In memory: bytes per key", 0, ("GCRA,", 2), ("governor", 2)),
     ("layer, instructions added", "Through the layer", 0, ("tollgate", 1), ("tower_governor", 1)),
     ("HTTP, server CPU added", "Over HTTP", 0, ("tollgate, per-IP", 4), ("tower_governor", 4)),
-    ("HTTP, instructions added, 2 cores", "Over HTTP", 1, ("tollgate, per-IP", 2), ("tower_governor", 2)),
+    ("HTTP, instructions added, 2 cores", "Over HTTP", 1, ("tollgate, per-IP", 3), ("tower_governor", 3)),
 ]
 
 NUMBER = re.compile(r"\d{1,3}(?: \d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")

@@ -13,6 +13,7 @@
 #
 #   scripts/callgrind-http.sh                         # N=1000
 #   N=2000 MODES="bare tollgate tollgate-global governor" scripts/callgrind-http.sh
+#   BIN=DIR/http_server scripts/callgrind-http.sh     # a server built elsewhere
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in valgrind strace curl; do
@@ -20,8 +21,12 @@ for tool in valgrind strace curl; do
 done
 N=${N:-1000}
 MODES=${MODES:-"bare tollgate governor"}
-json=$(cargo build --release --bench http_server --message-format=json)
-bin=$(echo "$json" | grep -o '"executable":"[^"]*http_server-[^"]*"' | tail -n1 | sed 's/.*:"//; s/"$//')
+if [ -n "${BIN:-}" ]; then
+  bin=$BIN # another build's server, to compare two commits
+else
+  json=$(cargo build --release --bench http_server --message-format=json)
+  bin=$(echo "$json" | grep -o '"executable":"[^"]*http_server-[^"]*"' | tail -n1 | sed 's/.*:"//; s/"$//')
+fi
 work=$(mktemp -d)
 pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT

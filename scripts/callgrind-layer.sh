@@ -9,8 +9,8 @@
 # the count for a bare service, tollgate's layer and tower_governor's (headers
 # on) without a metrics recorder, what each layer adds to bare, and
 # tollgate's count with a Prometheus recorder installed; beside each, the
-# misses of callgrind's model of this machine's L1 instruction cache, which
-# can cost time that the count does not show (guide::performance).
+# misses of callgrind's model of this machine's L1 instruction cache (they
+# follow where the code lands, so they move between builds).
 #
 #   scripts/callgrind-layer.sh            # N=2000
 #   N=10000 scripts/callgrind-layer.sh   # what BENCHMARKS.md reports
