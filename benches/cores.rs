@@ -169,11 +169,11 @@ fn main() {
             Box::new(move || batched(algorithm)),
         ));
     }
-    // States of two numbers, swapped by a 128-bit compare-and-swap: a
-    // sliding window whose counts stay under 2^32 (the admitting quota
-    // above counts past it, so it is decided under the write lock), the
-    // same with windows that end, and a token bucket refilling more than
-    // one unit a microsecond.
+    // States of two numbers: a sliding window whose counts stay under 2^32
+    // (the admitting quota above counts past it, so it is decided under the
+    // write lock), the same with windows that end, swapped by a 128-bit
+    // compare-and-swap; a token bucket refilling 3 units a microsecond,
+    // its numbers packed in one word, and one refilling 999 999, a pair.
     let two_numbers = [
         (
             "sliding_window_u32",
@@ -187,6 +187,10 @@ fn main() {
         (
             "token_bucket_fractional",
             Quota::token_bucket(3_000_000, Duration::from_secs(1)).burst(1 << 40),
+        ),
+        (
+            "token_bucket_fractional_pair",
+            Quota::token_bucket(999_999, Duration::from_secs(1)).burst(1 << 32),
         ),
     ];
     for (name, quota) in two_numbers {

@@ -101,11 +101,20 @@ fn main() {
                 .build()
                 .expect("valid quota"),
         ),
-        // 999 999 a second: a token is not a whole number of microseconds,
-        // so the bucket is two numbers (the moment it is full, the units
-        // refilled past it), swapped together.
+        // A token that is not a whole number of microseconds: the bucket
+        // is two numbers (the moment it is full, the units refilled past
+        // it). 3 000 000 a second refills 3 units a microsecond, and the
+        // two are packed in one word; 999 999 refills 999 999, and they are
+        // a pair, swapped together. Bursts that every check fits.
         Some("token_bucket_fractional") => QuotaSet::single(
+            Quota::token_bucket(3_000_000, Duration::from_secs(1))
+                .burst(1 << 40)
+                .build()
+                .expect("valid quota"),
+        ),
+        Some("token_bucket_fractional_pair") => QuotaSet::single(
             Quota::token_bucket(999_999, Duration::from_secs(1))
+                .burst(1 << 32)
                 .build()
                 .expect("valid quota"),
         ),

@@ -15,7 +15,7 @@ bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/instructions-* | grep -v 
 
 cases=("$@")
 if [ ${#cases[@]} -eq 0 ]; then
-  cases=(governor/gcra tollgate/gcra tollgate/token_bucket tollgate/token_bucket_fractional tollgate/leaky_bucket
+  cases=(governor/gcra tollgate/gcra tollgate/token_bucket tollgate/token_bucket_fractional tollgate/token_bucket_fractional_pair tollgate/leaky_bucket
          tollgate/fixed_window tollgate/fixed_window_two_a_microsecond tollgate/sliding_window tollgate/sliding_window_rolling tollgate/sliding_window_refusing tollgate/sliding_log tollgate/three_quotas
          tollgate/three_quotas_admitted tollgate/three_quotas_flood tollgate/three_quotas_refused
          tollgate/reserve_settle_keep tollgate/reserve_settle_below tollgate/reserve_settle_above)

@@ -16,8 +16,8 @@
 //! The memory backend then decides it under its shard's write lock, and
 //! the conformance traces (`tests/support/conformance.rs`) compare it with
 //! the script once it is in [`Algorithm::ALL`]. A lock-free form is an
-//! optimisation: a state of one or two numbers ([`State::Word`],
-//! `pair.rs`) and a `Path` of its own (`quota/quota.rs`).
+//! optimisation: a state of one or two numbers (`word.rs`, `pair.rs`) and
+//! a `Path` of its own (`quota/quota.rs`).
 
 pub(crate) mod charge;
 pub(crate) mod fixed_window;
@@ -29,6 +29,7 @@ mod params;
 pub(crate) mod sliding_log;
 pub(crate) mod sliding_window;
 pub(crate) mod token_bucket;
+pub(crate) mod word;
 
 use std::collections::VecDeque;
 

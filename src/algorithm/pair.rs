@@ -1,7 +1,8 @@
 //! A state of two numbers, swapped together by a backend (a 128-bit
 //! compare-and-swap): the token bucket whose token is not whole
-//! microseconds, the fixed window of a million a second or more, the
-//! sliding window. Each algorithm owns its numbers' meaning; this file
+//! microseconds and that `word.rs` does not keep in one number (refilling
+//! more than 31 units a microsecond), the fixed window of a million a
+//! second or more, the sliding window. Each algorithm owns its numbers' meaning; this file
 //! owns where they sit, and the checks a backend makes on them as they are.
 
 use super::{Params, State, fixed_window, sliding_window, token_bucket};

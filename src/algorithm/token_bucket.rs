@@ -16,7 +16,9 @@
 //! bucket is one number, the moment it is full again, and the algorithm is
 //! GCRA's with `unit` as its interval: a level `l` at `now` is an arrival
 //! time `now + full - l`. It is kept so ([`State::Word`]), and a backend
-//! decides it as it decides an arrival time.
+//! decides it as it decides an arrival time. With 2 to 31 units refilled a
+//! microsecond, a backend keeps it as one number too: that moment on a
+//! clock of `refill` ticks a microsecond (see `word.rs`).
 
 use super::Params;
 use super::{Branch, Outcome, Spent, State, Update, gcra};
@@ -207,7 +209,7 @@ impl Spend {
 impl Taken {
     /// `units` taken from a bucket lacking `deficit` units.
     #[inline]
-    fn of(deficit: u64, units: u64) -> Taken {
+    pub(crate) fn of(deficit: u64, units: u64) -> Taken {
         Taken {
             deficit,
             after: deficit.saturating_add(units),

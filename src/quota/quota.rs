@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::Params;
-use crate::algorithm::{Algorithm, Mode, fixed_window, token_bucket};
+use crate::algorithm::{Algorithm, Mode, fixed_window, token_bucket, word};
 
 /// A validated quota: `limit` per `period` (with a `burst` for the bucket
 /// algorithms), its algorithm, name and mode.
@@ -125,7 +125,13 @@ pub(crate) enum Path {
     /// its admissions' numbers computed only when read, alone in its set
     /// or with others.
     SlidingWindow,
-    /// A token bucket refilling more than one unit a microsecond, not
+    /// A token bucket refilling 2 to 31 units a microsecond (most
+    /// fractional rates: 3 a second, 7 a minute), not elastic: one number
+    /// (`algorithm::word`), swapped without a lock, decided as an arrival
+    /// time is on the bucket's clock, its report computed as
+    /// [`Bucket`](Path::Bucket)'s.
+    BucketWord,
+    /// A token bucket refilling more than 31 units a microsecond, not
     /// elastic: two numbers swapped without a lock, decided inside the
     /// loop in plain numbers (`token_bucket::Taken`), its report computed
     /// once the swap holds.
@@ -151,6 +157,7 @@ impl Path {
             }
             Algorithm::FixedWindow if !elastic => Path::WindowPair,
             Algorithm::SlidingWindow if !elastic => Path::SlidingWindow,
+            Algorithm::TokenBucket if word::keeps_bucket(params) => Path::BucketWord,
             Algorithm::TokenBucket if !elastic => Path::Bucket,
             Algorithm::TokenBucket | Algorithm::FixedWindow | Algorithm::SlidingWindow => {
                 Path::Pair

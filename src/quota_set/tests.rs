@@ -138,17 +138,22 @@ fn a_sliding_window_admission_reports_when_read_what_the_algorithm_computes() {
 
 #[test]
 fn a_token_bucket_checked_in_plain_numbers_reports_what_the_algorithm_computes() {
-    // A bucket refilling 7 units a microsecond (`Path::Bucket`), each
-    // request decided both ways on the same stored bucket, in every mode,
-    // with refusals, a cost of 0 and a clock behind the bucket.
+    // Buckets refilling 7 units a microsecond (`Path::BucketWord`) and
+    // 7 000 001 (a token 10^6 units, `Path::Bucket`), each request decided
+    // both ways on the same stored bucket, in every mode, with refusals, a
+    // cost of 0 and a clock behind the bucket.
     let modes = [Mode::Enforce, Mode::Shadow, Mode::Soft { percent: 50 }];
-    for mode in modes {
-        let quota = Quota::token_bucket(7_000_000, Duration::from_secs(1))
+    let rates = [
+        (7_000_000, crate::quota::Path::BucketWord),
+        (7_000_001, crate::quota::Path::Bucket),
+    ];
+    for (mode, (per_second, path)) in modes.into_iter().flat_map(|m| rates.map(|r| (m, r))) {
+        let quota = Quota::token_bucket(per_second, Duration::from_secs(1))
             .burst(20)
             .mode(mode)
             .build()
             .unwrap();
-        assert_eq!(quota.path, crate::quota::Path::Bucket);
+        assert_eq!(quota.path, path);
         let set = QuotaSet::single(quota);
         let p = &set.quotas()[0].params;
         let (mut state, mut refusals) = (None, 0);

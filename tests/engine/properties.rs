@@ -259,9 +259,14 @@ fn lock_free_quotas() -> impl Strategy<Value = (Quota, u64)> {
         (1u64..40).prop_map(move |n| (Quota::leaky_bucket(n, second).build().unwrap(), 1)),
         // A token a whole number of microseconds: one number.
         (1u64..40).prop_map(move |n| (Quota::token_bucket(n, second).build().unwrap(), 1)),
-        // A fractional refill (3 per 10 s): a level and a time.
+        // Fractional refills: 3 per 10 s (3 units a microsecond, a token
+        // 10^7), one number; 33 per 10 s, two.
         (1u64..40).prop_map(|n| {
             let q = Quota::token_bucket(3, Duration::from_secs(10)).burst(n);
+            (q.build().unwrap(), 1)
+        }),
+        (1u64..40).prop_map(|n| {
+            let q = Quota::token_bucket(33, Duration::from_secs(10)).burst(n);
             (q.build().unwrap(), 1)
         }),
         (1u64..40).prop_map(move |n| (Quota::fixed_window(n, second).build().unwrap(), 1)),

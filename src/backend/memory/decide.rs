@@ -36,7 +36,7 @@ impl<C: Clock> MemoryBackend<C> {
     /// The hot path (an arrival time) is tested alone, first: in one
     /// `match` with the others it became a jump table, its loads and an
     /// indirect jump on every check. The other common paths (a fixed
-    /// window, a sliding window, a token bucket of two numbers) are inlined
+    /// window, a sliding window, a token bucket's two numbers) are inlined
     /// here too: out of line, each paid a call and a prologue of its own
     /// (27-37 instructions a check), where inlined they cost the hot path
     /// at most ~4 (GCRA 324-325 before, 326-329 after, counted side by
@@ -49,7 +49,10 @@ impl<C: Clock> MemoryBackend<C> {
             }
             match quota.path {
                 Path::SlidingWindow => return self.decide_sliding_window(request, now, *id),
-                Path::Bucket => return self.decide_bucket(request, now, *id),
+                Path::Bucket | Path::BucketWord => {
+                    let in_word = quota.path == Path::BucketWord;
+                    return self.decide_bucket(request, now, *id, in_word);
+                }
                 Path::Window => return self.decide_fixed_window(request, now, *id),
                 Path::WindowPair | Path::Pair => return self.decide_pair(request, now, *id),
                 Path::Arrival | Path::Locked => {}

@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 
 use super::super::CheckRequest;
 use super::super::table::{Expiring, Found, Locked, Position};
+use crate::algorithm::word::expiry as word_expiry;
 use crate::algorithm::{Params, State, Update, pair_expiry};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
@@ -39,28 +40,31 @@ impl Wide {
     }
 }
 
-/// A state that is one number (`State::Word`): a GCRA or leaky-bucket
-/// arrival time, the moment a token bucket is full again, or a fixed
-/// window's end plus its count (see `algorithm`). A word entry, 40 bytes
-/// with the key instead of 72. The number is never before the state's
-/// expiry, so it serves as the expiry (exactly, but for a window's count
-/// of microseconds), and it is updated by compare-and-swap under the
-/// shard's read lock.
+/// A state that is one number (`State::Word`: a GCRA or leaky-bucket
+/// arrival time, the moment a token bucket is full again, a fixed window's
+/// end plus its count) or the moment a token bucket refilling 2 to 31
+/// units a microsecond is full, on its own clock, as `State::to_word`
+/// makes it (see `algorithm::word`). A word entry, 40
+/// bytes with the key instead of 72. The number says its expiry (exactly,
+/// but for a window's count of microseconds), and it is updated by
+/// compare-and-swap under the shard's read lock.
 pub(super) struct Word(pub(super) AtomicU64);
 
 impl Expiring for Word {
     fn expires_at(&self) -> u64 {
-        self.0.load(Relaxed)
+        word_expiry(self.0.load(Relaxed))
     }
 }
 
 impl Word {
-    /// The state it holds, for the algorithms. Inline: returned through
-    /// memory, it is read back wider than it was written, and that load
-    /// waits (a set's loop; guide::performance, "Notes on the hot path").
+    /// The state it holds, for a quota of `p`: `None` for numbers no such
+    /// quota makes (never stored), which then count as no state. Inline:
+    /// returned through memory, it is read back wider than it was written,
+    /// and that load waits (a set's loop; guide::performance, "Notes on
+    /// the hot path").
     #[inline]
-    fn state(&self) -> State {
-        State::Word(self.0.load(Relaxed))
+    fn state(&self, p: &Params) -> Option<State> {
+        State::from_word(self.0.load(Relaxed), p)
     }
 
     /// Applies `update` under the write lock, if the result is still one
@@ -69,17 +73,21 @@ impl Word {
     /// check, and the update passed to a call went through memory.
     #[inline]
     fn apply(&mut self, update: Update, p: &Params) -> Option<State> {
-        match update {
-            Update::Keep => None,
-            Update::Set(State::Word(n)) => {
+        let state = match update {
+            Update::Keep => return None,
+            Update::Set(state) => state,
+            update => {
+                let mut state = self.state(p);
+                update.apply(&mut state, p);
+                state?
+            }
+        };
+        match state.to_word(p) {
+            Some(n) => {
                 *self.0.get_mut() = n;
                 None
             }
-            update => {
-                let mut state = Some(self.state());
-                update.apply(&mut state, p);
-                state
-            }
+            None => Some(state),
         }
     }
 
@@ -147,8 +155,8 @@ pub(super) fn update<A: Swapped, R>(
     }
 }
 
-/// A state of two numbers (a token bucket whose token is not whole
-/// microseconds, a fixed window of a million a second or more, a sliding
+/// A state of two numbers (a token bucket refilling more than 31 units a
+/// microsecond, a fixed window of a million a second or more, a sliding
 /// window counting under 2^32), as `State::to_pair` makes them: updated by
 /// a 128-bit compare-and-swap under the shard's read lock, as a [`Word`]
 /// is. Its first number is its expiry.
@@ -206,7 +214,7 @@ pub(super) fn word_of((decision, update): (Decision, Update)) -> (Decision, Opti
 pub(super) type Entries<'a> = Locked<'a, Wide, Word, Pair>;
 
 /// Stores the first state of a key's quota, if the update makes one: one
-/// number word, two numbers a pair, anything else wide. `replaces`: the
+/// number a word, two numbers a pair, anything else wide. `replaces`: the
 /// quota has a word or pair entry that the state no longer fits (its
 /// algorithm changed, or a count grew), removed first.
 #[allow(clippy::too_many_arguments)]
@@ -228,7 +236,9 @@ pub(super) fn store_new(
         return;
     }
     let gained = match state {
-        Some(State::Word(n)) => shard.insert_word(id, key, Word(AtomicU64::new(n)), now),
+        Some(state) if let Some(n) = state.to_word(p) => {
+            shard.insert_word(id, key, Word(AtomicU64::new(n)), now)
+        }
         Some(state) if let Some(numbers) = state.to_pair(p) => {
             shard.insert_pair(id, key, Pair(AtomicU128::new(numbers)), now)
         }
@@ -315,8 +325,8 @@ impl States for Stored<'_, '_> {
     }
 }
 
-/// Calls `f` with the state of an entry found: a wide entry's, lent, or a
-/// word entry's number made into one.
+/// Calls `f` with the state of an entry found: a wide entry's, lent, or
+/// a word or pair entry's numbers made into one.
 #[inline]
 pub(super) fn lend<R>(
     found: Option<Found<&Wide, &Word, &Pair>>,
@@ -328,16 +338,13 @@ pub(super) fn lend<R>(
     let state = match found {
         Some(Found::Wide(slot)) => Some(&slot.state),
         Some(Found::Word(n)) => {
-            word = n.state();
-            Some(&word)
+            word = n.state(p);
+            word.as_ref()
         }
-        Some(Found::Pair(pair)) => match pair.state(p) {
-            Some(state) => {
-                word = state;
-                Some(&word)
-            }
-            None => None,
-        },
+        Some(Found::Pair(pair)) => {
+            word = pair.state(p);
+            word.as_ref()
+        }
         None => None,
     };
     f(state)

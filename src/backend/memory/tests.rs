@@ -41,12 +41,16 @@ fn states_of_one_number_are_stored_word_and_of_two_numbers_as_pairs() {
     let alone_id = alone.quotas().state_ids()[0];
     assert_eq!(kind(&backend, alone_id, "k"), Some("word"));
     assert_eq!(backend.len(), 3);
-    // A token bucket is one number when a token is whole microseconds,
-    // and a fixed window under one unit a microsecond; else two numbers.
+    // A token bucket is one number when a token is whole microseconds or
+    // it refills 2 to 31 units a microsecond (3 or 31 per 10 s), else a
+    // pair (33 per 10 s); a fixed window is one number under one unit a
+    // microsecond, else two.
     let ten = Duration::from_secs(10);
     let cases = [
         (Quota::token_bucket(5, ten), "word"),
-        (Quota::token_bucket(3, ten), "pair"),
+        (Quota::token_bucket(3, ten), "word"),
+        (Quota::token_bucket(31, ten), "word"),
+        (Quota::token_bucket(33, ten), "pair"),
         (Quota::fixed_window(5, ten), "word"),
         (Quota::fixed_window(2, Duration::from_micros(2)), "pair"),
         (Quota::sliding_window(5, ten), "pair"),

@@ -1,14 +1,18 @@
 //! The one-quota states of two numbers (a token bucket, a fixed or a
 //! sliding window) found stored: swapped by a 128-bit compare-and-swap
-//! under the read lock. The shorter the loop, the fewer swaps fail on a
-//! key that many threads check at once, so each loop holds only what its
-//! common case needs, and what it reports is computed once the swap holds.
+//! under the read lock, or by a 64-bit one where they are kept in one (a
+//! token bucket's, `algorithm::word`). The shorter the loop, the fewer
+//! swaps fail on a key that many threads check at once, so each loop holds
+//! only what its common case needs, and what it reports is computed once
+//! the swap holds.
 //! Anything else (a new key, a state that no longer fits two numbers) takes
 //! the write lock.
 
 use super::super::entry::{Pair, update};
 use super::super::{CheckRequest, MemoryBackend};
-use crate::algorithm::{Params, State, Update, fixed_window, pair, sliding_window, token_bucket};
+use crate::algorithm::{
+    Params, State, Update, fixed_window, pair, sliding_window, token_bucket, word,
+};
 use crate::clock::{Clock, Timestamp};
 use crate::decision::Decision;
 use crate::quota::Path;
@@ -50,30 +54,36 @@ impl<C: Clock> MemoryBackend<C> {
         self.decide_locked(request, now, Some(shard.write()), None)
     }
 
-    /// A one-quota token bucket kept as two numbers found stored: checked
-    /// on its numbers as they are (`token_bucket::Spend`).
+    /// A one-quota token bucket found stored, in a word (`in_word`,
+    /// `Path::BucketWord`) or a pair (`Path::Bucket`): checked on its
+    /// numbers as they are.
     #[inline]
     pub(super) fn decide_bucket(
         &self,
         request: CheckRequest<'_>,
         now: Timestamp,
         id: u64,
+        in_word: bool,
     ) -> Decision {
         let shard = self.inner.table.read(request.key);
-        if let Some(pair) = shard.pair(id, request.key) {
-            let q = request.quotas;
-            let p = &q.quotas()[0].params;
-            let (now, commit) = (now.as_micros(), request.commit);
+        let q = request.quotas;
+        let p = &q.quotas()[0].params;
+        let (at, commit) = (now.as_micros(), request.commit);
+        let taken = if in_word {
+            let units = request.cost * p.unit;
+            shard
+                .word(id, request.key)
+                .and_then(|n| n.update(|n| word::token_bucket_spent(n, p, units, at, commit)))
+        } else {
             let spend = token_bucket::Spend::new(p, request.cost);
-            let taken = update(&pair.0, |numbers| {
-                match pair::token_bucket_spent(numbers, p, &spend, now) {
-                    Some((taken, next)) => (Some(taken), next.filter(|_| commit)),
-                    None => (None, None),
-                }
-            });
-            if let Some(taken) = taken {
-                return q.bucket_decision(&taken);
-            }
+            shard.pair(id, request.key).and_then(|numbers| {
+                update(&numbers.0, |n| {
+                    spent(pair::token_bucket_spent(n, p, &spend, at), commit)
+                })
+            })
+        };
+        if let Some(taken) = taken {
+            return q.bucket_decision(&taken);
         }
         self.decide_locked(request, now, Some(shard.write()), None)
     }
@@ -109,6 +119,20 @@ impl<C: Clock> MemoryBackend<C> {
             }
         }
         self.decide_locked(request, now, Some(shard.write()), None)
+    }
+}
+
+/// One try of a token bucket's loop, from its check on the stored numbers:
+/// the check, and the numbers to store if it admits and commits. `None`
+/// for numbers that are not the bucket's, for the write lock.
+#[inline(always)]
+fn spent<V>(
+    checked: Option<(token_bucket::Taken, Option<V>)>,
+    commit: bool,
+) -> (Option<token_bucket::Taken>, Option<V>) {
+    match checked {
+        Some((taken, next)) => (Some(taken), next.filter(|_| commit)),
+        None => (None, None),
     }
 }
 
