@@ -37,6 +37,12 @@ pub(crate) fn keeps_bucket(p: &Params) -> bool {
     p.elastic_margin == 0 && (2..=MOST_REFILL).contains(&p.refill)
 }
 
+/// Whether `n`, a [`State::Word`], is kept as the number it is.
+#[inline]
+pub(crate) fn plain(n: u64) -> bool {
+    n >> TAG == 0
+}
+
 /// The moment after which the state a word holds means no state at all.
 /// A bucket's takes a division: only a sweep asks.
 #[inline]
@@ -60,7 +66,7 @@ impl State {
     #[inline]
     pub(crate) fn to_word(&self, p: &Params) -> Option<u64> {
         match self {
-            State::Word(n) => (n >> TAG == 0).then_some(*n),
+            State::Word(n) => plain(*n).then_some(*n),
             State::TokenBucket(b) if keeps_bucket(p) => {
                 let (full_at, r) = b.to_pair(p)?;
                 bucket_word(full_at.checked_mul(p.refill)? - r, p.refill)
@@ -75,7 +81,7 @@ impl State {
     /// stores it as a pair).
     #[inline]
     pub(crate) fn from_word(word: u64, p: &Params) -> Option<State> {
-        if word >> TAG == 0 {
+        if plain(word) {
             return Some(State::Word(word));
         }
         if word >> TAG != p.refill {

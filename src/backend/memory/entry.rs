@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 
 use super::super::CheckRequest;
 use super::super::table::{Expiring, Found, Locked, Position};
-use crate::algorithm::word::expiry as word_expiry;
+use crate::algorithm::word::{self, expiry as word_expiry};
 use crate::algorithm::{Params, State, Update, pair_expiry};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
@@ -75,6 +75,12 @@ impl Word {
     fn apply(&mut self, update: Update, p: &Params) -> Option<State> {
         let state = match update {
             Update::Keep => return None,
+            // A set's loop stores its arrival times and windows here on
+            // every check: set without matching the state again.
+            Update::Set(State::Word(n)) if word::plain(n) => {
+                *self.0.get_mut() = n;
+                return None;
+            }
             Update::Set(state) => state,
             update => {
                 let mut state = self.state(p);
