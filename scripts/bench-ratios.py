@@ -33,11 +33,11 @@ RATIOS = [
     ("1M keys, time, sliding window", "In memory: a million keys", 0, ("sliding window", 1), ("sliding window", 2)),
     # Throughput, so the peer's over tollgate's: time per check, as the others.
     ("one hot key, 16 threads, time, GCRA", "In memory: many cores", 0, ("governor", 5), ("GCRA", 5)),
-    ("bytes per key, IP keys", "In memory: bytes per key", 0, ("GCRA,", 1), ("governor", 1)),
-    ("bytes per key, 64-byte keys", "In memory: bytes per key", 0, ("GCRA,", 2), ("governor", 2)),
+    ("bytes per key, IP keys", "In memory: bytes per key", 0, ("one number", 1), ("governor", 1)),
+    ("bytes per key, 64-byte keys", "In memory: bytes per key", 0, ("one number", 2), ("governor", 2)),
     ("layer, instructions added", "Through the layer", 0, ("tollgate", 1), ("tower_governor", 1)),
     ("HTTP, server CPU added", "Over HTTP", 0, ("tollgate, per-IP", 4), ("tower_governor", 4)),
-    ("HTTP, instructions added, 2 cores", "Over HTTP", 1, ("tollgate, per-IP", 3), ("tower_governor", 3)),
+    ("HTTP, instructions added, 2 cores", "Over HTTP", 1, ("tollgate, per-IP", 2), ("tower_governor", 2)),
 ]
 
 NUMBER = re.compile(r"\d{1,3}(?: \d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
