@@ -197,7 +197,10 @@ impl Pair {
                 state?
             }
         };
-        match state.to_pair(p) {
+        // A bucket its quota keeps in a word now (a quota no longer
+        // elastic) moves there, where its lock-free check looks.
+        let to_word = matches!(state, State::TokenBucket(_)) && word::keeps_bucket(p);
+        match state.to_pair(p).filter(|_| !to_word) {
             Some(numbers) => {
                 *self.0.get_mut() = numbers;
                 None

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use super::entry::Word;
+use super::entry::{Pair, Word};
 use super::*;
 use crate::Timestamp;
 use crate::backend::table::Found;
@@ -98,6 +98,38 @@ fn one_number_found_where_another_state_belongs_moves_to_its_kind() {
         assert_eq!(kind(&backend, id, "k"), Some("pair"), "{}", set.name());
         assert_eq!(backend.len(), set.quotas().len());
     }
+}
+
+#[test]
+fn a_bucket_found_as_a_pair_where_its_quota_keeps_a_word_moves_to_a_word() {
+    // A quota made elastic keeps its bucket as a pair; made plain again,
+    // the pair is read, decided under the lock once, and stored as the
+    // word that the lock-free check reads (forged here).
+    let quota = Quota::token_bucket(3, Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let p = quota.params;
+    let backend = MemoryBackend::new();
+    let limiter = Limiter::new(backend.clone(), quota);
+    let id = limiter.quotas().state_ids()[0];
+    let now = crate::clock::Clock::now(&crate::clock::SystemClock).as_micros();
+    // Two of the three tokens spent.
+    let full = p.capacity * p.unit;
+    let bucket = crate::algorithm::State::TokenBucket(crate::algorithm::token_bucket::Bucket {
+        level: full - 2 * p.unit,
+        at: now,
+    });
+    let numbers = bucket.to_pair(&p).unwrap();
+    backend.inner.table.lock("k").insert_pair(
+        id,
+        "k",
+        Pair(portable_atomic::AtomicU128::new(numbers)),
+        0,
+    );
+    assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());
+    assert_eq!(kind(&backend, id, "k"), Some("word"));
+    assert!(!limiter.check_now("k", 1).unwrap().unwrap().allowed());
+    assert_eq!(backend.len(), 1);
 }
 
 /// A charge that must store its state anew (a key with none, or a window
