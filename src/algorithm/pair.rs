@@ -130,22 +130,27 @@ pub(crate) fn sliding_window_added(
 mod tests {
     use super::{sliding_window_added, token_bucket_spent};
     use crate::Quota;
-    use crate::algorithm::{State, sliding_window, token_bucket};
+    use crate::algorithm::{State, sliding_window, token_bucket, word};
     use proptest::prelude::*;
     use std::time::Duration;
 
     proptest! {
-        /// A bucket checked on its two numbers admits, reports and stores
-        /// what the bucket read back and checked in full does, for buckets
-        /// at any level, clocks before and after them, any cost.
+        /// A bucket checked on its two numbers, as a pair or in one word
+        /// where its quota keeps it so (`word.rs`), admits, reports and
+        /// stores what the bucket read back and checked in full does, for
+        /// buckets at any level, clocks before and after them, any cost;
+        /// a word reads back as the bucket and expires when it does.
         #[test]
         fn a_bucket_spent_on_its_numbers_is_the_bucket_checked(
-            // Buckets faster and slower than a token a microsecond.
-            per_second in prop_oneof![1u64..1_000_000, 2_000_000u64..50_000_000],
+            // Buckets faster and slower than a token a microsecond, and
+            // those kept in one word (2 to 31 units a microsecond).
+            per_second in prop_oneof![1u64..1_000_000, 2_000_000u64..50_000_000, 2u64..=31],
             burst in 1u64..5_000,
-            level in 0u64..10_000,
-            at in 1_000u64..2_000,
-            now in 0u64..3_000,
+            level in prop_oneof![0u64..10_000, 0u64..10_000_000_000],
+            // Small moments, and the epoch's.
+            at in prop_oneof![1_000u64..2_000, 1_760_000_000_000_000u64..1_760_000_000_001_000],
+            // From a millisecond before `at` to two after.
+            offset in 0u64..3_000,
             cost in prop_oneof![Just(1u64), 0u64..40],
         ) {
             let quota = Quota::token_bucket(per_second, Duration::from_secs(1))
@@ -154,18 +159,25 @@ mod tests {
                 .unwrap();
             let p = &quota.params;
             prop_assume!(p.refill > 1);
+            let now = at - 1_000 + offset;
             let full = p.capacity * p.unit;
-            let bucket = token_bucket::Bucket { level: level.min(full), at };
-            let numbers = State::TokenBucket(bucket).to_pair(p).unwrap();
+            let bucket = State::TokenBucket(token_bucket::Bucket { level: level.min(full), at });
+            let numbers = bucket.to_pair(p).unwrap();
             let stored = State::from_pair(numbers, p).unwrap();
             let spend = token_bucket::Spend::new(p, cost);
             let (taken, next) = token_bucket_spent(numbers, p, &spend, now).unwrap();
             let checked = token_bucket::take(Some(&stored), p, cost, now);
             prop_assert_eq!(taken, checked);
-            let stored_next = checked
-                .admits(p)
-                .then(|| State::TokenBucket(checked.bucket(p, now)).to_pair(p).unwrap());
-            prop_assert_eq!(next, stored_next);
+            let after = checked.admits(p).then(|| State::TokenBucket(checked.bucket(p, now)));
+            prop_assert_eq!(next, after.as_ref().map(|a| a.to_pair(p).unwrap()));
+            if word::keeps_bucket(p) {
+                let in_word = bucket.to_word(p).unwrap();
+                prop_assert_eq!(State::from_word(in_word, p), Some(stored.clone()));
+                prop_assert_eq!(word::expiry(in_word), stored.expires_at(p));
+                let (taken, next) = word::token_bucket_spent(in_word, p, cost * p.unit, now, true);
+                prop_assert_eq!(taken, Some(checked));
+                prop_assert_eq!(next, after.map(|a| a.to_word(p).unwrap()));
+            }
         }
 
         /// A sliding window's count added in its numbers is the admission

@@ -126,7 +126,6 @@ mod tests {
     use super::{expiry, keeps_bucket, token_bucket_spent};
     use crate::Quota;
     use crate::algorithm::{State, token_bucket};
-    use proptest::prelude::*;
     use std::time::Duration;
 
     fn bucket(per_second: u64) -> Quota {
@@ -149,40 +148,8 @@ mod tests {
         assert!(!keeps_bucket(&bucket(999_999).params));
     }
 
-    proptest! {
-        /// A bucket kept in a word reads back as the bucket it was,
-        /// expires when it does, and is checked as its two numbers are.
-        #[test]
-        fn a_bucket_in_a_word_is_its_two_numbers(
-            per_second in 2u64..=31,
-            burst in 1u64..5_000,
-            level in 0u64..10_000_000_000,
-            at in 1_760_000_000_000_000u64..1_760_000_000_001_000,
-            later in 0u64..3_000,
-            cost in prop_oneof![Just(1u64), 0u64..40],
-        ) {
-            let quota = Quota::token_bucket(per_second, Duration::from_secs(1))
-                .burst(burst)
-                .build()
-                .unwrap();
-            let p = &quota.params;
-            prop_assume!(keeps_bucket(p));
-            let bucket = token_bucket::Bucket { level: level.min(p.capacity * p.unit), at };
-            let state = State::TokenBucket(bucket);
-            let word = state.to_word(p).unwrap();
-            let stored = State::from_word(word, p).unwrap();
-            prop_assert_eq!(State::from_pair(state.to_pair(p).unwrap(), p), Some(stored.clone()));
-            prop_assert_eq!(expiry(word), stored.expires_at(p));
-            let now = at + later;
-            let (taken, next) = token_bucket_spent(word, p, cost * p.unit, now, true);
-            let taken = taken.unwrap();
-            prop_assert_eq!(taken, token_bucket::take(Some(&stored), p, cost, now));
-            let next_state = taken
-                .admits(p)
-                .then(|| State::TokenBucket(taken.bucket(p, now)).to_word(p).unwrap());
-            prop_assert_eq!(next, next_state);
-        }
-    }
+    // A bucket in a word is checked against its pair and in full by
+    // `pair.rs`' property test, `a_bucket_spent_on_its_numbers_is_the_bucket_checked`.
 
     #[test]
     fn other_words_are_kept_as_they_are_or_refused() {
