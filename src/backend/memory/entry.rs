@@ -44,10 +44,10 @@ impl Wide {
 /// arrival time, the moment a token bucket is full again, a fixed window's
 /// end plus its count) or the moment a token bucket refilling 2 to 31
 /// units a microsecond is full, on its own clock, as `State::to_word`
-/// makes it (see `algorithm::word`). A word entry, 40
-/// bytes with the key instead of 72. The number says its expiry (exactly,
-/// but for a window's count of microseconds), and it is updated by
-/// compare-and-swap under the shard's read lock.
+/// makes it (see `algorithm::word`). A word entry, 40 bytes with the key
+/// instead of 72. The number says its expiry (exactly, but for a window's
+/// count of microseconds), and it is updated by compare-and-swap under the
+/// shard's read lock.
 pub(super) struct Word(pub(super) AtomicU64);
 
 impl Expiring for Word {
