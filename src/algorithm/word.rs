@@ -53,11 +53,14 @@ pub(crate) fn expiry(word: u64) -> u64 {
     }
 }
 
-/// The word of a bucket full again at `moment` (in `1/refill`
-/// microseconds); `None` when it does not fit.
+/// The moment a bucket refilling `refill` units a microsecond (at most
+/// [`MOST_REFILL`]) keeps in `word` (in `1/refill` microseconds), if the
+/// word is such a bucket's: the word less its tag, if the tag is `refill`.
 #[inline]
-fn bucket_word(moment: u64, refill: u64) -> Option<u64> {
-    (moment <= MOMENT && (2..=MOST_REFILL).contains(&refill)).then_some(refill << TAG | moment)
+fn moment(word: u64, refill: u64) -> Option<u64> {
+    debug_assert!(refill <= MOST_REFILL);
+    let moment = word ^ refill << TAG;
+    (moment <= MOMENT).then_some(moment)
 }
 
 impl State {
@@ -69,7 +72,8 @@ impl State {
             State::Word(n) => plain(*n).then_some(*n),
             State::TokenBucket(b) if keeps_bucket(p) => {
                 let (full_at, r) = b.to_pair(p)?;
-                bucket_word(full_at.checked_mul(p.refill)? - r, p.refill)
+                let moment = full_at.checked_mul(p.refill)? - r;
+                (moment <= MOMENT).then_some(p.refill << TAG | moment)
             }
             _ => None,
         }
@@ -84,19 +88,19 @@ impl State {
         if plain(word) {
             return Some(State::Word(word));
         }
-        if word >> TAG != p.refill {
+        if !(2..=MOST_REFILL).contains(&p.refill) {
             return None;
         }
-        let moment = word & MOMENT;
-        let full_at = moment.div_ceil(p.refill);
+        let moment = moment(word, p.refill)?;
+        let full_at = expiry(word);
         Bucket::from_pair(full_at, full_at * p.refill - moment, p).map(State::TokenBucket)
     }
 }
 
 /// A token bucket kept in a word, checked for `units` (`cost * unit`) at
 /// `now`: the check in plain numbers, and the word to store when it admits
-/// and `commit`s; no check for a word that is not such a bucket's, or a
-/// bucket that no word holds (then neither). GCRA's arithmetic, on the
+/// and `commit`s; neither for a word that is not such a bucket's, nor for
+/// an admitted bucket that no word holds. GCRA's arithmetic, on the
 /// bucket's clock.
 #[inline]
 pub(crate) fn token_bucket_spent(
@@ -106,9 +110,7 @@ pub(crate) fn token_bucket_spent(
     now: u64,
     commit: bool,
 ) -> (Option<Taken>, Option<u64>) {
-    // The word less its tag is its moment only if the tag is the bucket's.
-    let tag = p.refill << TAG;
-    let (Some(now), moment @ 0..=MOMENT) = (now.checked_mul(p.refill), word ^ tag) else {
+    let (Some(now), Some(moment)) = (now.checked_mul(p.refill), moment(word, p.refill)) else {
         return (None, None);
     };
     let start = moment.max(now);
@@ -116,7 +118,7 @@ pub(crate) fn token_bucket_spent(
     let next = start + units;
     match (taken.admits(p), next <= MOMENT) {
         (false, _) => (Some(taken), None),
-        (true, true) => (Some(taken), commit.then_some(tag | next)),
+        (true, true) => (Some(taken), commit.then_some(word & !MOMENT | next)),
         (true, false) => (None, None),
     }
 }

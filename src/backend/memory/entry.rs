@@ -68,33 +68,30 @@ impl Word {
     }
 
     /// Applies `update` under the write lock, if the result is still one
-    /// number; else hands back the state it makes, to be stored wide.
+    /// number ([`apply_to_numbers`]).
     /// Inlined, as [`Pair::apply`] is: a set stores through them on every
     /// check, and the update passed to a call went through memory.
     #[inline]
     fn apply(&mut self, update: Update, p: &Params) -> Option<State> {
-        let state = match update {
-            Update::Keep => return None,
-            // A set's loop stores its arrival times and windows here on
-            // every check: set without matching the state again.
-            Update::Set(State::Word(n)) if word::plain(n) => {
-                *self.0.get_mut() = n;
-                return None;
-            }
-            Update::Set(state) => state,
-            update => {
-                let mut state = self.state(p);
-                update.apply(&mut state, p);
-                state?
-            }
-        };
-        match state.to_word(p) {
-            Some(n) => {
-                *self.0.get_mut() = n;
-                None
-            }
-            None => Some(state),
+        // A set's loop stores its arrival times and windows here on every
+        // check: set without matching the state again.
+        if let Update::Set(State::Word(n)) = update
+            && word::plain(n)
+        {
+            *self.0.get_mut() = n;
+            return None;
         }
+        let slot = self.0.get_mut();
+        apply_to_numbers(
+            slot,
+            update,
+            p,
+            |n| State::from_word(n, p),
+            |shape| match shape {
+                Shape::Word(n) => Some(n),
+                _ => None,
+            },
+        )
     }
 
     /// [`update`] of the number.
@@ -182,31 +179,73 @@ impl Pair {
         State::from_pair(self.0.load(Relaxed), p)
     }
 
-    /// Applies `update` under the write lock, if the result still fits
-    /// two numbers; else hands back the state it makes, to be stored wide.
+    /// Applies `update` under the write lock, if the result is still two
+    /// numbers ([`apply_to_numbers`]).
     #[inline]
     fn apply(&mut self, update: Update, p: &Params) -> Option<State> {
-        // A state set (every update but a log's) is encoded as it is: the
-        // numbers it replaces need no decoding, nor the update a match.
-        let state = match update {
-            Update::Keep => return None,
-            Update::Set(state) => state,
-            update => {
-                let mut state = State::from_pair(*self.0.get_mut(), p);
-                update.apply(&mut state, p);
-                state?
-            }
-        };
-        // A bucket its quota keeps in a word now (a quota no longer
-        // elastic) moves there, where its lock-free check looks.
-        let to_word = matches!(state, State::TokenBucket(_)) && word::keeps_bucket(p);
-        match state.to_pair(p).filter(|_| !to_word) {
-            Some(numbers) => {
-                *self.0.get_mut() = numbers;
-                None
-            }
-            None => Some(state),
+        let slot = self.0.get_mut();
+        apply_to_numbers(
+            slot,
+            update,
+            p,
+            |n| State::from_pair(n, p),
+            |shape| match shape {
+                Shape::Pair(n) => Some(n),
+                _ => None,
+            },
+        )
+    }
+}
+
+/// The entry a state is stored in, with its numbers: one number in a word
+/// entry, two in a pair entry (a state that fits a word is never a pair: a
+/// bucket's quota may come to keep it in a word, where its lock-free check
+/// looks), anything else as it is in a wide entry.
+enum Shape {
+    Word(u64),
+    Pair(u128),
+    Wide,
+}
+
+#[inline(always)]
+fn shape(state: &State, p: &Params) -> Shape {
+    if let Some(n) = state.to_word(p) {
+        return Shape::Word(n);
+    }
+    match state.to_pair(p) {
+        Some(n) => Shape::Pair(n),
+        None => Shape::Wide,
+    }
+}
+
+/// Applies `update` to a word's or pair's numbers in place under the write
+/// lock, if the state it makes still has that entry's shape (`in_place`
+/// gives its numbers); else hands back the state, to be stored anew in its
+/// shape. A state set (every update but a log's) is encoded as it is: the
+/// numbers it replaces need no decoding, nor the update a match.
+#[inline(always)]
+fn apply_to_numbers<N: Copy>(
+    numbers: &mut N,
+    update: Update,
+    p: &Params,
+    decode: impl FnOnce(N) -> Option<State>,
+    in_place: impl FnOnce(Shape) -> Option<N>,
+) -> Option<State> {
+    let state = match update {
+        Update::Keep => return None,
+        Update::Set(state) => state,
+        update => {
+            let mut state = decode(*numbers);
+            update.apply(&mut state, p);
+            state?
         }
+    };
+    match in_place(shape(&state, p)) {
+        Some(n) => {
+            *numbers = n;
+            None
+        }
+        None => Some(state),
     }
 }
 
@@ -244,18 +283,16 @@ pub(super) fn store_new(
     if !update.apply(&mut state, p) {
         return;
     }
-    let gained = match state {
-        Some(state) if let Some(n) = state.to_word(p) => {
-            shard.insert_word(id, key, Word(AtomicU64::new(n)), now)
-        }
-        Some(state) if let Some(numbers) = state.to_pair(p) => {
-            shard.insert_pair(id, key, Pair(AtomicU128::new(numbers)), now)
-        }
-        Some(state) => {
+    let Some(state) = state else {
+        return;
+    };
+    let gained = match shape(&state, p) {
+        Shape::Word(n) => shard.insert_word(id, key, Word(AtomicU64::new(n)), now),
+        Shape::Pair(n) => shard.insert_pair(id, key, Pair(AtomicU128::new(n)), now),
+        Shape::Wide => {
             let expires_at = state.expires_at(p);
             shard.insert(id, key, Wide { expires_at, state }, now)
         }
-        None => return,
     };
     metrics.states_changed(gained);
 }

@@ -132,6 +132,39 @@ fn a_bucket_found_as_a_pair_where_its_quota_keeps_a_word_moves_to_a_word() {
     assert_eq!(backend.len(), 1);
 }
 
+#[test]
+fn a_peek_at_a_bucket_kept_in_a_word_spends_nothing() {
+    // 3 per 10 s: its word is stored by the first check, and the peeks
+    // after are decided on it without the lock.
+    let quota = Quota::token_bucket(3, Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let backend = MemoryBackend::new();
+    let limiter = Limiter::new(backend.clone(), quota);
+    assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());
+    let id = limiter.quotas().state_ids()[0];
+    assert_eq!(kind(&backend, id, "k"), Some("word"));
+    let peek = |cost| {
+        let request = CheckRequest {
+            key: "k",
+            quotas: limiter.quotas(),
+            cost,
+            commit: false,
+            room: false,
+            started: crate::clock::Stopwatch::start(),
+        };
+        match backend.check_now(request) {
+            crate::backend::Now::Decided(Ok(decision)) => decision.allowed(),
+            _ => panic!("the memory backend decides at once"),
+        }
+    };
+    for _ in 0..5 {
+        assert!(peek(2));
+    }
+    assert!(limiter.check_now("k", 2).unwrap().unwrap().allowed());
+    assert!(!peek(1));
+}
+
 /// A charge that must store its state anew (a key with none, or a window
 /// kept as one number that its count no longer fits) is stored, and the
 /// decision it returns sees it.

@@ -71,21 +71,17 @@ impl<C: Clock> MemoryBackend<C> {
         let (at, commit) = (now.as_micros(), request.commit);
         let taken = if in_word {
             let units = request.cost * p.unit;
-            shard
-                .word(id, request.key)
-                .and_then(|n| n.update(|n| word::token_bucket_spent(n, p, units, at, commit)))
+            let word = shard.word(id, request.key);
+            word.and_then(|n| n.update(|n| word::token_bucket_spent(n, p, units, at, commit)))
         } else {
             let spend = token_bucket::Spend::new(p, request.cost);
-            shard.pair(id, request.key).and_then(|numbers| {
-                update(&numbers.0, |n| {
-                    spent(pair::token_bucket_spent(n, p, &spend, at), commit)
-                })
-            })
+            let pair = shard.pair(id, request.key);
+            pair.and_then(|n| update(&n.0, |n| pair::token_bucket_spent(n, p, &spend, at, commit)))
         };
-        if let Some(taken) = taken {
-            return q.bucket_decision(&taken);
+        match taken {
+            Some(taken) => q.bucket_decision(&taken),
+            None => self.decide_locked(request, now, Some(shard.write()), None),
         }
-        self.decide_locked(request, now, Some(shard.write()), None)
     }
 
     /// Any other one-quota state of two numbers found stored (a fixed
@@ -119,20 +115,6 @@ impl<C: Clock> MemoryBackend<C> {
             }
         }
         self.decide_locked(request, now, Some(shard.write()), None)
-    }
-}
-
-/// One try of a token bucket's loop, from its check on the stored numbers:
-/// the check, and the numbers to store if it admits and commits. `None`
-/// for numbers that are not the bucket's, for the write lock.
-#[inline(always)]
-fn spent<V>(
-    checked: Option<(token_bucket::Taken, Option<V>)>,
-    commit: bool,
-) -> (Option<token_bucket::Taken>, Option<V>) {
-    match checked {
-        Some((taken, next)) => (Some(taken), next.filter(|_| commit)),
-        None => (None, None),
     }
 }
 
