@@ -79,30 +79,24 @@ impl State {
 }
 
 /// A token bucket's pair checked by `spend` at `now`
-/// ([`token_bucket::Spend::take`]), and the pair to store when it admits
-/// and `commit`s; neither for numbers that are not such a bucket's, nor for
-/// an admitted bucket that no pair holds.
+/// ([`token_bucket::Spend::take`]), with the pair to store when it admits;
+/// `None` for numbers that are not such a bucket's, or an admitted bucket
+/// that no pair holds.
 #[inline]
 pub(crate) fn token_bucket_spent(
     pair: Pair,
     p: &Params,
     spend: &token_bucket::Spend,
     now: u64,
-    commit: bool,
-) -> (Option<token_bucket::Taken>, Option<Pair>) {
+) -> Option<(token_bucket::Taken, Option<Pair>)> {
     let (first, r) = (pair as u64, (pair >> 64) as u64);
     if first >> 56 != PAIR_TOKEN_BUCKET {
-        return (None, None);
+        return None;
     }
-    let Some((taken, next)) = spend.take(p, (first & PAIR_EXPIRY, r), now) else {
-        return (None, None);
-    };
-    let Some((full_at, r)) = next else {
-        return (Some(taken), None);
-    };
-    match self::pair(PAIR_TOKEN_BUCKET, full_at, r) {
-        Some(next) => (Some(taken), commit.then_some(next)),
-        None => (None, None),
+    let (taken, next) = spend.take(p, (first & PAIR_EXPIRY, r), now)?;
+    match next {
+        Some((full_at, r)) => Some((taken, Some(self::pair(PAIR_TOKEN_BUCKET, full_at, r)?))),
+        None => Some((taken, None)),
     }
 }
 
@@ -171,9 +165,9 @@ mod tests {
             let numbers = bucket.to_pair(p).unwrap();
             let stored = State::from_pair(numbers, p).unwrap();
             let spend = token_bucket::Spend::new(p, cost);
-            let (taken, next) = token_bucket_spent(numbers, p, &spend, now, true);
+            let (taken, next) = token_bucket_spent(numbers, p, &spend, now).unwrap();
             let checked = token_bucket::take(Some(&stored), p, cost, now);
-            prop_assert_eq!(taken, Some(checked));
+            prop_assert_eq!(taken, checked);
             let after = checked.admits(p).then(|| State::TokenBucket(checked.bucket(p, now)));
             prop_assert_eq!(next, after.as_ref().map(|a| a.to_pair(p).unwrap()));
             if word::keeps_bucket(p) {
@@ -232,8 +226,8 @@ mod tests {
             .unwrap();
         let spend = token_bucket::Spend::new(&bucket.params, 1);
         assert_eq!(
-            token_bucket_spent(of_window, &bucket.params, &spend, 1_000_001, true),
-            (None, None)
+            token_bucket_spent(of_window, &bucket.params, &spend, 1_000_001),
+            None
         );
         let of_bucket = State::TokenBucket(token_bucket::Bucket {
             level: 0,
