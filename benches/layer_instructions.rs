@@ -10,6 +10,12 @@
 //! no runtime; with `prometheus`, a Prometheus recorder is installed first,
 //! to price the metrics when someone listens. What a layer adds is its
 //! count less bare's.
+//!
+//! `layer_instructions N time`: time, not instructions. Bare, tollgate and
+//! tower_governor take turns in one process, a block of 1 000 requests
+//! each, until each has sent N; each block is timed. A shared VM's speed
+//! drifts by more than a layer costs between runs and between processes, so
+//! only cases interleaved this finely compare (`scripts/bench-layer-time.sh`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -40,8 +46,11 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
     let mut mode = "tollgate".to_owned();
+    let mut time = false;
     for arg in args {
-        if arg == "prometheus" {
+        if arg == "time" {
+            time = true;
+        } else if arg == "prometheus" {
             metrics_exporter_prometheus::PrometheusBuilder::new()
                 .install_recorder()
                 .expect("recorder");
@@ -51,6 +60,12 @@ fn main() {
     }
     let hello =
         service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(Body::empty())) });
+    if time {
+        let limiter = Limiter::new(MemoryBackend::new(), quota());
+        let tollgate = RateLimitLayer::new(limiter, PeerIp::new()).layer(hello);
+        let governor = peers::governor_layer().layer(hello);
+        return interleaved(hello, tollgate, governor, n);
+    }
     match mode.as_str() {
         "bare" => drive(hello, n),
         "tollgate" => {
@@ -100,6 +115,48 @@ where
 {
     send(&mut svc, 1);
     counted(&mut svc, n);
+}
+
+/// Bare, tollgate and tower_governor in turn, 1 000 requests at a time;
+/// prints the nanoseconds a request each took and what each layer added.
+fn interleaved<A, B, C, X, Y, Z>(mut bare: A, mut tollgate: B, mut governor: C, n: u64)
+where
+    A: Service<Request<()>, Response = Response<X>>,
+    A::Error: std::fmt::Debug,
+    B: Service<Request<()>, Response = Response<Y>>,
+    B::Error: std::fmt::Debug,
+    C: Service<Request<()>, Response = Response<Z>>,
+    C::Error: std::fmt::Debug,
+{
+    const BLOCK: u64 = 1000;
+    let timed = |send: &mut dyn FnMut(u64), spent: &mut Duration| {
+        let start = std::time::Instant::now();
+        send(BLOCK);
+        *spent += start.elapsed();
+    };
+    let mut spent = [Duration::ZERO; 3];
+    // Warmed up once each, uncounted: the clock's calibration.
+    send(&mut bare, 1);
+    send(&mut tollgate, 1);
+    send(&mut governor, 1);
+    for block in 0..n.div_ceil(BLOCK) {
+        // The order turns, so that no case always follows another.
+        for i in 0..3 {
+            match (block + i) % 3 {
+                0 => timed(&mut |k| send(&mut bare, k), &mut spent[0]),
+                1 => timed(&mut |k| send(&mut tollgate, k), &mut spent[1]),
+                _ => timed(&mut |k| send(&mut governor, k), &mut spent[2]),
+            }
+        }
+    }
+    let sent = n.div_ceil(BLOCK) * BLOCK;
+    let [bare, tollgate, governor] = spent.map(|d| d.as_nanos() as f64 / sent as f64);
+    println!(
+        "bare {bare:.1} ns, tollgate {tollgate:.1} ns, tower_governor {governor:.1} ns; added: tollgate {:.1} ns, tower_governor {:.1} ns, ratio {:.3}",
+        tollgate - bare,
+        governor - bare,
+        (tollgate - bare) / (governor - bare)
+    );
 }
 
 /// What `scripts/callgrind-layer.sh` counts (`--toggle-collect`), so never
