@@ -306,8 +306,9 @@ impl ResponsePolicy {
 /// Adds headers the response does not set itself.
 pub(crate) fn with_headers(mut response: Response<Bytes>, headers: Headers) -> Response<Bytes> {
     for (name, value) in headers {
-        if !response.headers().contains_key(name) {
-            response.headers_mut().insert(name.clone(), value);
+        let name = name.header();
+        if !response.headers().contains_key(&name) {
+            response.headers_mut().insert(name, value);
         }
     }
     response

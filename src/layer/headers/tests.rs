@@ -4,9 +4,9 @@ use super::*;
 fn single_value_styles_show_the_quota_with_less_remaining() {
     let set = |limit: u64, remaining: u64, reset: Option<u64>| {
         let mut h = Headers::new();
-        h.push((&RATELIMIT_LIMIT, number(limit)));
-        h.push((&RATELIMIT_REMAINING, number(remaining)));
-        h.extend(reset.map(|r| (&RATELIMIT_RESET, number(r))));
+        h.push((Name::RateLimitLimit, number(limit)));
+        h.push((Name::RateLimitRemaining, number(remaining)));
+        h.extend(reset.map(|r| (Name::RateLimitReset, number(r))));
         h
     };
     let mut rate = set(10, 3, Some(6));

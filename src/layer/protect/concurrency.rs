@@ -6,9 +6,7 @@ use std::sync::Arc;
 use http::HeaderValue;
 
 use crate::backend::{MemorySlots, SlotStore};
-use crate::layer::headers::{
-    HeaderStyle, Headers, RATELIMIT, RATELIMIT_POLICY, number, sf_string, single_value_names,
-};
+use crate::layer::headers::{HeaderStyle, Headers, Name, number, sf_string, single_value_names};
 use crate::quota::QuotaError;
 
 /// Below this load, an elastic quota admits up to its ceiling.
@@ -155,8 +153,8 @@ impl ConcurrencyQuota {
                     .and_then(|i| self.states.get(i))
                     .cloned()
                     .unwrap_or_else(|| state(&self.name, free));
-                out.push((&RATELIMIT_POLICY, self.policy_header.clone()));
-                out.push((&RATELIMIT, state));
+                out.push((Name::RateLimitPolicy, self.policy_header.clone()));
+                out.push((Name::RateLimit, state));
                 return out;
             }
             style => match single_value_names(style) {
@@ -200,7 +198,6 @@ fn policy_header(name: &str, limit: u64) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::headers::{RATELIMIT_LIMIT, RATELIMIT_REMAINING, X_LIMIT, X_REMAINING};
 
     #[test]
     fn headers_carry_the_unit_and_no_window() {
@@ -209,15 +206,18 @@ mod tests {
         assert_eq!(h[0].1, "\"a \\\"b\\\"\";q=3;qu=\"concurrent-requests\"");
         assert_eq!(h[1].1, "\"a \\\"b\\\"\";r=2");
         let h = q.headers(1, HeaderStyle::Draft6);
-        assert_eq!((h[0].0, h[0].1.to_str().unwrap()), (&RATELIMIT_LIMIT, "3"));
+        assert_eq!(
+            (h[0].0, h[0].1.to_str().unwrap()),
+            (Name::RateLimitLimit, "3")
+        );
         assert_eq!(
             (h[1].0, h[1].1.to_str().unwrap()),
-            (&RATELIMIT_REMAINING, "2")
+            (Name::RateLimitRemaining, "2")
         );
         assert_eq!(h.len(), 2, "no reset");
         let h = q.headers(5, HeaderStyle::Legacy);
-        assert_eq!((h[0].0, h[0].1.to_str().unwrap()), (&X_LIMIT, "3"));
-        assert_eq!((h[1].0, h[1].1.to_str().unwrap()), (&X_REMAINING, "0"));
+        assert_eq!((h[0].0, h[0].1.to_str().unwrap()), (Name::XLimit, "3"));
+        assert_eq!((h[1].0, h[1].1.to_str().unwrap()), (Name::XRemaining, "0"));
         assert!(q.headers(1, HeaderStyle::None).is_empty());
         assert!(ConcurrencyQuota::new(0).is_err());
         assert!(ConcurrencyQuota::new(3).unwrap().elastic(2).is_err());
