@@ -4,6 +4,12 @@
 //!
 //! `instructions <case> <checks>`; with other arguments (as `cargo bench`
 //! passes) it does nothing.
+//!
+//! `instructions time <checks>`: time, not instructions. Governor's GCRA
+//! and tollgate's hot-key cases take turns in one process, 10 000 checks
+//! at a time, until each has made `checks`; each block is timed. A shared
+//! VM's speed drifts between runs by more than these differences, so only
+//! cases interleaved this finely compare.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -33,7 +39,7 @@ fn ready<F: Future>(f: F) -> F::Output {
 /// real cost below (1: one unit given back) or above (3: one more charged).
 /// `requests_and_tokens_<how>`: the same on a set of two GCRA quotas, one
 /// counting requests and one the cost (the tokens), as an LLM API limits.
-fn reserve_and_settle(how: &str, checks: u64, key: &str) {
+fn reserve_and_settle(how: &str, key: String) -> Option<Run> {
     let (how, quotas) = match how.strip_prefix("requests_and_tokens_") {
         Some(how) => (how, requests_and_tokens()),
         None => (how, peers::admitting(Algorithm::Gcra)),
@@ -42,14 +48,19 @@ fn reserve_and_settle(how: &str, checks: u64, key: &str) {
         "keep" => Settle::Keep,
         "below" => Settle::Actual(1),
         "above" => Settle::Actual(3),
-        _ => return eprintln!("unknown case reserve_settle_{how}"),
+        _ => return None,
     };
     let limiter = tollgate(quotas);
-    for _ in 0..checks {
-        let reservation = ready(limiter.reserve(black_box(key), 2)).expect("reserved");
-        let _ = black_box(ready(reservation.settle(settle)));
-    }
+    Some(Box::new(move |checks| {
+        for _ in 0..checks {
+            let reservation = ready(limiter.reserve(black_box(&key), 2)).expect("reserved");
+            let _ = black_box(ready(reservation.settle(settle)));
+        }
+    }))
 }
+
+/// A case: makes the checks it is given.
+type Run = Box<dyn FnMut(u64)>;
 
 /// A request quota and a token quota, both GCRA and never spent in a run.
 fn requests_and_tokens() -> QuotaSet {
@@ -79,24 +90,73 @@ fn main() {
     let Ok(checks) = checks.parse::<u64>() else {
         return;
     };
+    if case == "time" {
+        return interleaved(checks);
+    }
+    match run(case) {
+        Some(mut run) => run(checks),
+        None => eprintln!("unknown case {case}"),
+    }
+}
+
+/// Governor's GCRA and tollgate's one-number and two-number cases in turn,
+/// 10 000 checks at a time; prints the nanoseconds a check each took, and
+/// each one's time over governor's and over tollgate's GCRA.
+fn interleaved(checks: u64) {
+    const BLOCK: u64 = 10_000;
+    let names = [
+        "governor/gcra",
+        "tollgate/gcra",
+        "tollgate/fixed_window",
+        "tollgate/token_bucket_fractional",
+        "tollgate/sliding_window",
+        "tollgate/token_bucket_fractional_pair",
+    ];
+    let mut runs: Vec<Run> = names.iter().filter_map(|n| run(n)).collect();
+    let mut spent = vec![Duration::ZERO; runs.len()];
+    // One check each first, uncounted: the clock's calibration.
+    runs.iter_mut().for_each(|run| run(1));
+    for block in 0..checks.div_ceil(BLOCK) as usize {
+        // The order turns, so that no case always follows another.
+        for i in 0..runs.len() {
+            let at = (block + i) % runs.len();
+            let start = std::time::Instant::now();
+            runs[at](BLOCK);
+            spent[at] += start.elapsed();
+        }
+    }
+    let made = (checks.div_ceil(BLOCK) * BLOCK) as f64;
+    let ns: Vec<f64> = spent.iter().map(|d| d.as_nanos() as f64 / made).collect();
+    for (name, each) in names.iter().zip(&ns) {
+        println!(
+            "{name}: {each:.1} ns, {:.3}x governor, {:.3}x tollgate/gcra",
+            each / ns[0],
+            each / ns[1]
+        );
+    }
+}
+
+/// The case called `case`, on one key.
+fn run(case: &str) -> Option<Run> {
     let key = "ip:203.0.113.7".to_owned();
     if case == "governor/gcra" {
         let gov = peers::governor_admitting();
-        for _ in 0..checks {
-            let _ = black_box(gov.check_key(black_box(&key)));
-        }
-        return;
+        return Some(Box::new(move |checks| {
+            for _ in 0..checks {
+                let _ = black_box(gov.check_key(black_box(&key)));
+            }
+        }));
     }
     if let Some(how) = case.strip_prefix("tollgate/reserve_settle_") {
-        return reserve_and_settle(how, checks, &key);
+        return reserve_and_settle(how, key);
     }
-    let quotas = match case.strip_prefix("tollgate/") {
-        Some("three_quotas") => peers::three_quotas(),
-        Some("three_quotas_admitted") => peers::three_quotas_admitted(),
-        Some("three_quotas_flood") => peers::three_quotas_flood(),
-        Some("three_quotas_refused") => peers::three_quotas_refused(),
+    let quotas = match case.strip_prefix("tollgate/")? {
+        "three_quotas" => peers::three_quotas(),
+        "three_quotas_admitted" => peers::three_quotas_admitted(),
+        "three_quotas_flood" => peers::three_quotas_flood(),
+        "three_quotas_refused" => peers::three_quotas_refused(),
         // Two a microsecond: the window keeps its start and count, wide.
-        Some("fixed_window_two_a_microsecond") => QuotaSet::single(
+        "fixed_window_two_a_microsecond" => QuotaSet::single(
             Quota::fixed_window(2_000_000, Duration::from_secs(1))
                 .build()
                 .expect("valid quota"),
@@ -106,13 +166,13 @@ fn main() {
         // it). 3 000 000 a second refills 3 units a microsecond, and the
         // two are packed in one word; 999 999 refills 999 999, and they are
         // a pair, swapped together. Bursts that every check fits.
-        Some("token_bucket_fractional") => QuotaSet::single(
+        "token_bucket_fractional" => QuotaSet::single(
             Quota::token_bucket(3_000_000, Duration::from_secs(1))
                 .burst(1 << 40)
                 .build()
                 .expect("valid quota"),
         ),
-        Some("token_bucket_fractional_pair") => QuotaSet::single(
+        "token_bucket_fractional_pair" => QuotaSet::single(
             Quota::token_bucket(999_999, Duration::from_secs(1))
                 .burst(1 << 32)
                 .build()
@@ -123,24 +183,22 @@ fn main() {
         // Windows of 100 ms: the check weighs the previous window's count,
         // as on a key checked for longer than one window (the admitting
         // sliding window's windows never end).
-        Some("sliding_window_rolling") => QuotaSet::single(
+        "sliding_window_rolling" => QuotaSet::single(
             Quota::sliding_window(u64::from(u32::MAX), Duration::from_millis(100))
                 .build()
                 .expect("valid quota"),
         ),
-        Some("sliding_window_refusing") => QuotaSet::single(
+        "sliding_window_refusing" => QuotaSet::single(
             Quota::sliding_window(10, Duration::from_secs(60))
                 .build()
                 .expect("valid quota"),
         ),
-        Some(name) => match Algorithm::ALL.iter().find(|a| a.name() == name) {
-            Some(&a) => peers::admitting(a),
-            None => return eprintln!("unknown case {case}"),
-        },
-        None => return eprintln!("unknown case {case}"),
+        name => peers::admitting(*Algorithm::ALL.iter().find(|a| a.name() == name)?),
     };
     let limiter = tollgate(quotas);
-    for _ in 0..checks {
-        let _ = black_box(limiter.check_now(black_box(&key), 1));
-    }
+    Some(Box::new(move |checks| {
+        for _ in 0..checks {
+            let _ = black_box(limiter.check_now(black_box(&key), 1));
+        }
+    }))
 }
