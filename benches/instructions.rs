@@ -9,7 +9,7 @@
 //! and tollgate's hot-key cases take turns in one process, 10 000 checks
 //! at a time, until each has made `checks`; each block is timed. A shared
 //! VM's speed drifts between runs by more than these differences, so only
-//! cases interleaved this finely compare.
+//! cases interleaved this finely compare (`scripts/bench-time.sh engine`).
 
 use std::future::Future;
 use std::hint::black_box;
@@ -129,7 +129,7 @@ fn interleaved(checks: u64) {
     let ns: Vec<f64> = spent.iter().map(|d| d.as_nanos() as f64 / made).collect();
     for (name, each) in names.iter().zip(&ns) {
         println!(
-            "{name}: {each:.1} ns, {:.3}x governor, {:.3}x tollgate/gcra",
+            "{name}: {each:.1} ns, {:.3}x governor/gcra, {:.3}x tollgate/gcra",
             each / ns[0],
             each / ns[1]
         );

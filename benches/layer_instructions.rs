@@ -15,7 +15,7 @@
 //! tower_governor take turns in one process, a block of 1 000 requests
 //! each, until each has sent N; each block is timed. A shared VM's speed
 //! drifts by more than a layer costs between runs and between processes, so
-//! only cases interleaved this finely compare (`scripts/bench-layer-time.sh`).
+//! only cases interleaved this finely compare (`scripts/bench-time.sh layer`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -118,7 +118,7 @@ where
 }
 
 /// Bare, tollgate and tower_governor in turn, 1 000 requests at a time;
-/// prints the nanoseconds a request each took and what each layer added.
+/// prints the nanoseconds a bare request took and what each layer added.
 fn interleaved<A, B, C, X, Y, Z>(mut bare: A, mut tollgate: B, mut governor: C, n: u64)
 where
     A: Service<Request<()>, Response = Response<X>>,
@@ -151,12 +151,13 @@ where
     }
     let sent = n.div_ceil(BLOCK) * BLOCK;
     let [bare, tollgate, governor] = spent.map(|d| d.as_nanos() as f64 / sent as f64);
+    let (tollgate, governor) = (tollgate - bare, governor - bare);
+    println!("bare: {bare:.1} ns");
     println!(
-        "bare {bare:.1} ns, tollgate {tollgate:.1} ns, tower_governor {governor:.1} ns; added: tollgate {:.1} ns, tower_governor {:.1} ns, ratio {:.3}",
-        tollgate - bare,
-        governor - bare,
-        (tollgate - bare) / (governor - bare)
+        "tollgate: {tollgate:.1} ns added, {:.3}x tower_governor",
+        tollgate / governor
     );
+    println!("tower_governor: {governor:.1} ns added, 1.000x tower_governor");
 }
 
 /// What `scripts/callgrind-layer.sh` counts (`--toggle-collect`), so never
