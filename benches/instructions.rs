@@ -99,7 +99,8 @@ fn main() {
     }
 }
 
-/// Governor's GCRA and tollgate's one-number and two-number cases in turn,
+/// Governor's GCRA, tollgate's one-number and two-number cases and a set of
+/// three quotas in turn,
 /// 10 000 checks at a time; prints the nanoseconds a check each took, and
 /// each one's time over governor's and over tollgate's GCRA.
 fn interleaved(checks: u64) {
@@ -111,6 +112,7 @@ fn interleaved(checks: u64) {
         "tollgate/token_bucket_fractional",
         "tollgate/sliding_window",
         "tollgate/token_bucket_fractional_pair",
+        "tollgate/three_quotas",
     ];
     let mut runs: Vec<Run> = names.iter().filter_map(|n| run(n)).collect();
     let mut spent = vec![Duration::ZERO; runs.len()];
