@@ -72,7 +72,7 @@ impl Prefixes {
 /// whole halves. Written byte by byte or four at a time, the bytes were
 /// then read back a word at a time (the UTF-8 check, the copy into the
 /// key) across several stores, which the processor cannot forward: a
-/// stall of some ten cycles each, a fifth of the key's time.
+/// stall of some ten cycles each, half of the key's time (perf samples).
 fn ipv4_key(ip: Ipv4Addr) -> Ipv4Key {
     let mut text = 0u128;
     let mut len = 0;

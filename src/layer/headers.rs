@@ -51,7 +51,7 @@ pub(crate) type Headers = SmallVec<[(Name, HeaderValue); 2]>;
 /// instead (its bytes are a `Bytes`) is a call through a vtable whose
 /// result is then copied piece by piece, which stalled the processor on
 /// each response (6% of the layer's time on an AMD EPYC, in
-/// `scripts/bench-layer-time.sh`).
+/// `scripts/bench-time.sh layer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Name {
     RateLimit,
