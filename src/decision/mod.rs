@@ -28,8 +28,8 @@ pub struct Decision {
 /// through the enums around it (`Now`, `Result`) copied the byte apart
 /// from the 63 after it, in 16-byte loads at odd offsets that straddle
 /// the stores that wrote them, which the processor cannot forward: a
-/// stall of about ten cycles each, GCRA 1.01-1.09x governor's time on one
-/// hot key against 0.75-0.78x with the word (`instructions time`).
+/// stall of about ten cycles each: GCRA took 1.04x governor's time on one
+/// hot key, against 0.80x with the word (`scripts/bench-time.sh engine`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[repr(u64)]
 enum Answers {
