@@ -19,8 +19,12 @@ use std::time::Duration;
 
 use tollgate::{Algorithm, Counts, Limiter, MemoryBackend, Quota, QuotaSet, Settle};
 
+#[path = "support/interleave.rs"]
+mod interleave;
 #[path = "support/peers.rs"]
 mod peers;
+
+use interleave::{Run, interleave};
 
 fn tollgate(quotas: QuotaSet) -> Limiter<MemoryBackend> {
     Limiter::new(MemoryBackend::new(), quotas)
@@ -39,7 +43,7 @@ fn ready<F: Future>(f: F) -> F::Output {
 /// real cost below (1: one unit given back) or above (3: one more charged).
 /// `requests_and_tokens_<how>`: the same on a set of two GCRA quotas, one
 /// counting requests and one the cost (the tokens), as an LLM API limits.
-fn reserve_and_settle(how: &str, key: String) -> Option<Run> {
+fn reserve_and_settle(how: &str, key: String) -> Option<Run<'static>> {
     let (how, quotas) = match how.strip_prefix("requests_and_tokens_") {
         Some(how) => (how, requests_and_tokens()),
         None => (how, peers::admitting(Algorithm::Gcra)),
@@ -58,9 +62,6 @@ fn reserve_and_settle(how: &str, key: String) -> Option<Run> {
         }
     }))
 }
-
-/// A case: makes the checks it is given.
-type Run = Box<dyn FnMut(u64)>;
 
 /// A request quota and a token quota, both GCRA and never spent in a run.
 fn requests_and_tokens() -> QuotaSet {
@@ -104,7 +105,6 @@ fn main() {
 /// 10 000 checks at a time; prints the nanoseconds a check each took, and
 /// each one's time over governor's and over tollgate's GCRA.
 fn interleaved(checks: u64) {
-    const BLOCK: u64 = 10_000;
     let names = [
         "governor/gcra",
         "tollgate/gcra",
@@ -115,20 +115,7 @@ fn interleaved(checks: u64) {
         "tollgate/three_quotas",
     ];
     let mut runs: Vec<Run> = names.iter().filter_map(|n| run(n)).collect();
-    let mut spent = vec![Duration::ZERO; runs.len()];
-    // One check each first, uncounted: the clock's calibration.
-    runs.iter_mut().for_each(|run| run(1));
-    for block in 0..checks.div_ceil(BLOCK) as usize {
-        // The order turns, so that no case always follows another.
-        for i in 0..runs.len() {
-            let at = (block + i) % runs.len();
-            let start = std::time::Instant::now();
-            runs[at](BLOCK);
-            spent[at] += start.elapsed();
-        }
-    }
-    let made = (checks.div_ceil(BLOCK) * BLOCK) as f64;
-    let ns: Vec<f64> = spent.iter().map(|d| d.as_nanos() as f64 / made).collect();
+    let ns = interleave(&mut runs, checks, 10_000);
     for (name, each) in names.iter().zip(&ns) {
         println!(
             "{name}: {each:.1} ns, {:.3}x governor/gcra, {:.3}x tollgate/gcra",
@@ -139,7 +126,7 @@ fn interleaved(checks: u64) {
 }
 
 /// The case called `case`, on one key.
-fn run(case: &str) -> Option<Run> {
+fn run(case: &str) -> Option<Run<'static>> {
     let key = "ip:203.0.113.7".to_owned();
     if case == "governor/gcra" {
         let gov = peers::governor_admitting();

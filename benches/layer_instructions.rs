@@ -33,8 +33,12 @@ use tollgate::layer::HeaderStyle;
 use tollgate::{Limiter, MemoryBackend, Quota, QuotaSet, RateLimitLayer};
 use tower::{Layer, Service, service_fn};
 
+#[path = "support/interleave.rs"]
+mod interleave;
 #[path = "support/peers.rs"]
 mod peers;
+
+use interleave::{Run, interleave};
 
 fn main() {
     // `cargo bench` runs every bench target with `--bench`; a harness is run
@@ -128,30 +132,13 @@ where
     C: Service<Request<()>, Response = Response<Z>>,
     C::Error: std::fmt::Debug,
 {
-    const BLOCK: u64 = 1000;
-    let timed = |send: &mut dyn FnMut(u64), spent: &mut Duration| {
-        let start = std::time::Instant::now();
-        send(BLOCK);
-        *spent += start.elapsed();
-    };
-    let mut spent = [Duration::ZERO; 3];
-    // Warmed up once each, uncounted: the clock's calibration.
-    send(&mut bare, 1);
-    send(&mut tollgate, 1);
-    send(&mut governor, 1);
-    for block in 0..n.div_ceil(BLOCK) {
-        // The order turns, so that no case always follows another.
-        for i in 0..3 {
-            match (block + i) % 3 {
-                0 => timed(&mut |k| send(&mut bare, k), &mut spent[0]),
-                1 => timed(&mut |k| send(&mut tollgate, k), &mut spent[1]),
-                _ => timed(&mut |k| send(&mut governor, k), &mut spent[2]),
-            }
-        }
-    }
-    let sent = n.div_ceil(BLOCK) * BLOCK;
-    let [bare, tollgate, governor] = spent.map(|d| d.as_nanos() as f64 / sent as f64);
-    let (tollgate, governor) = (tollgate - bare, governor - bare);
+    let mut runs: [Run; 3] = [
+        Box::new(|k| send(&mut bare, k)),
+        Box::new(|k| send(&mut tollgate, k)),
+        Box::new(|k| send(&mut governor, k)),
+    ];
+    let ns = interleave(&mut runs, n, 1000);
+    let (bare, tollgate, governor) = (ns[0], ns[1] - ns[0], ns[2] - ns[0]);
     println!("bare: {bare:.1} ns");
     println!(
         "tollgate: {tollgate:.1} ns added, {:.3}x tower_governor",

@@ -34,7 +34,14 @@ const MOST_REFILL: u64 = (1 << (64 - TAG)) - 1;
 /// `Path::Pair`).
 #[inline]
 pub(crate) fn keeps_bucket(p: &Params) -> bool {
-    p.elastic_margin == 0 && (2..=MOST_REFILL).contains(&p.refill)
+    p.elastic_margin == 0 && fits_tag(p.refill)
+}
+
+/// Whether a bucket refilling `refill` units a microsecond can be kept in
+/// a word: its refill is the word's tag.
+#[inline]
+fn fits_tag(refill: u64) -> bool {
+    (2..=MOST_REFILL).contains(&refill)
 }
 
 /// Whether `n`, a [`State::Word`], is kept as the number it is.
@@ -88,7 +95,7 @@ impl State {
         if plain(word) {
             return Some(State::Word(word));
         }
-        if !(2..=MOST_REFILL).contains(&p.refill) {
+        if !fits_tag(p.refill) {
             return None;
         }
         let moment = moment(word, p.refill)?;

@@ -379,17 +379,18 @@ pub(super) fn lend<R>(
     p: &Params,
     f: impl FnOnce(Option<&State>) -> R,
 ) -> R {
-    let word;
+    // A word's or pair's numbers made a state, held here while lent.
+    let decoded;
     // One call of `f`, not one per arm: it inlines a whole decision.
     let state = match found {
         Some(Found::Wide(slot)) => Some(&slot.state),
         Some(Found::Word(n)) => {
-            word = n.state(p);
-            word.as_ref()
+            decoded = n.state(p);
+            decoded.as_ref()
         }
         Some(Found::Pair(pair)) => {
-            word = pair.state(p);
-            word.as_ref()
+            decoded = pair.state(p);
+            decoded.as_ref()
         }
         None => None,
     };
