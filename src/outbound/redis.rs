@@ -2,16 +2,15 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use deadpool_redis::redis::{self, Script, aio::MultiplexedConnection};
+use deadpool_redis::redis::{self, Script};
 
 use super::schedule::{Plan, Told, Turn};
 use super::store::{PaceStore, Scheduled};
-use crate::backend::redis::redis_error;
+use crate::backend::redis::{LazyConnection, redis_error};
 use crate::backend::{BackendError, BackendErrorKind};
-use crate::sync::lock;
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("pace.lua")));
 
@@ -44,8 +43,7 @@ pub struct RedisPace {
 }
 
 struct Inner {
-    client: redis::Client,
-    conn: Mutex<Option<MultiplexedConnection>>,
+    redis: LazyConnection,
     prefix: Box<str>,
 }
 
@@ -65,8 +63,7 @@ impl RedisPace {
         let client = redis::Client::open(url).map_err(|e| redis_error(e).0)?;
         Ok(RedisPace {
             inner: Arc::new(Inner {
-                client,
-                conn: Mutex::new(None),
+                redis: LazyConnection::new(client),
                 prefix: prefix.into(),
             }),
             timeout: Duration::from_millis(200),
@@ -80,20 +77,6 @@ impl RedisPace {
         self
     }
 
-    async fn connection(&self) -> Result<MultiplexedConnection, BackendError> {
-        if let Some(c) = lock(&self.inner.conn).clone() {
-            return Ok(c);
-        }
-        let c = self
-            .inner
-            .client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|e| redis_error(e).0)?;
-        *lock(&self.inner.conn) = Some(c.clone());
-        Ok(c)
-    }
-
     async fn call(
         &self,
         key: &str,
@@ -101,23 +84,6 @@ impl RedisPace {
         mode: &str,
         args: [u64; 4],
     ) -> Result<Scheduled, BackendError> {
-        match tokio::time::timeout(self.timeout, self.call_once(key, plan, mode, args)).await {
-            Ok(answer) => answer,
-            Err(_) => Err(BackendError::new(
-                BackendErrorKind::Timeout,
-                format!("no answer from Redis within {:?}", self.timeout),
-            )),
-        }
-    }
-
-    async fn call_once(
-        &self,
-        key: &str,
-        plan: &Plan,
-        mode: &str,
-        args: [u64; 4],
-    ) -> Result<Scheduled, BackendError> {
-        let mut conn = self.connection().await?;
         let mut invocation = SCRIPT.key(format!("{}p:{key}", self.inner.prefix));
         invocation
             .arg(mode)
@@ -131,18 +97,8 @@ impl RedisPace {
         for a in args {
             invocation.arg(a);
         }
-        let reply: redis::RedisResult<(i64, i64, i64, i64, i64)> =
-            invocation.invoke_async(&mut conn).await;
-        let (ok, n, now, interval, paused) = match reply {
-            Ok(r) => r,
-            Err(e) => {
-                let (error, broken) = redis_error(e);
-                if broken {
-                    *lock(&self.inner.conn) = None;
-                }
-                return Err(error);
-            }
-        };
+        let (ok, n, now, interval, paused): (i64, i64, i64, i64, i64) =
+            self.inner.redis.invoke(&invocation, self.timeout).await?;
         // A reply out of range is refused, not trusted: a negative delay
         // cast to u64 would be a wait of centuries.
         let (Ok(n), Ok(now), Ok(interval), Ok(paused)) = (

@@ -4,16 +4,16 @@
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use deadpool_redis::redis::{self, Script, aio::MultiplexedConnection};
+use deadpool_redis::redis::{self, Script};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
+use super::LazyConnection;
 use super::connection::redis_error;
 use crate::backend::{Acquired, BackendError, BackendErrorKind, Slot, SlotFuture, SlotStore};
-use crate::sync::lock;
 
 pub(super) static SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("concurrency.lua")));
@@ -52,8 +52,7 @@ pub struct RedisSlots {
 }
 
 struct Inner {
-    client: redis::Client,
-    conn: Mutex<Option<MultiplexedConnection>>,
+    redis: LazyConnection,
     prefix: Box<str>,
     /// Tells this process's slot ids from other servers'.
     nonce: u64,
@@ -98,8 +97,7 @@ impl RedisSlots {
         let nonce = foldhash::fast::RandomState::default().hash_one(std::process::id());
         RedisSlots {
             inner: Arc::new(Inner {
-                client,
-                conn: Mutex::new(None),
+                redis: LazyConnection::new(client),
                 prefix: prefix.into(),
                 nonce,
                 next_id: AtomicU64::new(0),
@@ -131,20 +129,6 @@ impl RedisSlots {
         self
     }
 
-    async fn connection(&self) -> Result<MultiplexedConnection, BackendError> {
-        if let Some(c) = lock(&self.inner.conn).clone() {
-            return Ok(c);
-        }
-        let c = self
-            .inner
-            .client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|e| redis_error(e).0)?;
-        *lock(&self.inner.conn) = Some(c.clone());
-        Ok(c)
-    }
-
     async fn call(
         &self,
         key: &str,
@@ -152,42 +136,14 @@ impl RedisSlots {
         id: &str,
         limit: u64,
     ) -> Result<(bool, u64), BackendError> {
-        tokio::time::timeout(self.timeout, self.call_once(key, op, id, limit))
-            .await
-            .unwrap_or_else(|_| {
-                Err(BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("no answer within {:?}", self.timeout),
-                ))
-            })
-    }
-
-    async fn call_once(
-        &self,
-        key: &str,
-        op: &str,
-        id: &str,
-        limit: u64,
-    ) -> Result<(bool, u64), BackendError> {
-        let mut conn = self.connection().await?;
-        let reply: redis::RedisResult<(u64, u64)> = SCRIPT
-            .key(key)
+        let mut script = SCRIPT.key(key);
+        script
             .arg(op)
             .arg(id)
             .arg(limit)
-            .arg(self.lifetime.as_millis() as u64)
-            .invoke_async(&mut conn)
-            .await;
-        match reply {
-            Ok((held, n)) => Ok((held == 1, n)),
-            Err(e) => {
-                let (error, broken) = redis_error(e);
-                if broken {
-                    *lock(&self.inner.conn) = None;
-                }
-                Err(error)
-            }
-        }
+            .arg(self.lifetime.as_millis() as u64);
+        let (held, n): (u64, u64) = self.inner.redis.invoke(&script, self.timeout).await?;
+        Ok((held == 1, n))
     }
 
     fn redis_key(&self, key: &str) -> String {
