@@ -8,8 +8,9 @@
 #   scripts/fuzz-parsers.sh [SECONDS] [CASES_PER_ROUND]
 #
 # A failure stops at once; proptest prints the smallest input it found and
-# saves its seed beside the test's file (`<file>.proptest-regressions`), so
-# the next `cargo test` tries it first.
+# saves its seed in a regressions file (beside the test's file, or in
+# `tests/proptest-regressions/` for a test binary's module), which the next
+# `cargo test` tries first: commit it with the fix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -13,32 +13,30 @@ use super::model::{HeaderMatch, RulesFile};
 
 /// The normal form of a `Host` value (or of an absolute request target's
 /// authority), as rules match it: the name in lower case, one trailing dot
-/// dropped, and the port dropped when it is HTTP's default (`:80`, or `:`
-/// alone). `None` when the text is not a host with an optional port: an
-/// empty name or label (`a..b`), a character outside letters, digits and
-/// `-._~` (an escape, user info, a space), a bracketed address holding other
-/// than hex digits, `:` and `.`, or a port that is not a number to 65535.
+/// dropped, an IPv6 address in its one canonical spelling (RFC 5952:
+/// `[0:0::1]` is `[::1]`), and the port dropped when it is HTTP's default
+/// (`:80`, or `:` alone). `None` when the text is not a host with an
+/// optional port: an empty name or label (`a..b`), a character outside
+/// letters, digits and `-._~` (an escape, user info, a space), brackets
+/// around anything but an IPv6 address, or a port that is not a number to
+/// 65535.
 ///
 /// ```
 /// use tollgate::rules::normalize_host;
 ///
 /// assert_eq!(normalize_host("ADMIN.example.:80").as_deref(), Some("admin.example"));
-/// assert_eq!(normalize_host("[::1]:8080").as_deref(), Some("[::1]:8080"));
+/// assert_eq!(normalize_host("[0:0::1]:8080").as_deref(), Some("[::1]:8080"));
 /// assert_eq!(normalize_host("admin..example"), None);
 /// assert_eq!(normalize_host("admin.example:http"), None);
+/// assert_eq!(normalize_host("[..]"), None);
 /// ```
 pub fn normalize_host(text: &str) -> Option<String> {
-    let (name, port) = if text.starts_with('[') {
-        let end = text.find(']')? + 1;
-        let literal = &text[1..end - 1];
-        let valid = !literal.is_empty()
-            && literal
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
-        if !valid {
-            return None;
-        }
-        (&text[..end], &text[end..])
+    let (mut out, port) = if let Some(bracketed) = text.strip_prefix('[') {
+        // An address has many spellings; a rule names one of them, and a
+        // client must not pass it by writing another.
+        let (literal, port) = bracketed.split_once(']')?;
+        let address: std::net::Ipv6Addr = literal.parse().ok()?;
+        (format!("[{address}]"), port)
     } else {
         let end = text.find(':').unwrap_or(text.len());
         let name = &text[..end];
@@ -54,7 +52,7 @@ pub fn normalize_host(text: &str) -> Option<String> {
         if !valid {
             return None;
         }
-        (name, &text[end..])
+        (name.to_ascii_lowercase(), &text[end..])
     };
     let port = match port.strip_prefix(':') {
         None if port.is_empty() => None,
@@ -68,7 +66,6 @@ pub fn normalize_host(text: &str) -> Option<String> {
         }
         Some(_) => return None,
     };
-    let mut out = name.to_ascii_lowercase();
     if let Some(port) = port {
         out.push(':');
         out.push_str(&port.to_string());
@@ -174,6 +171,9 @@ mod tests {
             ("10.0.0.1:80", "10.0.0.1"),
             ("[2001:DB8::1]:80", "[2001:db8::1]"),
             ("[::1]:9000", "[::1]:9000"),
+            ("[0:0:0:0:0:0:0:1]", "[::1]"),
+            ("[2001:0DB8:0::0001]:8080", "[2001:db8::1]:8080"),
+            ("[::FFFF:192.0.2.1]", "[::ffff:192.0.2.1]"),
             ("localhost", "localhost"),
         ] {
             assert_eq!(normalize_host(host).as_deref(), Some(normal), "{host}");
@@ -195,6 +195,10 @@ mod tests {
             "[]",
             "[::g]",
             "[::1]x",
+            "[..]",
+            "[:::]",
+            "[1.2.3.4]",
+            "[fe80::1%25eth0]",
             "caf\u{e9}.example",
         ] {
             assert_eq!(normalize_host(bad), None, "{bad:?}");

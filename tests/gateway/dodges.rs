@@ -346,6 +346,37 @@ async fn every_spelling_of_a_host_meets_its_rule_and_two_host_lines_are_refused(
     assert_eq!(seen, ["admin.example", "www.example"]);
 }
 
+const IPV6_HOST: &str = r#"
+rules:
+  - name: loopback
+    match: { headers: [{ name: host, value: "[::1]" }] }
+    key: global
+    quotas: [{ name: loopback, algorithm: fixed_window, limit: 1, period: 1h }]
+"#;
+
+/// An IPv6 address has many spellings; a client that writes another than
+/// the rule's meets the rule all the same, and brackets around what is no
+/// address are refused, not matched against nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spelling_of_an_ipv6_host_meets_its_rule() {
+    let up = upstream().await;
+    let rules = RulesFile::new("ipv6-host", IPV6_HOST);
+    let gw = Gateway::start(&rules.0, Some(up.addr), &[]);
+    let with = |host: &str| {
+        format!("GET / HTTP/1.1\r\nconnection: close\r\nhost: {host}\r\n\r\n").into_bytes()
+    };
+    assert_eq!(exchange(gw.addr, &with("[::1]")).await.0, 201);
+    for (host, want) in [
+        ("[0:0:0:0:0:0:0:1]", 429),
+        ("[0::0001]:80", 429),
+        ("[..]", 400),
+        ("[1.2.3.4]", 400),
+    ] {
+        let (status, text) = exchange(gw.addr, &with(host)).await;
+        assert_eq!(status, want, "{host}: {text}");
+    }
+}
+
 const KEYS: &str = r#"
 deny: { keys: ["key:revoked"] }
 rules:
