@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the parser property tests (every test named `parse_*`: paths with
 # their parameters, raw and encoded non-ASCII and backslashes; hosts with
-# their case, trailing dot and port; rules files; forwarding headers) on far
+# their case, trailing dot and port; rules files; Envoy rate limit
+# configuration files; forwarding headers) on far
 # more random input than CI does, for a while (10 minutes by default), in
 # rounds with fresh seeds. Not part of CI.
 #

@@ -11,6 +11,8 @@ mod support;
 mod decisions;
 /// Validation of the files, and their live reload.
 mod files;
+/// Damaged configuration files, refused without a panic.
+mod parsers;
 /// A real Envoy in front of the service, and the service on real Redis
 /// servers.
 mod servers;
