@@ -211,7 +211,10 @@ impl KeyExtractor for PeerIp {
 /// A network of trusted proxies, or one proxy's address: parsed from
 /// `10.0.0.0/8` or `2001:db8::/32`, or from `127.0.0.1` or `::1`, which
 /// mean that address alone (/32, /128). Also made from an [`IpNet`] or an
-/// [`IpAddr`].
+/// [`IpAddr`]. IPv4 written as IPv4-mapped IPv6, as a dual-stack server
+/// logs it (`::ffff:10.0.0.0/104`, `::ffff:203.0.113.7`), is the IPv4
+/// network it names (`10.0.0.0/8`), as client addresses are read: it
+/// contains the clients it names, however they connect.
 ///
 /// ```
 /// use tollgate::key::{ClientIp, Network};
@@ -226,21 +229,30 @@ impl KeyExtractor for PeerIp {
 pub struct Network(IpNet);
 
 impl Network {
-    /// Whether `ip` is in this network.
+    /// Whether `ip` is in this network (an IPv4-mapped IPv6 address as
+    /// the IPv4 address it is).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        self.0.contains(&ip)
+        self.0.contains(&ip.to_canonical())
     }
 }
 
 impl From<IpNet> for Network {
     fn from(net: IpNet) -> Self {
-        Network(net)
+        let mapped = match net {
+            IpNet::V6(v6) if v6.prefix_len() >= 96 => v6.addr().to_ipv4_mapped().and_then(|v4| {
+                ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96)
+                    .ok()
+                    .map(IpNet::V4)
+            }),
+            _ => None,
+        };
+        Network(mapped.unwrap_or(net))
     }
 }
 
 impl From<IpAddr> for Network {
     fn from(ip: IpAddr) -> Self {
-        Network(IpNet::from(ip))
+        Network(IpNet::from(ip.to_canonical()))
     }
 }
 
@@ -255,7 +267,7 @@ impl std::str::FromStr for Network {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if let Ok(net) = s.parse::<IpNet>() {
-            return Ok(Network(net));
+            return Ok(Network::from(net));
         }
         s.parse::<IpAddr>()
             .map(Network::from)

@@ -234,3 +234,27 @@ fn ipv4_keys_are_written_like_display_for_every_octet_width() {
         assert_eq!(super::ipv4_key(ip).as_str(), format!("ip:{ip}"));
     }
 }
+
+#[test]
+fn networks_written_as_mapped_ipv6_are_the_ipv4_networks_they_name() {
+    // A dual-stack server logs IPv4 clients as `::ffff:a.b.c.d`; a network
+    // copied from such a log names those clients, however they connect.
+    for (written, is) in [
+        ("::ffff:10.0.0.0/104", "10.0.0.0/8"),
+        ("::ffff:203.0.113.7", "203.0.113.7/32"),
+        ("::ffff:0:0/96", "0.0.0.0/0"),
+        ("::ffff:0:0/80", "::ffff:0.0.0.0/80"),
+        ("2001:db8::/32", "2001:db8::/32"),
+    ] {
+        let net: Network = written.parse().unwrap();
+        assert_eq!(net.to_string(), is, "{written}");
+    }
+    let net: Network = "::ffff:10.0.0.0/104".parse().unwrap();
+    assert!(net.contains("10.1.2.3".parse().unwrap()));
+    assert!(net.contains("::ffff:10.1.2.3".parse().unwrap()));
+    assert!(!net.contains("11.0.0.1".parse().unwrap()));
+    // Trusted so, a proxy's forwarding header is read.
+    let trusted = ClientIp::trusted_proxies(["::ffff:127.0.0.1".parse().unwrap()]);
+    let p = parts("127.0.0.1:5000", &[("x-forwarded-for", "198.51.100.7")]);
+    assert_eq!(key(&trusted, &p).unwrap().as_str(), "ip:198.51.100.7");
+}

@@ -146,11 +146,9 @@ pub(crate) struct Cidr(pub IpNet);
 impl<'de> Deserialize<'de> for Cidr {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        if let Ok(net) = s.parse::<IpNet>() {
-            return Ok(Cidr(net));
-        }
-        s.parse::<std::net::IpAddr>()
-            .map(|ip| Cidr(IpNet::from(ip)))
+        // Parsed as the trusted proxies are: IPv4-mapped IPv6 is IPv4.
+        s.parse::<crate::key::Network>()
+            .map(|net| Cidr(net.into()))
             .map_err(|_| {
                 de::Error::custom(format!(
                     "{s:?} is not an IP address or network (such as 10.0.0.0/8)"

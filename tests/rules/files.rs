@@ -58,6 +58,31 @@ rules:
     quotas: [{ name: trial, algorithm: fixed_window, limit: 1, period: 1m, mode: shadow }]
 "#;
 
+/// Lists copied from a dual-stack server's log, which writes IPv4 clients
+/// as IPv4-mapped IPv6: they name those clients.
+#[tokio::test]
+async fn ip_lists_written_as_mapped_ipv6_name_ipv4_clients() {
+    let rules = r#"
+allow: { ips: ["::ffff:192.0.2.99"] }
+deny: { ips: ["::ffff:198.51.100.0/120"] }
+rules:
+  - name: all
+    key: peer_ip
+    quotas: [{ name: all, algorithm: fixed_window, limit: 1, period: 1m }]
+"#;
+    let app = app(Rules::parse(rules).unwrap());
+    let denied = send(&app, req("GET", "/", [198, 51, 100, 7], &[])).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        admitted(&app, 3, || req("GET", "/", [192, 0, 2, 99], &[])).await,
+        3
+    );
+    assert_eq!(
+        admitted(&app, 3, || req("GET", "/", [192, 0, 2, 1], &[])).await,
+        1
+    );
+}
+
 async fn admitted(app: &Router, n: usize, make: impl Fn() -> Request<Body>) -> usize {
     let mut ok = 0;
     for _ in 0..n {
