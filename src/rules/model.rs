@@ -103,7 +103,7 @@ fn default_timeout() -> Period {
 }
 
 /// How the client IP is found (for `client_ip` keys and the IP lists).
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ClientIpConfig {
     #[serde(default)]
@@ -118,6 +118,20 @@ pub(crate) struct ClientIpConfig {
 
 fn default_v6_prefix() -> u8 {
     64
+}
+
+/// A file without `client_ip`: the peer, IPv6 grouped by /64, as with the
+/// section and no `ipv6_prefix`. Written out: a derived default would make
+/// the prefix 0, and every IPv6 client one key.
+impl Default for ClientIpConfig {
+    fn default() -> Self {
+        ClientIpConfig {
+            trusted_proxies: Vec::new(),
+            hops: None,
+            header: ForwardedHeaderName::default(),
+            ipv6_prefix: default_v6_prefix(),
+        }
+    }
 }
 
 fn v6_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {

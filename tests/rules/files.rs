@@ -23,14 +23,19 @@ fn app(rules: Rules) -> Router {
         .layer(RateLimitLayer::from_policy(rules))
 }
 
-fn req(method: &str, path: &str, ip: [u8; 4], headers: &[(&str, &str)]) -> Request<Body> {
+fn req(
+    method: &str,
+    path: &str,
+    ip: impl Into<std::net::IpAddr>,
+    headers: &[(&str, &str)],
+) -> Request<Body> {
     let mut r = Request::builder().method(method).uri(path);
     for (k, v) in headers {
         r = r.header(*k, *v);
     }
     let mut r = r.body(Body::empty()).unwrap();
     r.extensions_mut()
-        .insert(ConnectInfo(SocketAddr::from((ip, 5000))));
+        .insert(ConnectInfo(SocketAddr::from((ip.into(), 5000))));
     r
 }
 
@@ -57,6 +62,31 @@ rules:
     key: peer_ip
     quotas: [{ name: trial, algorithm: fixed_window, limit: 1, period: 1m, mode: shadow }]
 "#;
+
+/// Without a `client_ip` section, IPv6 clients are grouped by /64, as the
+/// guide says: one /64 shares a limit, another has its own.
+#[tokio::test]
+async fn ipv6_clients_are_keyed_by_their_64_without_a_client_ip_section() {
+    let rules = r#"
+rules:
+  - name: all
+    key: peer_ip
+    quotas: [{ name: all, algorithm: fixed_window, limit: 2, period: 1m }]
+"#;
+    let app = app(Rules::parse(rules).unwrap());
+    let ip = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap();
+    let (one, same_64, other_64) = (
+        ip("2001:db8:1:1::1"),
+        ip("2001:db8:1:1::2"),
+        ip("2001:db8:1:2::1"),
+    );
+    assert_eq!(admitted(&app, 1, || req("GET", "/", one, &[])).await, 1);
+    assert_eq!(admitted(&app, 3, || req("GET", "/", same_64, &[])).await, 1);
+    assert_eq!(
+        admitted(&app, 3, || req("GET", "/", other_64, &[])).await,
+        2
+    );
+}
 
 /// Lists copied from a dual-stack server's log, which writes IPv4 clients
 /// as IPv4-mapped IPv6: they name those clients.
