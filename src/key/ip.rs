@@ -196,6 +196,22 @@ impl PeerIp {
     pub(crate) fn key_of(self, ip: IpAddr) -> Key {
         self.prefixes.key(ip)
     }
+
+    /// The key of the clients an operator writes as `text`: an address, or
+    /// a network as long as the one addresses are grouped by
+    /// (`2001:db8::/64`); `None` for text that names no key this builds.
+    #[cfg_attr(not(feature = "rules"), allow(dead_code))]
+    pub(crate) fn key_of_text(self, text: &str) -> Option<Key> {
+        if let Ok(ip) = text.parse::<IpAddr>() {
+            return Some(self.key_of(ip));
+        }
+        let net = IpNet::from(Network::from(text.parse::<IpNet>().ok()?));
+        let grouped_by = match net {
+            IpNet::V4(_) => self.prefixes.v4,
+            IpNet::V6(_) => self.prefixes.v6,
+        };
+        (net.prefix_len() == grouped_by).then(|| self.key_of(net.addr()))
+    }
 }
 
 impl KeyExtractor for PeerIp {

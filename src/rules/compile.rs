@@ -101,14 +101,14 @@ impl Compiled {
             Some(old) if old.backend_config == backend_config => old.backend.clone(),
             _ => AnyBackend::from_config(&backend_config, path).map_err(error)?,
         };
+        let peer_ip = PeerIp::new().ipv6_prefix(file.client_ip.ipv6_prefix);
         for (list, name) in [(&file.deny, "deny"), (&file.allow, "allow")] {
             list.keys
                 .iter()
-                .try_for_each(|k| listed_key(k, name))
+                .try_for_each(|k| listed_key(k, name, peer_ip))
                 .map_err(error)?;
         }
         let client_ip = client_ip(&file.client_ip).map_err(error)?;
-        let peer_ip = PeerIp::new().ipv6_prefix(file.client_ip.ipv6_prefix);
         let protect = protection(&file, old).map_err(error)?;
         let near_limit = match &file.near_limit {
             None => DEFAULT_NEAR_LIMIT,
@@ -184,10 +184,30 @@ impl Compiled {
 /// Refuses a listed key that no rule could ever build: keys are written as
 /// built (`key:<header value>`, `user:<id>`, `ip:<address>`, `route:...`,
 /// `global`, parts joined by `|`), and a bare `revoked` would pass a check
-/// of the file yet never deny anything.
-fn listed_key(key: &str, list: &str) -> Result<(), String> {
+/// of the file yet never deny anything. So would an address written
+/// otherwise than a client's key writes it (`ip:::ffff:192.0.2.1` for
+/// `ip:192.0.2.1`, an IPv6 address where the file groups by /64): the
+/// spelling to use is given.
+fn listed_key(key: &str, list: &str, peer_ip: PeerIp) -> Result<(), String> {
     const BUILT: [&str; 4] = ["key:", "user:", "ip:", "route:"];
-    let first = key.split('|').next().unwrap_or_default();
+    for part in key_parts(key).filter(|p| p.starts_with("ip:")) {
+        match peer_ip.key_of_text(&part["ip:".len()..]) {
+            Some(built) if built.as_str() == part => {}
+            Some(built) => {
+                return Err(format!(
+                    "{list}: keys: {part:?} can never match: a client's key is written {:?}",
+                    built.as_str()
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "{list}: keys: {part:?} can never match: write an address after ip: \
+                     (or an IPv6 network of the file's ipv6_prefix)"
+                ));
+            }
+        }
+    }
+    let first = key_parts(key).next().unwrap_or_default();
     if first == "global" || BUILT.iter().any(|p| first.starts_with(p)) {
         return Ok(());
     }
@@ -202,6 +222,17 @@ fn listed_key(key: &str, list: &str) -> Result<(), String> {
          such as \"key:{shown}\" (an API key header's value), \"user:{shown}\" or \"ip:{shown}\" \
          (shortened here)"
     ))
+}
+
+/// The parts of a key joined by `|` (`Key::join`), whose own `|` are
+/// escaped by a backslash.
+fn key_parts(key: &str) -> impl Iterator<Item = &str> {
+    let mut escaped = false;
+    key.split(move |c: char| {
+        let split = c == '|' && !escaped;
+        escaped = c == '\\' && !escaped;
+        split
+    })
 }
 
 /// The most proxies a forwarding header is read through: longer chains are
@@ -335,6 +366,36 @@ mod tests {
         ] {
             let yaml = format!("deny: {{ keys: [\"{good}\"] }}\n{RULES}");
             assert!(Rules::parse(&yaml).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn a_listed_address_is_refused_unless_written_as_a_clients_key() {
+        let parsed = |key: &str| Rules::parse(&format!("deny: {{ keys: [{key:?}] }}\n{RULES}"));
+        for (written, built) in [
+            ("ip:::ffff:192.0.2.1", "ip:192.0.2.1"),
+            ("ip:2001:db8::1", "ip:2001:db8::/64"),
+            ("ip:2001:DB8::/64", "ip:2001:db8::/64"),
+            ("key:a|ip:::ffff:192.0.2.1", "ip:192.0.2.1"),
+        ] {
+            let err = parsed(written).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("a client's key is written {built:?}")),
+                "{written}: {err}"
+            );
+        }
+        for bad in [
+            "ip:192.0.2.300",
+            "ip:192.0.2.0/24",
+            "ip:2001:db8::/48",
+            "ip:",
+        ] {
+            let err = parsed(bad).unwrap_err().to_string();
+            assert!(err.contains("write an address after ip:"), "{bad}: {err}");
+        }
+        // Written as built, and a header value holding an escaped `|ip:`.
+        for good in ["ip:2001:db8::/64", "ip:192.0.2.1", "key:x\\|ip:zzz"] {
+            assert!(parsed(good).is_ok(), "{good}");
         }
     }
 }

@@ -118,20 +118,25 @@ impl Compiled {
             [KeyPart::User] => "user:",
             _ => return Ok(given.to_owned()),
         };
+        if prefix == "ip:" {
+            // An address as the client's key writes it, however it is given
+            // (`ip:::ffff:192.0.2.1` is `ip:192.0.2.1`; an IPv6 one under
+            // the rule's prefix length): another spelling would name a key
+            // no request has.
+            let address = given.strip_prefix(prefix).unwrap_or(given);
+            let prefix_len = self.file.client_ip.ipv6_prefix;
+            let key = crate::key::PeerIp::new()
+                .ipv6_prefix(prefix_len)
+                .key_of_text(address)
+                .ok_or_else(|| {
+                    OpError::Invalid(
+                        "this rule's key is an address: give one, as ip:ADDR or ADDR".into(),
+                    )
+                })?;
+            return Ok(key.as_str().to_owned());
+        }
         if given.starts_with(prefix) {
             return Ok(given.to_owned());
-        }
-        if prefix == "ip:" {
-            // An address as the client's would be written: in its normal
-            // form (and an IPv6 one under the rule's prefix length).
-            let ip: std::net::IpAddr = given.parse().map_err(|_| {
-                OpError::Invalid(
-                    "this rule's key is an address: give one, as ip:ADDR or ADDR".into(),
-                )
-            })?;
-            let prefix_len = self.file.client_ip.ipv6_prefix;
-            let key = crate::key::PeerIp::new().ipv6_prefix(prefix_len).key_of(ip);
-            return Ok(key.as_str().to_owned());
         }
         Ok(format!("{prefix}{given}"))
     }

@@ -192,3 +192,38 @@ async fn top_offenders_show_hashed_keys_unless_raw_keys_are_asked_for() {
     assert!(line.ends_with(" 3"), "{line}");
     assert!(!scraped.body.contains("sk_live_heavy"));
 }
+
+/// A block on an address rule, given as a dual-stack server's log writes
+/// an IPv4 client (`::ffff:127.0.0.1`), is the client's key: it applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_given_as_a_mapped_address_applies_to_the_ipv4_client() {
+    let rules = RulesFile::new(
+        "admin-mapped",
+        "rules:\n  - name: by-ip\n    key: peer_ip\n    quotas: [{ name: q, algorithm: gcra, limit: 100, period: 1m }]\n",
+    );
+    let a = start(&rules, "mapped", &[]);
+    let t = Some(TOKEN);
+    assert_eq!(request(&a.gw, "/x", "any").await.status, StatusCode::OK);
+    for given in ["::ffff:127.0.0.1", "ip:::ffff:127.0.0.1"] {
+        let path = format!("/v1/rules/by-ip/blocks/{}", given.replace(':', "%3A"));
+        let blk = call(Method::PUT, &a.url(&path), t, Some(r#"{"for": "15m"}"#)).await;
+        assert_eq!(blk.status, StatusCode::OK, "{given}: {}", blk.body);
+        assert_eq!(blk.json()["key"], "ip:127.0.0.1", "{given}");
+        assert_eq!(
+            request(&a.gw, "/x", "any").await.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{given}"
+        );
+        let lift = call(Method::DELETE, &a.url(&path), t, None).await;
+        assert_eq!(lift.status, StatusCode::NO_CONTENT, "{given}");
+        assert_eq!(request(&a.gw, "/x", "any").await.status, StatusCode::OK);
+    }
+    let bad = call(
+        Method::PUT,
+        &a.url("/v1/rules/by-ip/blocks/ip%3Anot-an-address"),
+        t,
+        Some(r#"{"for": "15m"}"#),
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.body);
+}
