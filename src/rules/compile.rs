@@ -181,14 +181,14 @@ impl Compiled {
     }
 }
 
-/// Refuses a listed key that no rule could ever build: keys are written as
-/// built (`key:<header value>`, `user:<id>`, `ip:<address>`, `route:...`,
+/// Refuses a key of a list, or of a rule's override, that no rule could
+/// ever build: keys are written as built (`key:<header value>`, `user:<id>`, `ip:<address>`, `route:...`,
 /// `global`, parts joined by `|`), and a bare `revoked` would pass a check
 /// of the file yet never deny anything. So would an address written
 /// otherwise than a client's key writes it (`ip:::ffff:192.0.2.1` for
 /// `ip:192.0.2.1`, an IPv6 address where the file groups by /64): the
 /// spelling to use is given.
-fn listed_key(key: &str, list: &str, peer_ip: PeerIp) -> Result<(), String> {
+pub(super) fn listed_key(key: &str, list: &str, peer_ip: PeerIp) -> Result<(), String> {
     const BUILT: [&str; 4] = ["key:", "user:", "ip:", "route:"];
     for part in key_parts(key).filter(|p| p.starts_with("ip:")) {
         match peer_ip.key_of_text(&part["ip:".len()..]) {
@@ -367,6 +367,23 @@ mod tests {
             let yaml = format!("deny: {{ keys: [\"{good}\"] }}\n{RULES}");
             assert!(Rules::parse(&yaml).is_ok(), "{good}");
         }
+    }
+
+    #[test]
+    fn an_override_key_no_request_builds_is_refused() {
+        let with = |key: &str| {
+            Rules::parse(&format!(
+                "{RULES}    overrides:\n      - {{ keys: [{key:?}], multiply: 3 }}\n"
+            ))
+        };
+        let err = with("gold").unwrap_err().to_string();
+        assert!(
+            err.contains("rule api: overrides: keys: \"gold\" can never match"),
+            "{err}"
+        );
+        assert!(with("key:gold").is_ok());
+        let err = with("ip:::ffff:192.0.2.1").unwrap_err().to_string();
+        assert!(err.contains("\"ip:192.0.2.1\""), "{err}");
     }
 
     #[test]

@@ -78,6 +78,10 @@ pub(super) fn rule(
         check_cost(rc, &quotas, &format!(" (override {})", j + 1))?;
         let limit = set(&format!("#override{}", j + 1), quotas)?;
         for key in &o.value.keys {
+            // As for the lists: a key no request builds would leave its
+            // tier silently unused.
+            let list = format!("rule {name}: overrides");
+            super::listed_key(key, &list, parts.peer_ip).map_err(|e| o.error(e))?;
             overrides.insert(key.clone(), limit.clone());
         }
     }
