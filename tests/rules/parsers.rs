@@ -169,17 +169,7 @@ proptest! {
         insert in (0usize..4000, "[ -~\n\t{}\\[\\]:,'\"&*!|>#-]{0,40}"),
         repeat in 0usize..130,
     ) {
-        let mut text = EXAMPLE.to_owned();
-        let at = |n: usize, t: &str| (0..=n.min(t.len())).rev().find(|&i| t.is_char_boundary(i)).unwrap_or(0);
-        let start = at(cut.0, &text);
-        let end = at(start + cut.1, &text);
-        text.replace_range(start..end, "");
-        let pos = at(insert.0, &text);
-        text.insert_str(pos, &insert.1);
-        if let Some(line) = text.lines().nth(repeat).map(str::to_owned) {
-            text.push_str(&line);
-            text.push('\n');
-        }
+        let text = crate::support::damaged(EXAMPLE, cut, (insert.0, &insert.1), repeat);
         let _ = Rules::parse(&text);
     }
 }

@@ -285,3 +285,27 @@ fn parser_reads_the_drafts_example() {
     assert!(parse_list(r#""a";q=1,"#).is_err());
     assert!(parse_list(r#"a"b"#).is_err());
 }
+
+/// A configuration file as a careless edit leaves it: `cut.1` bytes cut at
+/// `cut.0`, `insert.1` inserted at `insert.0`, and line `repeat` appended
+/// again (each place moved back to a character boundary). For the parsers'
+/// property tests: errors are fine, panics are not.
+pub fn damaged(text: &str, cut: (usize, usize), insert: (usize, &str), repeat: usize) -> String {
+    let at = |n: usize, t: &str| {
+        (0..=n.min(t.len()))
+            .rev()
+            .find(|&i| t.is_char_boundary(i))
+            .unwrap_or(0)
+    };
+    let mut text = text.to_owned();
+    let start = at(cut.0, &text);
+    let end = at(start + cut.1, &text);
+    text.replace_range(start..end, "");
+    let pos = at(insert.0, &text);
+    text.insert_str(pos, insert.1);
+    if let Some(line) = text.lines().nth(repeat).map(str::to_owned) {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text
+}
