@@ -155,6 +155,16 @@ impl Key {
         }
         Key(compact_str::format_compact!("route:{method} {route}"))
     }
+
+    /// The key [`route`](Key::route) makes of `text`, `<method> <route>`
+    /// as an operator writes it (`get /login` is `route:GET /login`);
+    /// `None` without a method that is a token and a route after it.
+    #[cfg_attr(not(feature = "rules"), allow(dead_code))]
+    pub(crate) fn route_of_text(text: &str) -> Option<Key> {
+        let (method, route) = text.split_once(' ')?;
+        let method = http::Method::from_bytes(method.as_bytes()).ok()?;
+        (!route.is_empty()).then(|| Key::route(&method, route))
+    }
 }
 
 /// A user id an authentication layer can put in the request extensions, for

@@ -12,7 +12,7 @@ use super::backend::AnyBackend;
 use super::error::RulesError;
 use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RulesFile};
 use super::names::MatchMode;
-use crate::key::{ClientIp, KeyExtractor, PeerIp};
+use crate::key::{ClientIp, Key, KeyExtractor, PeerIp};
 use crate::layer::ReasonMetrics;
 use crate::layer::limit::{DEFAULT_NEAR_LIMIT, Limit};
 use crate::layer::protect::Protection;
@@ -186,25 +186,30 @@ impl Compiled {
 /// `global`, parts joined by `|`), and a bare `revoked` would pass a check
 /// of the file yet never deny anything. So would an address written
 /// otherwise than a client's key writes it (`ip:::ffff:192.0.2.1` for
-/// `ip:192.0.2.1`, an IPv6 address where the file groups by /64): the
-/// spelling to use is given.
+/// `ip:192.0.2.1`, an IPv6 address where the file groups by /64), or a
+/// route written otherwise than its key (`route:get /x`, `route:/x` for
+/// `route:GET /x`): the spelling to use is given.
 pub(super) fn listed_key(key: &str, list: &str, peer_ip: PeerIp) -> Result<(), String> {
     const BUILT: [&str; 4] = ["key:", "user:", "ip:", "route:"];
-    for part in key_parts(key).filter(|p| p.starts_with("ip:")) {
-        match peer_ip.key_of_text(&part["ip:".len()..]) {
+    for part in key_parts(key) {
+        let (built, how) = if let Some(address) = part.strip_prefix("ip:") {
+            let how = "write an address after ip: (or an IPv6 network of the file's ipv6_prefix)";
+            (peer_ip.key_of_text(address), how)
+        } else if let Some(route) = part.strip_prefix("route:") {
+            let how = "write route:<METHOD> <route>, such as \"route:GET /login\"";
+            (Key::route_of_text(route), how)
+        } else {
+            continue;
+        };
+        match built {
             Some(built) if built.as_str() == part => {}
             Some(built) => {
                 return Err(format!(
-                    "{list}: keys: {part:?} can never match: a client's key is written {:?}",
+                    "{list}: keys: {part:?} can never match: a request's key is written {:?}",
                     built.as_str()
                 ));
             }
-            None => {
-                return Err(format!(
-                    "{list}: keys: {part:?} can never match: write an address after ip: \
-                     (or an IPv6 network of the file's ipv6_prefix)"
-                ));
-            }
+            None => return Err(format!("{list}: keys: {part:?} can never match: {how}")),
         }
     }
     let first = key_parts(key).next().unwrap_or_default();
@@ -370,6 +375,24 @@ mod tests {
     }
 
     #[test]
+    fn a_listed_route_is_refused_unless_written_as_its_key() {
+        let parsed = |key: &str| Rules::parse(&format!("deny: {{ keys: [{key:?}] }}\n{RULES}"));
+        for (written, built) in [
+            ("route:get /login", "route:GET /login"),
+            ("route:HEAD /login", "route:GET /login"),
+        ] {
+            let err = parsed(written).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("a request's key is written {built:?}")),
+                "{written}: {err}"
+            );
+        }
+        let err = parsed("route:/login").unwrap_err().to_string();
+        assert!(err.contains("write route:<METHOD> <route>"), "{err}");
+        assert!(parsed("route:POST /users/{id}").is_ok());
+    }
+
+    #[test]
     fn an_override_key_no_request_builds_is_refused() {
         let with = |key: &str| {
             Rules::parse(&format!(
@@ -397,7 +420,7 @@ mod tests {
         ] {
             let err = parsed(written).unwrap_err().to_string();
             assert!(
-                err.contains(&format!("a client's key is written {built:?}")),
+                err.contains(&format!("a request's key is written {built:?}")),
                 "{written}: {err}"
             );
         }

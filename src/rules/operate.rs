@@ -99,9 +99,10 @@ impl Compiled {
     }
 
     /// `given` as rule `i` builds its keys: as given when it is built
-    /// already (`key:…`, `ip:…`, parts joined by `|`), else, for a rule
-    /// whose key is one part, with that part's prefix (the API key, the
-    /// address or the user id as the client sent it).
+    /// already (`key:…`, parts joined by `|`), else, for a rule whose key
+    /// is one part, with that part's prefix (the API key, the address or
+    /// the user id as the client sent it). An address or a route is
+    /// written as its key is, however it is given.
     pub(super) fn built_key(&self, i: usize, given: &str) -> Result<String, OpError> {
         if given.is_empty() || given.len() > crate::layer::pipeline::DEFAULT_MAX_KEY_LEN {
             return Err(OpError::Invalid(format!(
@@ -116,8 +117,19 @@ impl Compiled {
             [KeyPart::Header(_)] => "key:",
             [KeyPart::PeerIp | KeyPart::ClientIp] => "ip:",
             [KeyPart::User] => "user:",
+            [KeyPart::Route] => "route:",
             _ => return Ok(given.to_owned()),
         };
+        if prefix == "route:" {
+            // As the route's key writes it (`get /x` is `route:GET /x`).
+            let route = given.strip_prefix(prefix).unwrap_or(given);
+            let key = crate::key::Key::route_of_text(route).ok_or_else(|| {
+                OpError::Invalid(
+                    "this rule's key is a route: give one, as route:GET /path or GET /path".into(),
+                )
+            })?;
+            return Ok(key.as_str().to_owned());
+        }
         if prefix == "ip:" {
             // An address as the client's key writes it, however it is given
             // (`ip:::ffff:192.0.2.1` is `ip:192.0.2.1`; an IPv6 one under

@@ -227,3 +227,29 @@ async fn a_block_given_as_a_mapped_address_applies_to_the_ipv4_client() {
     .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.body);
 }
+
+/// A block on a route rule, given as an operator types it (`get /x`), is
+/// the route's key (`route:GET /x`): it applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_given_as_a_route_in_lower_case_applies_to_the_route() {
+    let rules = RulesFile::new(
+        "admin-route",
+        "rules:\n  - name: by-route\n    match: { path: /x }\n    key: route\n    quotas: [{ name: q, algorithm: gcra, limit: 100, period: 1m }]\n",
+    );
+    let a = start(&rules, "route", &[]);
+    let t = Some(TOKEN);
+    for given in ["get%20%2Fx", "route%3Aget%20%2Fx"] {
+        let path = format!("/v1/rules/by-route/blocks/{given}");
+        let blk = call(Method::PUT, &a.url(&path), t, Some(r#"{"for": "15m"}"#)).await;
+        assert_eq!(blk.status, StatusCode::OK, "{given}: {}", blk.body);
+        assert_eq!(blk.json()["key"], "route:GET /x", "{given}");
+        assert_eq!(
+            request(&a.gw, "/x", "any").await.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{given}"
+        );
+        let lift = call(Method::DELETE, &a.url(&path), t, None).await;
+        assert_eq!(lift.status, StatusCode::NO_CONTENT, "{given}");
+        assert_eq!(request(&a.gw, "/x", "any").await.status, StatusCode::OK);
+    }
+}
