@@ -193,6 +193,25 @@ async fn top_offenders_show_hashed_keys_unless_raw_keys_are_asked_for() {
     assert!(!scraped.body.contains("sk_live_heavy"));
 }
 
+/// Blocks `given` (percent-encoded) on `rule` through the admin API, checks
+/// that the block is stored under `built` and refuses GET /x, lifts it,
+/// and checks GET /x passes again.
+async fn blocked_as(a: &super::Admin, rule: &str, given: &str, built: &str) {
+    let t = Some(TOKEN);
+    let path = format!("/v1/rules/{rule}/blocks/{given}");
+    let blk = call(Method::PUT, &a.url(&path), t, Some(r#"{"for": "15m"}"#)).await;
+    assert_eq!(blk.status, StatusCode::OK, "{given}: {}", blk.body);
+    assert_eq!(blk.json()["key"], built, "{given}");
+    assert_eq!(
+        request(&a.gw, "/x", "any").await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{given}"
+    );
+    let lift = call(Method::DELETE, &a.url(&path), t, None).await;
+    assert_eq!(lift.status, StatusCode::NO_CONTENT, "{given}");
+    assert_eq!(request(&a.gw, "/x", "any").await.status, StatusCode::OK);
+}
+
 /// A block on an address rule, given as a dual-stack server's log writes
 /// an IPv4 client (`::ffff:127.0.0.1`), is the client's key: it applies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -202,26 +221,14 @@ async fn a_block_given_as_a_mapped_address_applies_to_the_ipv4_client() {
         "rules:\n  - name: by-ip\n    key: peer_ip\n    quotas: [{ name: q, algorithm: gcra, limit: 100, period: 1m }]\n",
     );
     let a = start(&rules, "mapped", &[]);
-    let t = Some(TOKEN);
     assert_eq!(request(&a.gw, "/x", "any").await.status, StatusCode::OK);
-    for given in ["::ffff:127.0.0.1", "ip:::ffff:127.0.0.1"] {
-        let path = format!("/v1/rules/by-ip/blocks/{}", given.replace(':', "%3A"));
-        let blk = call(Method::PUT, &a.url(&path), t, Some(r#"{"for": "15m"}"#)).await;
-        assert_eq!(blk.status, StatusCode::OK, "{given}: {}", blk.body);
-        assert_eq!(blk.json()["key"], "ip:127.0.0.1", "{given}");
-        assert_eq!(
-            request(&a.gw, "/x", "any").await.status,
-            StatusCode::TOO_MANY_REQUESTS,
-            "{given}"
-        );
-        let lift = call(Method::DELETE, &a.url(&path), t, None).await;
-        assert_eq!(lift.status, StatusCode::NO_CONTENT, "{given}");
-        assert_eq!(request(&a.gw, "/x", "any").await.status, StatusCode::OK);
+    for given in ["%3A%3Affff%3A127.0.0.1", "ip%3A%3A%3Affff%3A127.0.0.1"] {
+        blocked_as(&a, "by-ip", given, "ip:127.0.0.1").await;
     }
     let bad = call(
         Method::PUT,
         &a.url("/v1/rules/by-ip/blocks/ip%3Anot-an-address"),
-        t,
+        Some(TOKEN),
         Some(r#"{"for": "15m"}"#),
     )
     .await;
@@ -237,19 +244,7 @@ async fn a_block_given_as_a_route_in_lower_case_applies_to_the_route() {
         "rules:\n  - name: by-route\n    match: { path: /x }\n    key: route\n    quotas: [{ name: q, algorithm: gcra, limit: 100, period: 1m }]\n",
     );
     let a = start(&rules, "route", &[]);
-    let t = Some(TOKEN);
     for given in ["get%20%2Fx", "route%3Aget%20%2Fx"] {
-        let path = format!("/v1/rules/by-route/blocks/{given}");
-        let blk = call(Method::PUT, &a.url(&path), t, Some(r#"{"for": "15m"}"#)).await;
-        assert_eq!(blk.status, StatusCode::OK, "{given}: {}", blk.body);
-        assert_eq!(blk.json()["key"], "route:GET /x", "{given}");
-        assert_eq!(
-            request(&a.gw, "/x", "any").await.status,
-            StatusCode::TOO_MANY_REQUESTS,
-            "{given}"
-        );
-        let lift = call(Method::DELETE, &a.url(&path), t, None).await;
-        assert_eq!(lift.status, StatusCode::NO_CONTENT, "{given}");
-        assert_eq!(request(&a.gw, "/x", "any").await.status, StatusCode::OK);
+        blocked_as(&a, "by-route", given, "route:GET /x").await;
     }
 }
