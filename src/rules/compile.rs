@@ -182,13 +182,14 @@ impl Compiled {
 }
 
 /// Refuses a key of a list, or of a rule's override, that no rule could
-/// ever build: keys are written as built (`key:<header value>`, `user:<id>`, `ip:<address>`, `route:...`,
-/// `global`, parts joined by `|`), and a bare `revoked` would pass a check
-/// of the file yet never deny anything. So would an address written
-/// otherwise than a client's key writes it (`ip:::ffff:192.0.2.1` for
-/// `ip:192.0.2.1`, an IPv6 address where the file groups by /64), or a
-/// route written otherwise than its key (`route:get /x`, `route:/x` for
-/// `route:GET /x`): the spelling to use is given.
+/// ever build: keys are written as built (`key:<header value>`,
+/// `user:<id>`, `ip:<address>`, `route:<METHOD> <route>`, `global`, parts
+/// joined by `|`), and a bare `revoked` would pass a check of the file yet
+/// never deny anything. So would an address written otherwise than a
+/// client's key writes it (`ip:::ffff:192.0.2.1` for `ip:192.0.2.1`, an
+/// IPv6 address where the file groups by /64), or a route written
+/// otherwise than its key (`route:get /x`, `route:/x` for `route:GET /x`):
+/// the spelling to use is given.
 pub(super) fn listed_key(key: &str, list: &str, peer_ip: PeerIp) -> Result<(), String> {
     const BUILT: [&str; 4] = ["key:", "user:", "ip:", "route:"];
     for part in key_parts(key) {
