@@ -10,6 +10,7 @@ use http::HeaderName;
 
 use super::backend::AnyBackend;
 use super::error::RulesError;
+use super::key_part::key_parts;
 use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RulesFile};
 use super::names::MatchMode;
 use crate::key::{ClientIp, Key, KeyExtractor, PeerIp};
@@ -217,12 +218,7 @@ pub(super) fn listed_key(key: &str, list: &str, peer_ip: PeerIp) -> Result<(), S
     if first == "global" || BUILT.iter().any(|p| first.starts_with(p)) {
         return Ok(());
     }
-    // Shortened: a listed key may be a live API key, and this message may
-    // be logged (a reload's error).
-    let mut shown: String = key.chars().take(4).collect();
-    if shown.len() < key.len() {
-        shown.push('…');
-    }
+    let shown = shortened(key);
     Err(format!(
         "{list}: keys: {shown:?} can never match: keys are written as they are built, \
          such as \"key:{shown}\" (an API key header's value), \"user:{shown}\" or \"ip:{shown}\" \
@@ -230,15 +226,14 @@ pub(super) fn listed_key(key: &str, list: &str, peer_ip: PeerIp) -> Result<(), S
     ))
 }
 
-/// The parts of a key joined by `|` (`Key::join`), whose own `|` are
-/// escaped by a backslash.
-fn key_parts(key: &str) -> impl Iterator<Item = &str> {
-    let mut escaped = false;
-    key.split(move |c: char| {
-        let split = c == '|' && !escaped;
-        escaped = c == '\\' && !escaped;
-        split
-    })
+/// `key` cut to its first four characters for an error: a listed key may
+/// be a live API key, and the message may be logged (a reload's error).
+pub(super) fn shortened(key: &str) -> String {
+    let mut shown: String = key.chars().take(4).collect();
+    if shown.len() < key.len() {
+        shown.push('…');
+    }
+    shown
 }
 
 /// The most proxies a forwarding header is read through: longer chains are
@@ -408,6 +403,30 @@ mod tests {
         assert!(with("key:gold").is_ok());
         let err = with("ip:::ffff:192.0.2.1").unwrap_err().to_string();
         assert!(err.contains("\"ip:192.0.2.1\""), "{err}");
+    }
+
+    #[test]
+    fn an_override_key_of_another_shape_than_its_rules_keys_is_refused() {
+        let with = |key: &str| {
+            Rules::parse(&format!(
+                "rules:\n  - name: api\n    key: [header:x-api-key, route]\n    \
+                 quotas: [{{ name: q, algorithm: gcra, limit: 5, period: 1m }}]\n    \
+                 overrides:\n      - {{ keys: [{key:?}], multiply: 3 }}\n"
+            ))
+        };
+        for wrong in [
+            "key:gold",
+            "route:GET /x|key:gold",
+            "key:gold|route:GET /x|global",
+        ] {
+            let err = with(wrong).unwrap_err().to_string();
+            assert!(
+                err.contains("can never match: this rule's keys are written key:…|route:…"),
+                "{wrong}: {err}"
+            );
+            assert!(!err.contains("gold"), "the key is shortened: {err}");
+        }
+        assert!(with("key:gold|route:GET /x").is_ok());
     }
 
     #[test]

@@ -56,6 +56,51 @@ impl KeyPart {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct KeyConfig(pub Vec<KeyPart>);
 
+impl KeyConfig {
+    /// Whether `key`, written as keys are built, could be one of these:
+    /// as many parts (joined by unescaped `|`), each of its part's kind
+    /// (`key:` for a header, `ip:` for an address, `user:`, `route:`, or
+    /// `global` itself).
+    pub(crate) fn could_build(&self, key: &str) -> bool {
+        let mut given = key_parts(key);
+        let fits = self.0.iter().all(|part| {
+            given.next().is_some_and(|g| match part {
+                KeyPart::Header(_) => g.starts_with("key:"),
+                KeyPart::PeerIp | KeyPart::ClientIp => g.starts_with("ip:"),
+                KeyPart::User => g.starts_with("user:"),
+                KeyPart::Route => g.starts_with("route:"),
+                KeyPart::Global => g == "global",
+            })
+        });
+        fits && given.next().is_none()
+    }
+
+    /// How this key's values are written: `key:…|route:…`.
+    pub(crate) fn written(&self) -> String {
+        let parts: Vec<&str> = (self.0.iter())
+            .map(|part| match part {
+                KeyPart::Header(_) => "key:…",
+                KeyPart::PeerIp | KeyPart::ClientIp => "ip:…",
+                KeyPart::User => "user:…",
+                KeyPart::Route => "route:…",
+                KeyPart::Global => "global",
+            })
+            .collect();
+        parts.join("|")
+    }
+}
+
+/// The parts of a key joined by `|` (`Key::join`), whose own `|` are
+/// escaped by a backslash.
+pub(crate) fn key_parts(key: &str) -> impl Iterator<Item = &str> {
+    let mut escaped = false;
+    key.split(move |c: char| {
+        let split = c == '|' && !escaped;
+        escaped = c == '\\' && !escaped;
+        split
+    })
+}
+
 impl<'de> Deserialize<'de> for KeyConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]

@@ -361,7 +361,7 @@ fn elastic_rate_quotas_are_checked_where_written() {
     );
     // Overrides with their own quotas are checked too.
     let own = format!(
-        "{HEAD}      - {ONE}\n    overrides:\n      - keys: [\"key:gold\"]\n        quotas: [{{ algorithm: gcra, limit: 9, period: 1s, mode: elastic, elastic_percent: 10 }}]\n"
+        "{HEAD}      - {ONE}\n    overrides:\n      - keys: [\"ip:192.0.2.1\"]\n        quotas: [{{ algorithm: gcra, limit: 9, period: 1s, mode: elastic, elastic_percent: 10 }}]\n"
     );
     error(
         &own,

@@ -82,6 +82,13 @@ pub(super) fn rule(
             // tier silently unused.
             let list = format!("rule {name}: overrides");
             super::listed_key(key, &list, parts.peer_ip).map_err(|e| o.error(e))?;
+            if !rc.key.could_build(key) {
+                return Err(o.error(format!(
+                    "{list}: keys: {:?} can never match: this rule's keys are written {}",
+                    super::shortened(key),
+                    rc.key.written()
+                )));
+            }
             overrides.insert(key.clone(), limit.clone());
         }
     }
