@@ -254,15 +254,14 @@ impl Network {
 
 impl From<IpNet> for Network {
     fn from(net: IpNet) -> Self {
-        let mapped = match net {
-            IpNet::V6(v6) if v6.prefix_len() >= 96 => v6.addr().to_ipv4_mapped().and_then(|v4| {
-                ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96)
-                    .ok()
-                    .map(IpNet::V4)
-            }),
-            _ => None,
-        };
-        Network(mapped.unwrap_or(net))
+        if let IpNet::V6(v6) = net
+            && let Some(v4) = v6.addr().to_ipv4_mapped()
+            && let Some(bits) = v6.prefix_len().checked_sub(96)
+            && let Ok(v4) = ipnet::Ipv4Net::new(v4, bits)
+        {
+            return Network(IpNet::V4(v4));
+        }
+        Network(net)
     }
 }
 
@@ -396,7 +395,10 @@ impl ClientIp {
 
     fn trusted(&self, ip: IpAddr) -> bool {
         match &self.trust {
-            Trust::Proxies(nets) => nets.iter().any(|n| n.contains(ip)),
+            // `ip` is read canonical (`peer_addr`, `forwarded`), as the
+            // networks are stored: `Network::contains` would convert it
+            // again for each.
+            Trust::Proxies(nets) => nets.iter().any(|n| n.0.contains(&ip)),
             Trust::Hops(_) => true,
         }
     }

@@ -10,10 +10,10 @@ use http::HeaderName;
 
 use super::backend::AnyBackend;
 use super::error::RulesError;
-use super::key_part::key_parts;
+use super::key_part::{key_parts, part_as_built};
 use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RulesFile};
 use super::names::MatchMode;
-use crate::key::{ClientIp, Key, KeyExtractor, PeerIp};
+use crate::key::{ClientIp, KeyExtractor, PeerIp};
 use crate::layer::ReasonMetrics;
 use crate::layer::limit::{DEFAULT_NEAR_LIMIT, Limit};
 use crate::layer::protect::Protection;
@@ -102,7 +102,7 @@ impl Compiled {
             Some(old) if old.backend_config == backend_config => old.backend.clone(),
             _ => AnyBackend::from_config(&backend_config, path).map_err(error)?,
         };
-        let peer_ip = PeerIp::new().ipv6_prefix(file.client_ip.ipv6_prefix);
+        let peer_ip = file.client_ip.peer_ip();
         for (list, name) in [(&file.deny, "deny"), (&file.allow, "allow")] {
             list.keys
                 .iter()
@@ -194,24 +194,16 @@ impl Compiled {
 pub(super) fn listed_key(key: &str, list: &str, peer_ip: PeerIp) -> Result<(), String> {
     const BUILT: [&str; 4] = ["key:", "user:", "ip:", "route:"];
     for part in key_parts(key) {
-        let (built, how) = if let Some(address) = part.strip_prefix("ip:") {
-            let how = "write an address after ip: (or an IPv6 network of the file's ipv6_prefix)";
-            (peer_ip.key_of_text(address), how)
-        } else if let Some(route) = part.strip_prefix("route:") {
-            let how = "write route:<METHOD> <route>, such as \"route:GET /login\"";
-            (Key::route_of_text(route), how)
-        } else {
-            continue;
-        };
-        match built {
-            Some(built) if built.as_str() == part => {}
-            Some(built) => {
+        match part_as_built(part, peer_ip) {
+            None => {}
+            Some(Ok(built)) if built.as_str() == part => {}
+            Some(Ok(built)) => {
                 return Err(format!(
                     "{list}: keys: {part:?} can never match: a request's key is written {:?}",
                     built.as_str()
                 ));
             }
-            None => return Err(format!("{list}: keys: {part:?} can never match: {how}")),
+            Some(Err(how)) => return Err(format!("{list}: keys: {part:?} can never match: {how}")),
         }
     }
     let first = key_parts(key).next().unwrap_or_default();

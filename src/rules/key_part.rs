@@ -5,6 +5,8 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
+use crate::key::{Key, PeerIp};
+
 /// One part of a rule's key.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum KeyPart {
@@ -88,6 +90,22 @@ impl KeyConfig {
             .collect();
         parts.join("|")
     }
+}
+
+/// An `ip:` or `route:` part of a key as an operator wrote it, read as a
+/// request's key writes it (`ip:::ffff:192.0.2.1` is `ip:192.0.2.1`, an
+/// IPv6 address its network under `peer_ip`'s prefix, `route:get /x` is
+/// `route:GET /x`): `None` for a part of another kind, which is taken as
+/// written; an error saying how to write it for text no request's key
+/// holds.
+pub(crate) fn part_as_built(part: &str, peer_ip: PeerIp) -> Option<Result<Key, &'static str>> {
+    if let Some(address) = part.strip_prefix("ip:") {
+        let how = "write an address after ip: (or an IPv6 network of the file's ipv6_prefix)";
+        return Some(peer_ip.key_of_text(address).ok_or(how));
+    }
+    let route = part.strip_prefix("route:")?;
+    let how = "write route:<METHOD> <route>, such as \"route:GET /login\"";
+    Some(Key::route_of_text(route).ok_or(how))
 }
 
 /// The parts of a key joined by `|` (`Key::join`), whose own `|` are

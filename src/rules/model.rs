@@ -120,6 +120,13 @@ fn default_v6_prefix() -> u8 {
     64
 }
 
+impl ClientIpConfig {
+    /// The key of the connection's peer under this section's IPv6 prefix.
+    pub(crate) fn peer_ip(&self) -> crate::key::PeerIp {
+        crate::key::PeerIp::new().ipv6_prefix(self.ipv6_prefix)
+    }
+}
+
 /// A file without `client_ip`: the peer, IPv6 grouped by /64, as with the
 /// section and no `ipv6_prefix`. Written out: a derived default would make
 /// the prefix 0, and every IPv6 client one key.

@@ -120,37 +120,20 @@ impl Compiled {
             [KeyPart::Route] => "route:",
             _ => return Ok(given.to_owned()),
         };
-        if prefix == "route:" {
-            // As the route's key writes it (`get /x` is `route:GET /x`).
-            let route = given.strip_prefix(prefix).unwrap_or(given);
-            let key = crate::key::Key::route_of_text(route).ok_or_else(|| {
-                OpError::Invalid(
-                    "this rule's key is a route: give one, as route:GET /path or GET /path".into(),
-                )
-            })?;
-            return Ok(key.as_str().to_owned());
+        let given = if given.starts_with(prefix) {
+            given.to_owned()
+        } else {
+            format!("{prefix}{given}")
+        };
+        // An address or a route as a request's key writes it, however it
+        // is given: another spelling would name a key no request has.
+        match super::key_part::part_as_built(&given, self.file.client_ip.peer_ip()) {
+            None => Ok(given),
+            Some(Ok(key)) => Ok(key.as_str().to_owned()),
+            Some(Err(how)) => Err(OpError::Invalid(format!(
+                "this rule's key {given:?} is no address or route: {how}"
+            ))),
         }
-        if prefix == "ip:" {
-            // An address as the client's key writes it, however it is given
-            // (`ip:::ffff:192.0.2.1` is `ip:192.0.2.1`; an IPv6 one under
-            // the rule's prefix length): another spelling would name a key
-            // no request has.
-            let address = given.strip_prefix(prefix).unwrap_or(given);
-            let prefix_len = self.file.client_ip.ipv6_prefix;
-            let key = crate::key::PeerIp::new()
-                .ipv6_prefix(prefix_len)
-                .key_of_text(address)
-                .ok_or_else(|| {
-                    OpError::Invalid(
-                        "this rule's key is an address: give one, as ip:ADDR or ADDR".into(),
-                    )
-                })?;
-            return Ok(key.as_str().to_owned());
-        }
-        if given.starts_with(prefix) {
-            return Ok(given.to_owned());
-        }
-        Ok(format!("{prefix}{given}"))
     }
 
     /// The rule's limits that count for `key`: the rule's own, the file's
