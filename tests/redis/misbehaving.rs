@@ -369,7 +369,7 @@ async fn a_retry_after_of_centuries_is_neither_served_nor_cached() {
 /// without `EVALSHA` is refused as a misconfiguration that names the
 /// command, never as an unexplained failure.
 #[tokio::test]
-async fn the_outbound_pacer_is_refused_loudly_on_every_server() {
+async fn the_outbound_pacer_and_the_slots_are_refused_loudly_on_every_server() {
     use tollgate::outbound::{Pacer, RedisPace, WaitError};
     let quota = Quota::gcra(10, Duration::from_secs(1)).build().unwrap();
     for server in Server::ALL {
@@ -397,5 +397,18 @@ async fn the_outbound_pacer_is_refused_loudly_on_every_server() {
                 other.map(drop)
             ),
         }
+        // The concurrency slots call Redis the same way: served by the
+        // server, refused by name without the scripting commands.
+        let slots = RedisSlots::from_url(&redis.url(), "tollgate:slots:").unwrap();
+        let granted = slots.acquire("api", 1).await;
+        assert!(
+            matches!(granted, Ok(Acquired::Granted { in_use: 1, .. })),
+            "{server:?}: {:?}",
+            granted.map(drop)
+        );
+        let slots = RedisSlots::from_url(&url, "tollgate:slots:").unwrap();
+        let e = slots.acquire("api", 1).await.map(drop).unwrap_err();
+        assert_eq!(e.kind(), BackendErrorKind::Misconfigured, "{server:?}: {e}");
+        assert!(!e.to_string().contains("pw"), "{server:?}: {e}");
     }
 }
