@@ -15,14 +15,14 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::{Backend, BackendError, CheckRequest, GiveBackRequest, Now, Reserved};
-use crate::sync::lock;
+use crate::sync::{lock, thread_index};
 use crate::{Algorithm, Decision, Mode, QuotaSet};
 
 mod builder;
 mod stripe;
 
 pub use builder::BatchBackendBuilder;
-use stripe::{Batch, Borrowed, Leftover, Owned, Stripe, sweep, thread_index};
+use stripe::{Batch, Borrowed, Leftover, Owned, Stripe, sweep};
 
 /// Growth of a stripe's batch from one to the next, at most: a key becomes
 /// hot over a few batches, and a key checked now and then never parks more

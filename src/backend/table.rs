@@ -26,7 +26,7 @@ mod evict;
 mod lock;
 mod locked;
 
-use lock::{ReadGuard, ShardLock, WriteGuard};
+use lock::{Padded, ReadGuard, ShardLock, WriteGuard};
 
 use entries::{ANY_CALLER, SET_LOOP, same_key};
 
@@ -54,12 +54,8 @@ pub(crate) struct Table<V, N = V, P = N> {
     capacity: usize,
 }
 
-/// The shards, each behind its lock.
+/// The shards, each behind its lock, each lock on its own cache line.
 type Shards<V, N, P> = Box<[Padded<ShardLock<Shard<V, N, P>>>]>;
-
-/// Keeps each shard's lock on its own cache line.
-#[repr(align(128))]
-struct Padded<T>(T);
 
 pub(crate) struct Shard<V, N, P> {
     /// The most entries this shard keeps, of both kinds.

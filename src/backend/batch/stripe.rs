@@ -3,7 +3,6 @@
 
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hashbrown::{Equivalent, HashMap};
 
@@ -76,16 +75,6 @@ pub(super) struct Leftover {
     pub(super) key: Box<str>,
     pub(super) units: u64,
     pub(super) reserved: Reserved,
-}
-
-/// Each thread's stripe index: threads take the next one as they first
-/// check, so that up to `stripes` threads each have a stripe of their own.
-pub(super) fn thread_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    INDEX.with(|i| *i)
 }
 
 /// Drops a stripe's batches, the live ones too unless `live_at` is given,

@@ -1,37 +1,60 @@
-//! A shard's lock: readers in and out by one atomic add each, writers
-//! through a standard lock.
+//! A shard's lock: a reader marks a line of its own, writers go through
+//! a standard lock.
 //!
 //! Every check of a key takes its shard's lock to read, so a key that every
-//! core checks makes the lock's word as hot as the key's own entry. The
-//! standard read lock reads that word, then swaps in one more reader, and
-//! swaps again whenever another reader came or went meanwhile: on a hot
-//! shard, several trips of the word between cores per check. Here a reader
-//! adds itself and takes itself away, one trip each, and never retries.
+//! core checks would make a shared reader count as hot as the key's own
+//! entry: two trips of that word between cores per check. Here a reader
+//! writes the lock's address into its thread's line (one of [`LINES`], each
+//! on a cache line of its own, shared by every lock), reads the lock's word
+//! to see that no writer is in, and clears its line when done: it writes no
+//! line that another core writes. A reader whose line is taken (a second
+//! lock held, or more threads than lines) counts itself in the word
+//! instead.
+//!
 //! A writer takes a standard `RwLock<()>` (which orders writers and parks
 //! whoever waits), raises the word's writer bit, and waits for the readers
-//! already in, whose hold is a lookup and a compare-and-swap; a reader that
-//! finds the bit up steps back and waits on the standard lock to read. This
-//! speed-up is hand-written synchronisation: it buys a hot key's scaling
-//! (see BENCHMARKS.md, "In memory: many cores"), and its test races
-//! readers and writers on one shard.
+//! already in: those counted in the word, and those whose line holds this
+//! lock (it looks at the lines of the threads indexed so far, at most
+//! [`LINES`]). A reader that finds the bit up steps back, waits on the
+//! standard lock, then counts itself in the word. The line's swap, the
+//! word's bit and the writer's look at the lines are sequentially
+//! consistent, so either the reader sees the bit or the writer sees the
+//! line.
+//!
+//! This speed-up is hand-written synchronisation: it buys a hot key's
+//! scaling (see BENCHMARKS.md, "In memory: many cores"), and its tests race
+//! readers and writers on one shard, through lines and through the word.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockWriteGuard};
+
+use crate::sync::{thread_index, threads_indexed};
 
 /// The word's bit for a writer holding the data or waiting for the
-/// readers in it; the bits below count those readers.
+/// readers in it; the bits below count the readers counted there.
 const WRITER: u32 = 1 << 31;
+
+/// Reader lines: threads beyond this many share them, and a writer looks
+/// at no more than this many.
+const LINES: usize = 32;
 
 /// Spins of a writer waiting for the readers in before it yields its
 /// thread instead.
 const SPINS: u32 = 64;
 
+/// Keeps what it holds on cache lines of its own.
+#[repr(align(128))]
+pub(super) struct Padded<T>(pub(super) T);
+
+/// Each line holds the address of the lock its thread reads now, or 0.
+static LINES_READING: [Padded<AtomicUsize>; LINES] = [const { Padded(AtomicUsize::new(0)) }; LINES];
+
 pub(crate) struct ShardLock<T> {
-    /// Readers in by the fast way, and [`WRITER`].
+    /// Readers counted here, and [`WRITER`].
     word: AtomicU32,
-    /// Held to write, and to read by a reader that found [`WRITER`] up.
+    /// Held to write, and to read by a reader waiting for a writer.
     slow: RwLock<()>,
     data: UnsafeCell<T>,
 }
@@ -45,9 +68,9 @@ unsafe impl<T: Send + Sync> Sync for ShardLock<T> {}
 /// Shared access to the data.
 pub(crate) struct ReadGuard<'a, T> {
     lock: &'a ShardLock<T>,
-    /// The standard lock's guard of a reader that found a writer; `None`
-    /// for a reader counted in the word.
-    slow: Option<RwLockReadGuard<'a, ()>>,
+    /// The line that holds the lock's address, or `None` for a reader
+    /// counted in the word.
+    line: Option<&'static AtomicUsize>,
 }
 
 /// Exclusive access to the data.
@@ -67,29 +90,61 @@ impl<T> ShardLock<T> {
         }
     }
 
+    /// What a line holds while its thread reads this lock.
+    #[inline]
+    fn address(&self) -> usize {
+        std::ptr::from_ref(self).addr()
+    }
+
     /// Locks to read. A panic elsewhere while the lock was held leaves
     /// valid data (see `crate::sync`): no poisoning.
     #[inline]
     pub(crate) fn read(&self) -> ReadGuard<'_, T> {
-        // Acquire: a writer's changes, released when it lowered the bit,
-        // are seen by every reader that finds the bit down.
-        if self.word.fetch_add(1, Ordering::Acquire) & WRITER == 0 {
+        let line = &LINES_READING[thread_index() % LINES].0;
+        if line
+            .compare_exchange(0, self.address(), Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+        {
+            // SeqCst: see the module's docs. A writer's changes, released
+            // when it lowered the bit, are seen by a reader that finds it
+            // down.
+            if self.word.load(Ordering::SeqCst) & WRITER == 0 {
+                return ReadGuard {
+                    lock: self,
+                    line: Some(line),
+                };
+            }
+            line.store(0, Ordering::Release);
+            return self.read_slow();
+        }
+        self.read_counted()
+    }
+
+    /// A reader whose line is taken: counted in the word.
+    #[inline(never)]
+    fn read_counted(&self) -> ReadGuard<'_, T> {
+        if self.word.fetch_add(1, Ordering::SeqCst) & WRITER == 0 {
             return ReadGuard {
                 lock: self,
-                slow: None,
+                line: None,
             };
         }
+        self.word.fetch_sub(1, Ordering::Release);
         self.read_slow()
     }
 
+    /// A reader that found a writer in: waits for it on the standard lock,
+    /// then counts itself in the word. No writer's bit is up while the
+    /// standard lock is held to read, and the writer that comes next
+    /// waits for the readers counted.
     #[cold]
     #[inline(never)]
     fn read_slow(&self) -> ReadGuard<'_, T> {
-        self.word.fetch_sub(1, Ordering::Release);
-        let slow = self.slow.read().unwrap_or_else(PoisonError::into_inner);
+        let _wait = self.slow.read().unwrap_or_else(PoisonError::into_inner);
+        self.word.fetch_add(1, Ordering::SeqCst);
         ReadGuard {
             lock: self,
-            slow: Some(slow),
+            line: None,
         }
     }
 
@@ -98,18 +153,14 @@ impl<T> ShardLock<T> {
     pub(crate) fn write(&self) -> WriteGuard<'_, T> {
         let slow = self.slow.write().unwrap_or_else(PoisonError::into_inner);
         // From here on, readers go the slow way, which `slow` holds shut;
-        // those already in leave after their lookup. Acquire: what they
-        // read happens before what this writes.
-        let mut inside = self.word.fetch_or(WRITER, Ordering::Acquire) & !WRITER;
-        let mut spins = 0;
-        while inside != 0 {
-            if spins < SPINS {
-                std::hint::spin_loop();
-                spins += 1;
-            } else {
-                std::thread::yield_now();
-            }
-            inside = self.word.load(Ordering::Acquire) & !WRITER;
+        // those already in leave after their lookup. SeqCst: see the
+        // module's docs; what the readers in read happens before what this
+        // writes, through their release of the word or of their line.
+        self.word.fetch_or(WRITER, Ordering::SeqCst);
+        wait_while(|| self.word.load(Ordering::SeqCst) & !WRITER != 0);
+        let me = self.address();
+        for line in &LINES_READING[..threads_indexed().min(LINES)] {
+            wait_while(|| line.0.load(Ordering::SeqCst) == me);
         }
         WriteGuard {
             lock: self,
@@ -118,11 +169,28 @@ impl<T> ShardLock<T> {
     }
 }
 
+/// Spins, then yields, while `busy`.
+#[inline]
+fn wait_while(busy: impl Fn() -> bool) {
+    let mut spins = 0;
+    while busy() {
+        if spins < SPINS {
+            std::hint::spin_loop();
+            spins += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 impl<T> Drop for ReadGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        if self.slow.is_none() {
-            self.lock.word.fetch_sub(1, Ordering::Release);
+        match self.line {
+            Some(line) => line.store(0, Ordering::Release),
+            None => {
+                self.lock.word.fetch_sub(1, Ordering::Release);
+            }
         }
     }
 }
@@ -137,8 +205,9 @@ impl<T> Deref for ReadGuard<'_, T> {
     type Target = T;
     #[inline]
     fn deref(&self) -> &T {
-        // SAFETY: a reader is in (counted in the word while the writer bit
-        // was down, or holding the standard lock to read), so no writer is.
+        // SAFETY: a reader is in (its line held this lock, or it was
+        // counted in the word, while the writer bit was down), so no
+        // writer is.
         unsafe { &*self.lock.data.get() }
     }
 }
@@ -156,34 +225,45 @@ impl<T> DerefMut for WriteGuard<'_, T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: the standard lock is held to write, so no other writer
-        // and no slow reader is in, and the word counted no fast reader
-        // once the writer bit was up, and admits none while it is.
+        // is in; once the writer bit was up, the word counted no reader
+        // and no line held this lock, and neither admits a reader while it
+        // is up.
         unsafe { &mut *self.lock.data.get() }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::ShardLock;
+    use super::{LINES, LINES_READING, ShardLock};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// Readers never see a writer's change half made, and no write is
-    /// lost, with readers and writers racing on one lock.
+    /// lost, with readers and writers racing on one lock. There are more
+    /// readers than lines, so some share one, and every other read is made
+    /// holding another lock, whose line it takes: that read is counted in
+    /// the word. Both ways in race the writers.
     #[test]
     fn readers_never_see_a_write_half_made_and_no_write_is_lost() {
         let lock = Arc::new(ShardLock::new((0u64, 0u64)));
         let stop = Arc::new(AtomicBool::new(false));
-        let readers: Vec<_> = (0..4)
+        let readers: Vec<_> = (0..LINES + 4)
             .map(|_| {
                 let (lock, stop) = (lock.clone(), stop.clone());
                 std::thread::spawn(move || {
-                    let mut reads = 0u64;
+                    let other = ShardLock::new(());
+                    let mut reads = [0u64; 2];
                     while !stop.load(Ordering::Relaxed) {
+                        let nested = (reads[0] + reads[1]) % 2 == 1;
+                        let _held = nested.then(|| other.read());
                         let guard = lock.read();
                         let (a, b) = *guard;
                         assert_eq!(a, b, "a write seen half made");
-                        reads += 1;
+                        reads[usize::from(guard.line.is_none())] += 1;
+                        drop(guard);
+                        // Out of the lock: more threads than cores here, and
+                        // a reader preempted inside holds the writers up.
+                        std::thread::yield_now();
                     }
                     reads
                 })
@@ -193,7 +273,7 @@ mod tests {
             .map(|_| {
                 let lock = lock.clone();
                 std::thread::spawn(move || {
-                    for _ in 0..20_000 {
+                    for _ in 0..5_000 {
                         let mut guard = lock.write();
                         guard.0 += 1;
                         std::hint::black_box(&mut *guard);
@@ -206,11 +286,53 @@ mod tests {
             w.join().unwrap();
         }
         stop.store(true, Ordering::Relaxed);
-        let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
-        assert_eq!(*lock.read(), (60_000, 60_000));
-        assert!(reads > 0);
+        let reads = readers
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .fold([0, 0], |a, r| [a[0] + r[0], a[1] + r[1]]);
+        assert_eq!(*lock.read(), (15_000, 15_000));
+        assert!(reads[0] > 0, "no read went through a line");
+        assert!(reads[1] > 0, "no read was counted in the word");
         // Every guard gave its place back.
         assert_eq!(lock.word.load(Ordering::Relaxed), 0);
+        let me = lock.address();
+        assert!(
+            LINES_READING
+                .iter()
+                .all(|l| l.0.load(Ordering::Relaxed) != me)
+        );
+    }
+
+    /// A thread reads a second lock while holding one, counted in the
+    /// word as its line is taken, and a writer of either waits for it.
+    #[test]
+    fn a_second_lock_read_is_counted_and_writers_wait_for_both_readers() {
+        let (one, two) = (
+            Arc::new(ShardLock::new(0u64)),
+            Arc::new(ShardLock::new(0u64)),
+        );
+        let (first, second) = (one.read(), two.read());
+        // The line is this thread's unless another thread has the same
+        // index (more threads than lines) and reads now.
+        assert!(
+            first.line.is_none() || second.line.is_none(),
+            "one line held two locks"
+        );
+        let writers: Vec<_> = [&one, &two]
+            .into_iter()
+            .map(|lock| {
+                let lock = lock.clone();
+                std::thread::spawn(move || *lock.write() = 1)
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(writers.iter().all(|w| !w.is_finished()), "a writer went in");
+        assert_eq!((*first, *second), (0, 0));
+        drop((first, second));
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert_eq!((*one.read(), *two.read()), (1, 1));
     }
 
     /// A writer waits for the reader already in; a reader that comes while
@@ -232,8 +354,8 @@ mod tests {
             std::thread::spawn(move || {
                 let guard = lock.read();
                 assert!(
-                    guard.slow.is_some(),
-                    "a reader past the bit reads the slow way"
+                    guard.line.is_none(),
+                    "a reader past the bit is counted, having waited"
                 );
                 *guard
             })
