@@ -4,19 +4,20 @@
 //! Every check of a key takes its shard's lock to read, so a key that every
 //! core checks would make a shared reader count as hot as the key's own
 //! entry: two trips of that word between cores per check. Here a reader
-//! writes the lock's address into its thread's line (one of [`LINES`], each
-//! on a cache line of its own, shared by every lock), reads the lock's word
-//! to see that no writer is in, and clears its line when done: it writes no
-//! line that another core writes. A reader whose line is taken (a second
-//! lock held, or more threads than lines) counts itself in the word
-//! instead.
+//! writes the lock's address into its thread's line (one per thread index
+//! below [`LINES`], each on a cache line of its own, shared by every lock),
+//! reads the lock's word to see that no writer is in, and clears its line
+//! when done: it writes no line that another core writes. A reader without
+//! a line, or whose line is taken (a second lock held), counts itself in
+//! the word instead.
 //!
 //! A writer takes a standard `RwLock<()>` (which orders writers and parks
 //! whoever waits), raises the word's writer bit, and waits for the readers
 //! already in: those counted in the word, and those whose line holds this
-//! lock (it looks at the lines of the threads indexed so far, at most
-//! [`LINES`]). A reader that finds the bit up steps back, waits on the
-//! standard lock, then counts itself in the word. The line's swap, the
+//! lock. It looks at the lines below the thread index bound (threads give
+//! their index back as they end, so the bound is the most threads alive at
+//! once). A reader that finds the bit up steps back, waits on the standard
+//! lock, then counts itself in the word. The line's swap, the bound, the
 //! word's bit and the writer's look at the lines are sequentially
 //! consistent, so either the reader sees the bit or the writer sees the
 //! line.
@@ -30,14 +31,14 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockWriteGuard};
 
-use crate::sync::{thread_index, threads_indexed};
+use crate::sync::{index_bound, thread_index};
 
 /// The word's bit for a writer holding the data or waiting for the
 /// readers in it; the bits below count the readers counted there.
 const WRITER: u32 = 1 << 31;
 
-/// Reader lines: threads beyond this many share them, and a writer looks
-/// at no more than this many.
+/// Reader lines, one per thread index below this: threads of higher
+/// indices count themselves in the word.
 const LINES: usize = 32;
 
 /// Spins of a writer waiting for the readers in before it yields its
@@ -100,11 +101,15 @@ impl<T> ShardLock<T> {
     /// valid data (see `crate::sync`): no poisoning.
     #[inline]
     pub(crate) fn read(&self) -> ReadGuard<'_, T> {
-        let line = &LINES_READING[thread_index() % LINES].0;
-        if line
-            .compare_exchange(0, self.address(), Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
-        {
+        let index = thread_index();
+        if index < LINES {
+            let line = &LINES_READING[index].0;
+            if line
+                .compare_exchange(0, self.address(), Ordering::SeqCst, Ordering::Relaxed)
+                .is_err()
+            {
+                return self.read_counted();
+            }
             // SeqCst: see the module's docs. A writer's changes, released
             // when it lowered the bit, are seen by a reader that finds it
             // down.
@@ -120,7 +125,8 @@ impl<T> ShardLock<T> {
         self.read_counted()
     }
 
-    /// A reader whose line is taken: counted in the word.
+    /// A reader without a line of its own, or whose line is taken:
+    /// counted in the word.
     #[inline(never)]
     fn read_counted(&self) -> ReadGuard<'_, T> {
         if self.word.fetch_add(1, Ordering::SeqCst) & WRITER == 0 {
@@ -159,7 +165,7 @@ impl<T> ShardLock<T> {
         self.word.fetch_or(WRITER, Ordering::SeqCst);
         wait_while(|| self.word.load(Ordering::SeqCst) & !WRITER != 0);
         let me = self.address();
-        for line in &LINES_READING[..threads_indexed().min(LINES)] {
+        for line in &LINES_READING[..index_bound().min(LINES)] {
             wait_while(|| line.0.load(Ordering::SeqCst) == me);
         }
         WriteGuard {
@@ -240,9 +246,9 @@ mod tests {
 
     /// Readers never see a writer's change half made, and no write is
     /// lost, with readers and writers racing on one lock. There are more
-    /// readers than lines, so some share one, and every other read is made
-    /// holding another lock, whose line it takes: that read is counted in
-    /// the word. Both ways in race the writers.
+    /// readers than lines, so some have none, and every other read is made
+    /// holding another lock, whose line it takes: those reads are counted
+    /// in the word. Both ways in race the writers.
     #[test]
     fn readers_never_see_a_write_half_made_and_no_write_is_lost() {
         let lock = Arc::new(ShardLock::new((0u64, 0u64)));
@@ -301,6 +307,25 @@ mod tests {
                 .iter()
                 .all(|l| l.0.load(Ordering::Relaxed) != me)
         );
+    }
+
+    /// A thread whose index is gone (asking while torn down) reads
+    /// counted in the word, and a writer waits for it.
+    #[test]
+    fn a_thread_without_an_index_reads_counted_in_the_word() {
+        let lock = Arc::new(ShardLock::new(0u64));
+        let reader = {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                crate::sync::give_index_back();
+                let guard = lock.read();
+                assert!(guard.line.is_none());
+                assert_eq!(lock.word.load(Ordering::Relaxed), 1);
+            })
+        };
+        reader.join().unwrap();
+        *lock.write() = 1;
+        assert_eq!(*lock.read(), 1);
     }
 
     /// A thread reads a second lock while holding one, counted in the
