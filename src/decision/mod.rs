@@ -28,8 +28,8 @@ pub struct Decision {
 /// through the enums around it (`Now`, `Result`) copied the byte apart
 /// from the 63 after it, in 16-byte loads at odd offsets that straddle
 /// the stores that wrote them, which the processor cannot forward: a
-/// stall of about ten cycles each: the most of what took GCRA on one hot
-/// key from 1.01x governor's time to 0.72x (`BENCHMARKS.md`).
+/// stall of about ten cycles each. The word tag took GCRA on one hot
+/// key from governor's time to about three quarters of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[repr(u64)]
 enum Answers {
