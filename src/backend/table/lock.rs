@@ -313,19 +313,26 @@ mod tests {
     /// counted in the word, and a writer waits for it.
     #[test]
     fn a_thread_without_an_index_reads_counted_in_the_word() {
-        let lock = Arc::new(ShardLock::new(0u64));
-        let reader = {
-            let lock = lock.clone();
-            std::thread::spawn(move || {
-                crate::sync::give_index_back();
-                let guard = lock.read();
-                assert!(guard.line.is_none());
-                assert_eq!(lock.word.load(Ordering::Relaxed), 1);
-            })
-        };
-        reader.join().unwrap();
-        *lock.write() = 1;
-        assert_eq!(*lock.read(), 1);
+        // On a thread of its own: the test harness's goes on to other tests.
+        std::thread::spawn(|| {
+            let lock = Arc::new(ShardLock::new(0u64));
+            crate::sync::give_index_back();
+            let guard = lock.read();
+            assert!(guard.line.is_none());
+            assert_eq!(lock.word.load(Ordering::Relaxed), 1);
+            let writer = {
+                let lock = lock.clone();
+                std::thread::spawn(move || *lock.write() = 1)
+            };
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(!writer.is_finished(), "the writer went in");
+            assert_eq!(*guard, 0);
+            drop(guard);
+            writer.join().unwrap();
+            assert_eq!(*lock.read(), 1);
+        })
+        .join()
+        .unwrap();
     }
 
     /// A thread reads a second lock while holding one, counted in the
