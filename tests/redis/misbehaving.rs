@@ -228,6 +228,67 @@ async fn a_redis_full_under_noeviction_is_refused() {
     assert!(filled, "Redis never filled up");
     refused(&server.url(), "maxmemory-policy").await;
     gateway_refuses(&server.url(), "maxmemory");
+    // A limit of one byte keeps it full: freeing the fill's connections
+    // can bring it back under 1 MB for a while.
+    assert_eq!(server.cli(&["CONFIG", "SET", "maxmemory", "1"]), "OK");
+    // The slots' script writes first by removing expired slots, after
+    // which Redis lets a script finish its writes: a slot is granted and
+    // counted, so the limit still holds.
+    let slots = RedisSlots::from_url(&server.url(), "tollgate:slots:").unwrap();
+    let first = slots.acquire("api", 1).await;
+    assert!(
+        matches!(first, Ok(Acquired::Granted { in_use: 1, .. })),
+        "{:?}",
+        first.map(drop)
+    );
+    let second = slots.acquire("api", 1).await;
+    assert!(
+        matches!(second, Ok(Acquired::Full { in_use: 1 })),
+        "{:?}",
+        second.map(drop)
+    );
+    // The pacer's first write is refused: it fails loudly, naming the
+    // setting, and gives no turn.
+    use tollgate::outbound::{Pacer, RedisPace, WaitError};
+    let quota = Quota::gcra(10, Duration::from_secs(1)).build().unwrap();
+    let pace = RedisPace::from_url(&server.url(), "tollgate:pace:").unwrap();
+    match Pacer::new(pace, &quota).acquire("api", 1).await {
+        Err(WaitError::Store(e)) => {
+            assert_eq!(e.kind(), BackendErrorKind::Misconfigured, "{}", chain(&e));
+            assert!(e.to_string().contains("maxmemory"), "{e}");
+        }
+        other => panic!("the pacer must fail, got {:?}", other.map(drop)),
+    }
+}
+
+/// `e` and its sources, joined.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
+/// The concurrency slots and the outbound pacer at `url` each answer an
+/// error of `kind` that says `says`: never a slot granted or a turn given.
+async fn slots_and_pacer_fail(url: &str, kind: BackendErrorKind, says: &str) {
+    use tollgate::outbound::{Pacer, RedisPace, WaitError};
+    let slots = RedisSlots::from_url(url, "tollgate:slots:").unwrap();
+    let e = slots.acquire("api", 1).await.map(drop).unwrap_err();
+    assert_eq!(e.kind(), kind, "the slots: {}", chain(&e));
+    assert!(chain(&e).contains(says), "the slots: {}", chain(&e));
+    let quota = Quota::gcra(10, Duration::from_secs(1)).build().unwrap();
+    let pacer = Pacer::new(RedisPace::from_url(url, "tollgate:pace:").unwrap(), &quota);
+    match pacer.acquire("api", 1).await {
+        Err(WaitError::Store(e)) => {
+            assert_eq!(e.kind(), kind, "the pacer: {}", chain(&e));
+            assert!(chain(&e).contains(says), "the pacer: {}", chain(&e));
+        }
+        other => panic!("the pacer must fail, got {:?}", other.map(drop)),
+    }
 }
 
 #[tokio::test]
@@ -243,6 +304,7 @@ async fn valkey_without_its_lua_engine_is_refused() {
     );
     assert_eq!(server.cli(&["MODULE", "UNLOAD", "lua"]), "OK");
     refused(&server.url(), "no Lua engine").await;
+    slots_and_pacer_fail(&server.url(), BackendErrorKind::Misconfigured, "Lua").await;
 }
 
 /// A server that answers `AUTH`, `CLIENT`, `PING` and the like with `+OK`,
