@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use redis_support::RedisServer;
+use redis_support::{RedisServer, Server};
 use tollgate::backend::{BackendErrorKind, CircuitBreaker};
 use tollgate::{Error, Limiter, MemoryBackend, OnFailure, Quota, QuotaSet, RedisBackend};
 
@@ -328,45 +328,65 @@ async fn a_redis_refusing_the_scripts_is_logged_once_as_an_error_and_counted_apa
 }
 
 /// The concurrency slots and the outbound pacer share one way of calling
-/// Redis: a paused Redis answers each of them with a timeout within it,
-/// and once the pause is over the same store serves again.
+/// Redis: on every server, a paused Redis answers each of them with a
+/// timeout within it, and once the pause is over the same store serves
+/// again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_redis_times_out_the_slots_and_the_pacer_and_they_recover() {
     use tollgate::backend::{Acquired, RedisSlots, SlotStore};
     use tollgate::outbound::{Pacer, RedisPace, WaitError};
-    let server = RedisServer::start();
-    let timeout = Duration::from_millis(150);
-    let slots = RedisSlots::from_url(&server.url(), "tollgate:slots:")
-        .unwrap()
-        .timeout(timeout);
-    let quota = Quota::gcra(1_000, Duration::from_secs(1)).build().unwrap();
-    let pacer = Pacer::new(
-        RedisPace::from_url(&server.url(), "tollgate:pace:")
+    for kind in Server::ALL {
+        kind.check_version();
+        let server =
+            RedisServer::start_on(kind, Vec::new(), None, || redis_support::free_port(None));
+        let timeout = Duration::from_millis(150);
+        let slots = RedisSlots::from_url(&server.url(), "tollgate:slots:")
             .unwrap()
-            .timeout(timeout),
-        &quota,
-    );
-    let granted = |a: Acquired| matches!(a, Acquired::Granted { .. });
-    assert!(granted(slots.acquire("k", 10).await.unwrap()));
-    pacer.acquire("k", 1).await.unwrap();
+            .timeout(timeout);
+        let quota = Quota::gcra(1_000, Duration::from_secs(1)).build().unwrap();
+        let pacer = Pacer::new(
+            RedisPace::from_url(&server.url(), "tollgate:pace:")
+                .unwrap()
+                .timeout(timeout),
+            &quota,
+        );
+        let granted = |a: Acquired| matches!(a, Acquired::Granted { .. });
+        assert!(granted(slots.acquire("k", 10).await.unwrap()), "{kind:?}");
+        pacer.acquire("k", 1).await.unwrap();
 
-    server.cli(&["CLIENT", "PAUSE", "1000", "ALL"]);
-    let started = Instant::now();
-    let e = slots.acquire("k", 10).await.map(drop).unwrap_err();
-    assert_eq!(e.kind(), BackendErrorKind::Timeout, "{e}");
-    match pacer.acquire("k", 1).await {
-        Err(WaitError::Store(e)) => assert_eq!(e.kind(), BackendErrorKind::Timeout, "{e}"),
-        other => panic!("the pacer must time out, got {:?}", other.map(drop)),
-    }
-    assert!(started.elapsed() < 4 * timeout, "{:?}", started.elapsed());
+        server.cli(&["CLIENT", "PAUSE", "1000", "ALL"]);
+        let started = Instant::now();
+        let e = slots.acquire("k", 10).await.map(drop).unwrap_err();
+        assert_eq!(e.kind(), BackendErrorKind::Timeout, "{kind:?}: {e}");
+        match pacer.acquire("k", 1).await {
+            Err(WaitError::Store(e)) => {
+                assert_eq!(e.kind(), BackendErrorKind::Timeout, "{kind:?}: {e}")
+            }
+            other => panic!(
+                "{kind:?}: the pacer must time out, got {:?}",
+                other.map(drop)
+            ),
+        }
+        assert!(
+            started.elapsed() < 4 * timeout,
+            "{kind:?}: {:?}",
+            started.elapsed()
+        );
 
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !slots.acquire("k", 10).await.is_ok_and(granted) {
-        assert!(Instant::now() < deadline, "the slots never came back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    while pacer.acquire("k", 1).await.is_err() {
-        assert!(Instant::now() < deadline, "the pacer never came back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !slots.acquire("k", 10).await.is_ok_and(granted) {
+            assert!(
+                Instant::now() < deadline,
+                "{kind:?}: the slots never came back"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        while pacer.acquire("k", 1).await.is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "{kind:?}: the pacer never came back"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
