@@ -10,7 +10,7 @@ use http::HeaderName;
 
 use super::backend::AnyBackend;
 use super::error::RulesError;
-use super::key_part::{key_parts, part_as_built};
+use super::key_part::{BUILT, key_parts, part_as_built};
 use super::model::{BackendConfig, ClientIpConfig, MatchConfig, RulesFile};
 use super::names::MatchMode;
 use crate::key::{ClientIp, KeyExtractor, PeerIp};
@@ -192,7 +192,6 @@ impl Compiled {
 /// otherwise than its key (`route:get /x`, `route:/x` for `route:GET /x`):
 /// the spelling to use is given.
 pub(super) fn listed_key(key: &str, list: &str, peer_ip: PeerIp) -> Result<(), String> {
-    const BUILT: [&str; 4] = ["key:", "user:", "ip:", "route:"];
     for part in key_parts(key) {
         match part_as_built(part, peer_ip) {
             None => {}

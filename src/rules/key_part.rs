@@ -31,7 +31,23 @@ impl fmt::Display for KeyPart {
     }
 }
 
+/// What the keys a part builds start with: a header's value (`key:…`), an
+/// address (`ip:…`), a user id (`user:…`), a route (`route:…`). A `global`
+/// key is `global` itself.
+pub(crate) const BUILT: [&str; 4] = ["key:", "ip:", "user:", "route:"];
+
 impl KeyPart {
+    /// What this part's keys start with ([`BUILT`]), or are (`global`).
+    pub(crate) fn prefix(&self) -> &'static str {
+        match self {
+            KeyPart::Header(_) => BUILT[0],
+            KeyPart::PeerIp | KeyPart::ClientIp => BUILT[1],
+            KeyPart::User => BUILT[2],
+            KeyPart::Route => BUILT[3],
+            KeyPart::Global => "global",
+        }
+    }
+
     fn parse(s: &str) -> Result<Self, String> {
         Ok(match s {
             "peer_ip" => KeyPart::PeerIp,
@@ -67,11 +83,8 @@ impl KeyConfig {
         let mut given = key_parts(key);
         let fits = self.0.iter().all(|part| {
             given.next().is_some_and(|g| match part {
-                KeyPart::Header(_) => g.starts_with("key:"),
-                KeyPart::PeerIp | KeyPart::ClientIp => g.starts_with("ip:"),
-                KeyPart::User => g.starts_with("user:"),
-                KeyPart::Route => g.starts_with("route:"),
-                KeyPart::Global => g == "global",
+                KeyPart::Global => g == part.prefix(),
+                _ => g.starts_with(part.prefix()),
             })
         });
         fits && given.next().is_none()
@@ -79,13 +92,10 @@ impl KeyConfig {
 
     /// How this key's values are written: `key:…|route:…`.
     pub(crate) fn written(&self) -> String {
-        let parts: Vec<&str> = (self.0.iter())
+        let parts: Vec<String> = (self.0.iter())
             .map(|part| match part {
-                KeyPart::Header(_) => "key:…",
-                KeyPart::PeerIp | KeyPart::ClientIp => "ip:…",
-                KeyPart::User => "user:…",
-                KeyPart::Route => "route:…",
-                KeyPart::Global => "global",
+                KeyPart::Global => part.prefix().to_owned(),
+                _ => format!("{}…", part.prefix()),
             })
             .collect();
         parts.join("|")
@@ -99,11 +109,11 @@ impl KeyConfig {
 /// written; an error saying how to write it for text no request's key
 /// holds.
 pub(crate) fn part_as_built(part: &str, peer_ip: PeerIp) -> Option<Result<Key, &'static str>> {
-    if let Some(address) = part.strip_prefix("ip:") {
+    if let Some(address) = part.strip_prefix(KeyPart::PeerIp.prefix()) {
         let how = "write an address after ip: (or an IPv6 network of the file's ipv6_prefix)";
         return Some(peer_ip.key_of_text(address).ok_or(how));
     }
-    let route = part.strip_prefix("route:")?;
+    let route = part.strip_prefix(KeyPart::Route.prefix())?;
     let how = "write route:<METHOD> <route>, such as \"route:GET /login\"";
     Some(Key::route_of_text(route).ok_or(how))
 }

@@ -114,10 +114,7 @@ impl Compiled {
             return Err(OpError::Invalid("a key holds no control characters".into()));
         }
         let prefix = match self.file.rules[i].key.0.as_slice() {
-            [KeyPart::Header(_)] => "key:",
-            [KeyPart::PeerIp | KeyPart::ClientIp] => "ip:",
-            [KeyPart::User] => "user:",
-            [KeyPart::Route] => "route:",
+            [part] if *part != KeyPart::Global => part.prefix(),
             _ => return Ok(given.to_owned()),
         };
         let given = if given.starts_with(prefix) {

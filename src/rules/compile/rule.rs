@@ -77,10 +77,10 @@ pub(super) fn rule(
         let quotas = override_quotas(rc, j).map_err(|e| o.error(e))?;
         check_cost(rc, &quotas, &format!(" (override {})", j + 1))?;
         let limit = set(&format!("#override{}", j + 1), quotas)?;
+        // As for the lists: a key no request builds would leave its tier
+        // silently unused.
+        let list = format!("rule {name}: overrides");
         for key in &o.value.keys {
-            // As for the lists: a key no request builds would leave its
-            // tier silently unused.
-            let list = format!("rule {name}: overrides");
             super::listed_key(key, &list, parts.peer_ip).map_err(|e| o.error(e))?;
             if !rc.key.could_build(key) {
                 return Err(o.error(format!(
