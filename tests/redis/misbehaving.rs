@@ -307,19 +307,71 @@ async fn valkey_without_its_lua_engine_is_refused() {
     slots_and_pacer_fail(&server.url(), BackendErrorKind::Misconfigured, "Lua").await;
 }
 
+/// A server that takes connections and then answers no script (a server
+/// gone without a reset, its connection left open): the slots and the
+/// pacer time out, and each call after a timeout takes a fresh connection
+/// instead of waiting on the dead one for ever.
+#[tokio::test]
+async fn the_slots_and_the_pacer_leave_a_connection_that_never_answers() {
+    use tollgate::outbound::{Pacer, RedisPace, WaitError};
+    let (url, calls, accepted) = fake_redis(None).await;
+    let timeout = Duration::from_millis(100);
+    let slots = RedisSlots::from_url(&url, "tollgate:slots:")
+        .unwrap()
+        .timeout(timeout);
+    for _ in 0..2 {
+        let e = slots.acquire("api", 1).await.map(drop).unwrap_err();
+        assert_eq!(e.kind(), BackendErrorKind::Timeout, "{e}");
+    }
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        2,
+        "the slots' calls were sent"
+    );
+    assert_eq!(accepted.load(Ordering::Relaxed), 2, "the slots");
+    let quota = Quota::gcra(10, Duration::from_secs(1)).build().unwrap();
+    let pace = RedisPace::from_url(&url, "tollgate:pace:")
+        .unwrap()
+        .timeout(timeout);
+    let pacer = Pacer::new(pace, &quota);
+    for _ in 0..2 {
+        match pacer.acquire("api", 1).await {
+            Err(WaitError::Store(e)) => assert_eq!(e.kind(), BackendErrorKind::Timeout, "{e}"),
+            other => panic!("the pacer must time out, got {:?}", other.map(drop)),
+        }
+    }
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        4,
+        "the pacer's calls were sent"
+    );
+    assert_eq!(accepted.load(Ordering::Relaxed), 4, "the pacer");
+}
+
 /// A server that answers `AUTH`, `CLIENT`, `PING` and the like with `+OK`,
 /// and every `EVALSHA` or `EVAL` with `reply`; counts the script calls.
 async fn liar(reply: Vec<i64>) -> (String, Arc<AtomicU64>) {
+    let (url, calls, _) = fake_redis(Some(reply)).await;
+    (url, calls)
+}
+
+/// [`liar`], whose script calls go unanswered without `reply`; counts the
+/// script calls and the connections.
+async fn fake_redis(reply: Option<Vec<i64>>) -> (String, Arc<AtomicU64>, Arc<AtomicU64>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("redis://{}", listener.local_addr().unwrap());
-    let calls = Arc::new(AtomicU64::new(0));
-    let counted = calls.clone();
-    let mut answer = format!("*{}\r\n", reply.len());
-    for n in &reply {
-        answer.push_str(&format!(":{n}\r\n"));
-    }
+    let (calls, connections) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (counted, connected) = (calls.clone(), connections.clone());
+    let answer = reply.map(|reply| {
+        let mut answer = format!("*{}\r\n", reply.len());
+        for n in &reply {
+            answer.push_str(&format!(":{n}\r\n"));
+        }
+        answer
+    });
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
+            connected.fetch_add(1, Ordering::Relaxed);
             let (answer, calls) = (answer.clone(), counted.clone());
             tokio::spawn(async move {
                 let (read, mut write) = socket.into_split();
@@ -329,7 +381,10 @@ async fn liar(reply: Vec<i64>) -> (String, Arc<AtomicU64>) {
                         || command.eq_ignore_ascii_case("EVAL")
                     {
                         calls.fetch_add(1, Ordering::Relaxed);
-                        answer.as_str()
+                        match &answer {
+                            Some(answer) => answer.as_str(),
+                            None => continue,
+                        }
                     } else {
                         "+OK\r\n"
                     };
@@ -340,7 +395,7 @@ async fn liar(reply: Vec<i64>) -> (String, Arc<AtomicU64>) {
             });
         }
     });
-    (url, calls)
+    (url, calls, connections)
 }
 
 /// Reads one RESP command (an array of bulk strings); returns its name.

@@ -27,7 +27,9 @@ impl LazyConnection {
     }
 
     /// Runs `script` and reads its reply as `T`, connecting first if need
-    /// be, all within `timeout`: past it, a timeout error.
+    /// be, all within `timeout`: past it, a timeout error, and the next
+    /// call takes a fresh connection, as the backend's does (a peer gone
+    /// without a reset leaves a connection that never answers).
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
         script: &ScriptInvocation<'_>,
@@ -36,6 +38,7 @@ impl LazyConnection {
         tokio::time::timeout(timeout, self.invoke_once(script))
             .await
             .unwrap_or_else(|_| {
+                *lock(&self.conn) = None;
                 Err(BackendError::new(
                     BackendErrorKind::Timeout,
                     format!("no answer from Redis within {timeout:?}"),
