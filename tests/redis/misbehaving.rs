@@ -205,8 +205,18 @@ async fn evalsha_renamed_away_is_refused() {
 
 #[tokio::test]
 async fn a_redis_full_under_noeviction_is_refused() {
+    for kind in Server::ALL {
+        kind.check_version();
+        full_under_noeviction(kind).await;
+    }
+}
+
+/// A server of `kind` filled to its `maxmemory` under `noeviction`: the
+/// backend and the gateway refuse it, naming the setting; the slots still
+/// keep their limit and the pacer fails loudly.
+async fn full_under_noeviction(kind: Server) {
     let server = RedisServer::start_on(
-        Server::Redis7,
+        kind,
         ["--maxmemory", "1mb", "--maxmemory-policy", "noeviction"]
             .map(String::from)
             .to_vec(),
@@ -225,7 +235,7 @@ async fn a_redis_full_under_noeviction_is_refused() {
             break;
         }
     }
-    assert!(filled, "Redis never filled up");
+    assert!(filled, "{kind:?} never filled up");
     refused(&server.url(), "maxmemory-policy").await;
     gateway_refuses(&server.url(), "maxmemory");
     // A limit of one byte keeps it full: freeing the fill's connections
@@ -238,13 +248,13 @@ async fn a_redis_full_under_noeviction_is_refused() {
     let first = slots.acquire("api", 1).await;
     assert!(
         matches!(first, Ok(Acquired::Granted { in_use: 1, .. })),
-        "{:?}",
+        "{kind:?}: {:?}",
         first.map(drop)
     );
     let second = slots.acquire("api", 1).await;
     assert!(
         matches!(second, Ok(Acquired::Full { in_use: 1 })),
-        "{:?}",
+        "{kind:?}: {:?}",
         second.map(drop)
     );
     // The pacer's first write is refused: it fails loudly, naming the
@@ -257,7 +267,7 @@ async fn a_redis_full_under_noeviction_is_refused() {
             assert_eq!(e.kind(), BackendErrorKind::Misconfigured, "{}", chain(&e));
             assert!(e.to_string().contains("maxmemory"), "{e}");
         }
-        other => panic!("the pacer must fail, got {:?}", other.map(drop)),
+        other => panic!("{kind:?}: the pacer must fail, got {:?}", other.map(drop)),
     }
 }
 
@@ -287,7 +297,7 @@ async fn slots_and_pacer_fail(url: &str, kind: BackendErrorKind, says: &str) {
             assert_eq!(e.kind(), kind, "the pacer: {}", chain(&e));
             assert!(chain(&e).contains(says), "the pacer: {}", chain(&e));
         }
-        other => panic!("the pacer must fail, got {:?}", other.map(drop)),
+        other => panic!("{kind:?}: the pacer must fail, got {:?}", other.map(drop)),
     }
 }
 
