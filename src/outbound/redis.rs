@@ -5,11 +5,12 @@ use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use deadpool_redis::redis::{self, Script};
+use deadpool_redis::redis::Script;
 
 use super::schedule::{Plan, Told, Turn};
 use super::store::{PaceStore, Scheduled};
-use crate::backend::redis::{LazyConnection, redis_error};
+use crate::backend::RedisBackend;
+use crate::backend::redis::{Connections, connections};
 use crate::backend::{BackendError, BackendErrorKind};
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("pace.lua")));
@@ -21,8 +22,10 @@ static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("pac
 /// said (a pause, a cut rate), atomically. A key's hash expires once its
 /// schedule has passed and its cut is forgotten.
 ///
-/// One standalone Redis (each call touches one key, so a Cluster node's
-/// URL works for the keys it owns). Clones share the connection.
+/// In one Redis by its URL, or [`on`](Self::on) a backend's connection:
+/// then wherever the backend keeps its state (one server, a Cluster, a
+/// Sentinel's master, over TLS), as each call touches one key. Clones
+/// share the connection.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -43,7 +46,7 @@ pub struct RedisPace {
 }
 
 struct Inner {
-    redis: LazyConnection,
+    redis: Arc<Connections>,
     prefix: Box<str>,
 }
 
@@ -60,14 +63,23 @@ impl RedisPace {
     /// Schedules in the Redis at `url`, under keys starting with `prefix`.
     /// Connects on first use.
     pub fn from_url(url: &str, prefix: &str) -> Result<Self, BackendError> {
-        let client = redis::Client::open(url).map_err(|e| redis_error(e).0)?;
-        Ok(RedisPace {
+        Ok(RedisPace::new(Arc::new(connections(url)?), prefix))
+    }
+
+    /// Schedules in the Redis `backend` keeps its state in, through its
+    /// connection, under keys starting with `prefix`.
+    pub fn on(backend: &RedisBackend, prefix: &str) -> Self {
+        RedisPace::new(backend.connections(), prefix)
+    }
+
+    fn new(redis: Arc<Connections>, prefix: &str) -> Self {
+        RedisPace {
             inner: Arc::new(Inner {
-                redis: LazyConnection::new(client),
+                redis,
                 prefix: prefix.into(),
             }),
             timeout: Duration::from_millis(200),
-        })
+        }
     }
 
     /// How long one call to Redis may take (200 ms by default), connecting

@@ -265,63 +265,30 @@ impl RedisTarget {
 }
 
 /// A rule's concurrency quota with its slots where the backend keeps state:
-/// in Redis for a Redis backend, so that a fleet shares the limit (under
-/// `<prefix>concurrency:<rule>:`, one set of slots per rule as in memory),
-/// in this process otherwise.
+/// in Redis for a Redis backend (on its connection, so wherever it keeps
+/// its state: one server, a Cluster, a Sentinel's master, over TLS), so
+/// that a fleet shares the limit (under `<prefix>concurrency:<rule>:`, one
+/// set of slots per rule as in memory), in this process otherwise.
 pub(crate) fn with_slots(
     config: &BackendConfig,
-    base: Option<&Path>,
+    backend: &AnyBackend,
     rule: &str,
     quota: ConcurrencyQuota,
-) -> Result<ConcurrencyQuota, String> {
-    match config {
+) -> ConcurrencyQuota {
+    match (config, backend) {
         #[cfg(feature = "redis")]
-        BackendConfig::Redis {
-            tls,
-            prefix,
-            timeout,
-            ..
-        } => {
-            // The slots live in one standalone Redis reached by its URL
-            // alone: a cluster, a sentinel's master or a private CA cannot
-            // hold them yet, and a limit that cannot be kept is refused here
-            // rather than left to fail at every request.
-            // The slots live in one standalone Redis: a cluster or a
-            // sentinel's master cannot hold them yet, and a limit that
-            // cannot be kept is refused here rather than left to fail at
-            // every request.
-            let url = match redis_place(config)? {
-                RedisPlace::Url(url) => url,
-                RedisPlace::Cluster(at) => {
-                    return Err(at.error(format!(
-                        "rule {rule}: concurrency in Redis needs one Redis (url), not a cluster"
-                    )));
-                }
-                RedisPlace::Sentinel(at) => {
-                    return Err(at.error(format!(
-                        "rule {rule}: concurrency in Redis needs one Redis (url), not a sentinel's master"
-                    )));
-                }
-            };
+        (
+            BackendConfig::Redis {
+                prefix, timeout, ..
+            },
+            AnyBackend::Redis(redis),
+        ) => {
             let prefix = format!("{prefix}concurrency:{rule}:");
-            let ca = tls
-                .ca_file
-                .as_ref()
-                .map(|f| read_pem(f, base))
-                .transpose()?;
-            let client_cert = match (&tls.cert_file, &tls.key_file) {
-                (Some(cert), Some(key)) => Some((read_pem(cert, base)?, read_pem(key, base)?)),
-                _ => None,
-            };
-            let slots =
-                crate::backend::RedisSlots::with_tls(url.value.expose(), &prefix, ca, client_cert)
-                    .map_err(|e| url.error(format!("backend: redis: {e}")))?
-                    .timeout(timeout.0);
-            Ok(quota.store(slots))
+            quota.store(crate::backend::RedisSlots::on(redis, &prefix).timeout(timeout.0))
         }
         _ => {
-            let _ = (rule, base);
-            Ok(quota)
+            let _ = (config, backend, rule);
+            quota
         }
     }
 }

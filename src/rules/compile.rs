@@ -137,7 +137,7 @@ impl Compiled {
             check_limited(rc).map_err(error)?;
             let mut rule = rule(rc, &backend, &parts, near_limit).map_err(error)?;
             rule.concurrency =
-                concurrency(rc, old, &protect, &backend_config, path).map_err(error)?;
+                concurrency(rc, old, &protect, &backend_config, &backend).map_err(error)?;
             check_elastic(rc, &protect).map_err(error)?;
             if let Some(p) = &rc.penalty {
                 let pk = file.partition_key.as_ref().map(|pk| pk.0.clone());

@@ -91,6 +91,20 @@ async fn tls_with_a_private_ca_decides_and_an_untrusted_ca_is_refused() {
     assert!(empty.is_err(), "{empty:?}");
 }
 
+/// The statuses of four requests in turn to an app behind `rules`.
+async fn four_through(rules: Rules) -> Vec<StatusCode> {
+    let app = axum::Router::new()
+        .fallback(|| async { "ok" })
+        .layer(tollgate::RateLimitLayer::from_policy(rules));
+    let addr = support::serve(app).await;
+    let client = support::client();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(support::get(&client, addr, "/", &[]).await.status);
+    }
+    seen
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_from_a_rules_file_with_files_beside_it() {
     let certs = Certs::make();
@@ -119,18 +133,9 @@ async fn mutual_tls_from_a_rules_file_with_files_beside_it() {
         "{}",
         rules.describe()
     );
-    let app = axum::Router::new()
-        .fallback(|| async { "ok" })
-        .layer(tollgate::RateLimitLayer::from_policy(rules));
-    let addr = support::serve(app).await;
-    let client = support::client();
-    let mut seen = Vec::new();
-    for _ in 0..4 {
-        seen.push(support::get(&client, addr, "/", &[]).await.status);
-    }
     let ok = StatusCode::OK;
     assert_eq!(
-        seen,
+        four_through(rules).await,
         [ok, ok, ok, StatusCode::TOO_MANY_REQUESTS],
         "through mTLS"
     );
@@ -468,4 +473,101 @@ async fn sentinel_failover_resumes_through_the_new_master() {
     wait_until(Duration::from_secs(5), "keys in the new master", || {
         limited_keys(&deploy.replica) == 2
     });
+}
+
+/// Slots and a pacer made on `backend` keep their limits there: 12 keys
+/// (spread over a cluster's nodes), each with a limit of 2 slots and a
+/// pacer's burst of 2 turns. The slots granted are held by the caller, so
+/// that their sets stay in Redis.
+async fn slots_and_a_pacer_on(backend: &RedisBackend) -> Vec<tollgate::backend::Acquired> {
+    use tollgate::backend::{Acquired, RedisSlots, SlotStore};
+    use tollgate::outbound::{Pacer, RedisPace, WaitError};
+    let slots = RedisSlots::on(backend, "deploy:slots:").timeout(Duration::from_secs(5));
+    let quota = Quota::gcra(2, HOUR).build().unwrap();
+    let mut held = Vec::new();
+    let pacer = Pacer::new(
+        RedisPace::on(backend, "deploy:pace:").timeout(Duration::from_secs(5)),
+        &quota,
+    );
+    for i in 0..12 {
+        let key = format!("key-{i}");
+        let first = slots.acquire(&key, 2).await.unwrap();
+        let second = slots.acquire(&key, 2).await.unwrap();
+        let third = slots.acquire(&key, 2).await.unwrap();
+        assert!(
+            matches!(first, Acquired::Granted { in_use: 1, .. }),
+            "{key}"
+        );
+        assert!(
+            matches!(second, Acquired::Granted { in_use: 2, .. }),
+            "{key}"
+        );
+        assert!(matches!(third, Acquired::Full { in_use: 2 }), "{key}");
+        held.extend([first, second]);
+        // Turns at once while the burst lasts, then one a half hour on:
+        // the schedule is kept.
+        let mut at_once = 0;
+        let would_wait = loop {
+            match pacer.acquire_within(&key, 1, Duration::ZERO).await {
+                Ok(_) => at_once += 1,
+                Err(WaitError::TooLong { would_wait }) => break would_wait,
+                Err(e) => panic!("{key}: {e}"),
+            }
+            assert!(at_once <= 2, "{key}: more than the burst");
+        };
+        assert_eq!(at_once, 2, "{key}");
+        assert!(
+            would_wait > Duration::from_secs(1700),
+            "{key}: {would_wait:?}"
+        );
+    }
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_and_a_pacer_on_a_backend_reach_a_cluster_and_a_sentinel_master() {
+    let cluster = Cluster::start(PASSWORD);
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}", cluster.nodes[0].port);
+    let on_cluster = RedisBackend::from_cluster_urls([url.clone()])
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let _held = slots_and_a_pacer_on(&on_cluster).await;
+    let sizes: Vec<usize> = cluster.nodes.iter().map(limited_keys).collect();
+    assert_eq!(
+        sizes.iter().sum::<usize>(),
+        24,
+        "a slot set and a schedule a key: {sizes:?}"
+    );
+    assert!(
+        sizes.iter().all(|&n| n > 0),
+        "keys on every node: {sizes:?}"
+    );
+    // A rules file's concurrency quota on the cluster: loaded, and its
+    // slots taken there for each request (counted from here).
+    for node in &cluster.nodes {
+        assert_eq!(node.cli(&["CONFIG", "RESETSTAT"]), "OK");
+    }
+    let rules = Rules::parse(&format!(
+        "backend:\n  redis:\n    cluster: [\"{url}\"]\n    timeout: 5s\non_backend_error: reject\ntimeout: 5s\nrules:\n  - {{ name: r, key: global, concurrency: {{ limit: 2 }}, quotas: [{{ algorithm: fixed_window, limit: 3, period: 1h }}] }}\n"
+    ))
+    .unwrap();
+    let ok = StatusCode::OK;
+    assert_eq!(
+        four_through(rules).await,
+        [ok, ok, ok, StatusCode::TOO_MANY_REQUESTS]
+    );
+    let zadds = (cluster.nodes.iter())
+        .filter(|n| n.cli(&["INFO", "commandstats"]).contains("cmdstat_zadd"))
+        .count();
+    assert!(zadds > 0, "no node took a slot");
+
+    let deploy = Sentinel::start(PASSWORD);
+    let on_sentinel = RedisBackend::from_sentinel(Sentinel::NAME, [deploy.sentinel.url()])
+        .sentinel_master_auth("", PASSWORD)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let _held = slots_and_a_pacer_on(&on_sentinel).await;
+    assert_eq!(limited_keys(&deploy.master), 24, "kept in the master");
 }

@@ -97,7 +97,8 @@ pub struct RedisBackend {
 
 /// What the clones of one backend share; made by the builder.
 pub(super) struct Inner {
-    pub(super) connections: Connections,
+    /// Shared with the slots and pacers made [`on`](super::RedisSlots::on) it.
+    pub(super) connections: Arc<Connections>,
     pub(super) prefix: Box<str>,
     pub(super) timeout: Duration,
     pub(super) on_failure: OnFailure,
@@ -118,6 +119,11 @@ impl RedisBackend {
         RedisBackend {
             inner: Arc::new(inner),
         }
+    }
+
+    /// Its connection, for the slots and pacers made on it.
+    pub(crate) fn connections(&self) -> Arc<Connections> {
+        Arc::clone(&self.inner.connections)
     }
 }
 

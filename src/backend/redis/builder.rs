@@ -310,7 +310,7 @@ impl RedisBackendBuilder {
         };
         let source = source(self.source, &self.tls, self.master_auth)?;
         Ok(RedisBackend::new(Inner {
-            connections: Connections::new(source),
+            connections: Arc::new(Connections::new(source)),
             prefix: self.prefix.into(),
             timeout: self.timeout,
             on_failure: self.on_failure,

@@ -7,12 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use deadpool_redis::redis::{self, Script};
+use deadpool_redis::redis::Script;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
-use super::LazyConnection;
-use super::connection::redis_error;
+use super::{Connections, RedisBackend, connections};
 use crate::backend::{Acquired, BackendError, BackendErrorKind, Slot, SlotFuture, SlotStore};
 
 pub(super) static SCRIPT: LazyLock<Script> =
@@ -28,9 +27,10 @@ pub(super) static SCRIPT: LazyLock<Script> =
 /// request held longer than `max_hold` (10 minutes by default) stops being
 /// refreshed too: no loop runs unbounded.
 ///
-/// One standalone Redis (the script touches a single key, so a Cluster
-/// node URL works for keys it owns; the fleet's rate state can still live in
-/// a Cluster through `RedisBackend`). Clones share the connection.
+/// In one Redis by its URL, or [`on`](Self::on) a backend's connection:
+/// then wherever the backend keeps its state (one server, a Cluster, a
+/// Sentinel's master, over TLS), as each call touches one key. Clones
+/// share the connection.
 ///
 /// ```no_run
 /// use tollgate::backend::RedisSlots;
@@ -52,7 +52,7 @@ pub struct RedisSlots {
 }
 
 struct Inner {
-    redis: LazyConnection,
+    redis: Arc<Connections>,
     prefix: Box<str>,
     /// Tells this process's slot ids from other servers'.
     nonce: u64,
@@ -70,34 +70,22 @@ impl fmt::Debug for RedisSlots {
 
 impl RedisSlots {
     /// Slots in the Redis at `url`, under keys starting with `prefix`.
+    /// Connects on first use.
     pub fn from_url(url: &str, prefix: &str) -> Result<Self, BackendError> {
-        let client = redis::Client::open(url).map_err(|e| redis_error(e).0)?;
-        Ok(RedisSlots::from_client(client, prefix))
+        Ok(RedisSlots::new(Arc::new(connections(url)?), prefix))
     }
 
-    /// Slots in the Redis at `url` reached with TLS certificates (PEM): a
-    /// CA to trust and a client certificate with its key.
-    pub(crate) fn with_tls(
-        url: &str,
-        prefix: &str,
-        ca: Option<Vec<u8>>,
-        client_cert: Option<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<Self, super::RedisConfigError> {
-        let tls = super::source::Tls {
-            ca,
-            client: client_cert,
-        };
-        Ok(RedisSlots::from_client(
-            super::source::client(url, &tls)?,
-            prefix,
-        ))
+    /// Slots in the Redis `backend` keeps its state in, through its
+    /// connection, under keys starting with `prefix`.
+    pub fn on(backend: &RedisBackend, prefix: &str) -> Self {
+        RedisSlots::new(backend.connections(), prefix)
     }
 
-    fn from_client(client: redis::Client, prefix: &str) -> Self {
+    fn new(redis: Arc<Connections>, prefix: &str) -> Self {
         let nonce = foldhash::fast::RandomState::default().hash_one(std::process::id());
         RedisSlots {
             inner: Arc::new(Inner {
-                redis: LazyConnection::new(client),
+                redis,
                 prefix: prefix.into(),
                 nonce,
                 next_id: AtomicU64::new(0),

@@ -3,9 +3,12 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use deadpool_redis::PoolError;
-use deadpool_redis::redis::{self, Cmd, ErrorKind, RedisError, ServerErrorKind};
+use deadpool_redis::redis::{
+    self, Cmd, ErrorKind, FromRedisValue, RedisError, ScriptInvocation, ServerErrorKind,
+};
 
 use super::script;
 use super::stats::bump;
@@ -46,6 +49,18 @@ impl Conn {
         match self {
             Conn::Single(c) => cmd.query_async(c).await,
             Conn::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
+
+    /// Runs `script` by its hash, sending it first if Redis lacks it (the
+    /// concurrency slots' and the outbound pacer's calls).
+    async fn invoke<T: FromRedisValue>(
+        &mut self,
+        script: &ScriptInvocation<'_>,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Conn::Single(c) => script.invoke_async(c).await,
+            Conn::Cluster(c) => script.invoke_async(c).await,
         }
     }
 }
@@ -137,7 +152,7 @@ pub(crate) fn redis_error(e: RedisError) -> (BackendError, bool) {
 
 /// The one multiplexed connection every check goes through, made again
 /// from its source when it fails.
-pub(super) struct Connections {
+pub(crate) struct Connections {
     source: Source,
     /// The connection in use, and a number telling it from its successors.
     conn: Mutex<Option<(u64, Conn)>>,
@@ -223,6 +238,42 @@ impl Connections {
             }
             e
         })
+    }
+
+    /// Runs `script` and reads its reply as `T`, connecting first if need
+    /// be, all within `timeout`: past it, a timeout error, and the
+    /// connection it was sent on is forgotten, as a check's is (a peer gone
+    /// without a reset leaves a connection that never answers).
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        script: &ScriptInvocation<'_>,
+        timeout: Duration,
+    ) -> Result<T, BackendError> {
+        // The generation sent on, once there is one (generations start at 1).
+        let sent_on = AtomicU64::new(0);
+        let call = async {
+            let (mut conn, _) = self.connection().await?;
+            sent_on.store(conn.0, Ordering::Relaxed);
+            conn.1.invoke(script).await.map_err(|e| {
+                let (e, broken) = redis_error(e);
+                if broken {
+                    self.forget(Some(conn.0));
+                }
+                e
+            })
+        };
+        tokio::time::timeout(timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                match sent_on.load(Ordering::Relaxed) {
+                    0 => {}
+                    generation => self.forget(Some(generation)),
+                }
+                Err(BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("no answer from Redis within {timeout:?}"),
+                ))
+            })
     }
 
     /// Drops the connection in use (only if it is still `generation`'s).

@@ -8,7 +8,6 @@ mod cache;
 mod concurrency;
 mod config_error;
 mod connection;
-mod lazy;
 mod lease;
 mod on_failure;
 mod probe;
@@ -17,14 +16,12 @@ mod source;
 mod stats;
 
 pub use backend::RedisBackend;
-// The one mapping of Redis errors, the outbound pacer's included: a Redis
-// that refuses the scripts (ACL, OOM, no scripting) is named as such.
 pub use breaker::CircuitBreaker;
 pub use builder::RedisBackendBuilder;
 pub use concurrency::RedisSlots;
 pub use config_error::RedisConfigError;
-pub(crate) use connection::redis_error;
-pub(crate) use lazy::LazyConnection;
+pub(crate) use connection::Connections;
 pub use lease::Lease;
 pub use on_failure::OnFailure;
+pub(crate) use source::connections;
 pub use stats::RedisStats;

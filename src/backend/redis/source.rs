@@ -5,8 +5,9 @@ use deadpool_redis::Runtime;
 use deadpool_redis::redis::{self, IntoConnectionInfo};
 
 use super::config_error::RedisConfigError;
-use super::connection::Source;
+use super::connection::{Connections, Source};
 use crate::backend::redis_url_redacted as redact;
+use crate::backend::{BackendError, BackendErrorKind};
 
 pub(super) enum SourceConfig {
     Url(String),
@@ -115,6 +116,15 @@ pub(super) fn client(url: &str, tls: &Tls) -> Result<redis::Client, RedisConfigE
         redis::Client::open(info)
     };
     client.map_err(|e| RedisConfigError::Pool(format!("{}: {e}", redact(url))))
+}
+
+/// Connections to the one server at `url`, made when first needed: the
+/// concurrency slots' and the outbound pacer's own, where they are not
+/// made on a backend's.
+pub(crate) fn connections(url: &str) -> Result<Connections, BackendError> {
+    source(SourceConfig::Url(url.to_owned()), &Tls::default(), None)
+        .map(Connections::new)
+        .map_err(|e| BackendError::new(BackendErrorKind::Misconfigured, e.to_string()))
 }
 
 /// Where the backend's connections will come from; nothing is connected.

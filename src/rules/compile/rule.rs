@@ -3,7 +3,6 @@
 //! concurrency quota, and the checks a rule must pass alone.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use http::header::HOST;
@@ -128,8 +127,8 @@ pub(super) fn concurrency(
     rc: &RuleConfig,
     old: Option<&Compiled>,
     file: &Protection,
-    backend: &BackendConfig,
-    path: Option<&Path>,
+    backend_config: &BackendConfig,
+    backend: &AnyBackend,
 ) -> Result<Option<Protection>, String> {
     let Some(c) = &rc.concurrency else {
         return Ok(None);
@@ -156,7 +155,7 @@ pub(super) fn concurrency(
         quota = quota.elastic(elastic.value).map_err(|e| elastic.error(e))?;
     }
     let kept = old
-        .filter(|o| o.backend_config == *backend)
+        .filter(|o| o.backend_config == *backend_config)
         .and_then(|o| o.rules.iter().find(|r| r.name == *name))
         .filter(|r| {
             let before = r.concurrency.as_ref().and_then(|p| p.concurrency.as_ref());
@@ -165,7 +164,7 @@ pub(super) fn concurrency(
         .and_then(|r| r.concurrency.as_ref()?.concurrency.clone());
     let quota = match kept {
         Some(kept) => kept,
-        None => with_slots(backend, path, name, quota)?,
+        None => with_slots(backend_config, backend, name, quota),
     };
     Ok(Some(Protection {
         concurrency: Some(quota),
