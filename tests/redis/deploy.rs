@@ -281,6 +281,16 @@ fn check_and_errors_never_print_the_password() {
     let target = tollgate::rules::RedisTarget::url(url);
     let debug = format!("{target:?}");
     assert!(!debug.contains(PASSWORD), "{debug}");
+    // And in the slots' and the pacer's errors for such a URL.
+    let slots = tollgate::backend::RedisSlots::from_url(&bad, "s:").unwrap_err();
+    let pace = tollgate::outbound::RedisPace::from_url(&bad, "p:").unwrap_err();
+    for e in [slots, pace] {
+        let text = chain(&e);
+        assert!(
+            text.contains("tg:***@") && !text.contains(PASSWORD),
+            "{text}"
+        );
+    }
 }
 
 #[test]
