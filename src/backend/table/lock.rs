@@ -477,4 +477,65 @@ mod tests {
         .join()
         .unwrap();
     }
+
+    /// Writes keep sending readers to the word, and counted reads keep
+    /// sending them back to their lines: reads through lines between
+    /// writes see whole writes, and no write is lost.
+    #[test]
+    fn readers_go_back_to_their_lines_between_writes() {
+        use std::sync::atomic::AtomicU64;
+        use std::time::{Duration, Instant};
+        let lock = Arc::new(ShardLock::new((0u64, 0u64)));
+        let stop = Arc::new(AtomicBool::new(false));
+        // Reads through a line that saw some writes made and more to come.
+        let between_writes = Arc::new(AtomicU64::new(0));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (lock, stop) = (lock.clone(), stop.clone());
+                let between_writes = between_writes.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let guard = lock.read();
+                        let (a, b) = *guard;
+                        assert_eq!(a, b, "a write seen half made");
+                        if guard.line.is_some() && a > 0 {
+                            between_writes.fetch_add(1, Ordering::Relaxed);
+                        }
+                        drop(guard);
+                        // More threads than cores here: the writer's turn.
+                        std::thread::yield_now();
+                    }
+                })
+            })
+            .collect();
+        let started = Instant::now();
+        let mut writes = 0;
+        // At least 200 writes, and on until a reader went back to its line
+        // (a few hundred reads after one), for at most 20 s on a busy machine.
+        while writes < 200
+            || between_writes.load(Ordering::Relaxed) == 0
+                && started.elapsed() < Duration::from_secs(20)
+        {
+            let mut guard = lock.write();
+            guard.0 += 1;
+            std::hint::black_box(&mut *guard);
+            guard.1 += 1;
+            drop(guard);
+            writes += 1;
+            // Room between writes for a few hundred reads.
+            let wrote = Instant::now();
+            while wrote.elapsed() < Duration::from_micros(50) {
+                std::thread::yield_now();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+        assert_eq!(*lock.read(), (writes, writes));
+        assert!(
+            between_writes.load(Ordering::Relaxed) > 0,
+            "readers never went back to their lines"
+        );
+    }
 }
