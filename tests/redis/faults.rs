@@ -390,3 +390,54 @@ async fn a_paused_redis_times_out_the_slots_and_the_pacer_and_they_recover() {
         }
     }
 }
+
+/// Slots made on a backend share its connection: one connection serves
+/// both; a paused Redis times out the slots and the checks within their
+/// timeouts, and once it is over both serve again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_on_a_backend_share_its_connection_time_out_and_recover() {
+    use tollgate::backend::{Acquired, RedisSlots, SlotStore};
+    let server = RedisServer::start();
+    // Connections Redis took so far (this `redis-cli` call's included).
+    let connections = || {
+        let stats = server.cli(&["INFO", "stats"]);
+        (stats.lines())
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap()
+    };
+    let timeout = Duration::from_millis(150);
+    let backend = RedisBackend::from_url(server.url())
+        .timeout(timeout)
+        .build()
+        .unwrap();
+    let limiter = Limiter::new(backend.clone(), set(quota()));
+    let slots = RedisSlots::on(&backend, "tollgate:slots:").timeout(timeout);
+    let granted = |a: Acquired| matches!(a, Acquired::Granted { .. });
+    let before = connections();
+    assert!(granted(slots.acquire("k", 10).await.unwrap()));
+    assert!(limiter.check("k", 1).await.unwrap().allowed());
+    assert!(granted(slots.acquire("k", 10).await.unwrap()));
+    // One for both, and the count's own `redis-cli`.
+    assert_eq!(connections() - before, 2);
+
+    server.cli(&["CLIENT", "PAUSE", "1000", "ALL"]);
+    let started = Instant::now();
+    let e = slots.acquire("k", 10).await.map(drop).unwrap_err();
+    assert_eq!(e.kind(), BackendErrorKind::Timeout, "{e}");
+    match limiter.check("k", 1).await {
+        Err(Error::Backend(e)) => assert_eq!(e.kind(), BackendErrorKind::Timeout, "{e}"),
+        other => panic!("the check must time out, got {other:?}"),
+    }
+    assert!(started.elapsed() < 4 * timeout, "{:?}", started.elapsed());
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !slots.acquire("k", 10).await.is_ok_and(granted) {
+        assert!(Instant::now() < deadline, "the slots never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    while !limiter.check("k", 1).await.is_ok_and(|d| d.allowed()) {
+        assert!(Instant::now() < deadline, "the checks never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
