@@ -12,5 +12,6 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 cargo bench --features redis --bench redis --no-run
-exe=$(ls -t target/release/deps/redis-* | grep -v '\.d$' | head -n1)
-taskset -c 0 "$exe" | tee target/bench-redis.md
+target=${CARGO_TARGET_DIR:-target}
+exe=$(ls -t "$target"/release/deps/redis-* | grep -v '\.d$' | head -n1)
+taskset -c 0 "$exe" | tee "$target"/bench-redis.md
