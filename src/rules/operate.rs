@@ -87,6 +87,7 @@ pub(crate) struct OverrideView {
 }
 
 /// A run-time entry's field in the shared store: kind, rule, key.
+#[cfg(feature = "redis")]
 pub(super) fn field(kind: char, rule: &str, key: &str) -> String {
     format!("{kind}\n{rule}\n{key}")
 }

@@ -97,6 +97,7 @@ pub(crate) struct Runtime {
     any: AtomicBool,
     pub(crate) entries: RwLock<Entries>,
     /// One more than the store's version last read (0: not read yet).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) version: AtomicU64,
 }
 

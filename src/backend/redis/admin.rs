@@ -16,6 +16,7 @@ use crate::quota_set::QuotaSet;
 /// The reset script (`reset.lua`).
 const RESET: &str = include_str!("reset.lua");
 /// The store's script (`admin.lua`).
+#[cfg(feature = "rules")]
 const STORE: &str = include_str!("admin.lua");
 
 /// The least time an operator's call is given: the request path's timeout
@@ -24,6 +25,7 @@ const MIN_ADMIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The store as read: its version, its entries (field, value) and its
 /// recent resets (`<version>\n<field>`).
+#[cfg(feature = "rules")]
 #[derive(Debug, Default)]
 pub(crate) struct StoreSnapshot {
     pub version: u64,
@@ -56,7 +58,11 @@ impl RedisBackend {
             local.reset_now(key, quotas);
         }
     }
+}
 
+/// The shared store, which only the rules read and write.
+#[cfg(feature = "rules")]
+impl RedisBackend {
     /// The store's three keys, under the backend's prefix with one hash
     /// tag.
     fn store_keys(&self) -> [String; 3] {
@@ -125,7 +131,9 @@ impl RedisBackend {
             resets,
         })
     }
+}
 
+impl RedisBackend {
     /// One call, within the backend's timeout (at least
     /// [`MIN_ADMIN_TIMEOUT`]).
     fn admin_call<'a, T: redis::FromRedisValue + Send + 'a>(
@@ -145,6 +153,7 @@ impl RedisBackend {
     }
 }
 
+#[cfg(feature = "rules")]
 fn protocol(what: &str) -> BackendError {
     BackendError::new(BackendErrorKind::Protocol, format!("Redis answered {what}"))
 }
