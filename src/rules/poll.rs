@@ -1,6 +1,7 @@
 //! The poll that brings other processes' changes in: on Redis, the shared
 //! store of overrides, blocks and resets (see `runtime.rs`).
 
+#[cfg(feature = "redis")]
 use std::sync::Arc;
 #[cfg(feature = "redis")]
 use std::sync::atomic::Ordering;
@@ -23,20 +24,24 @@ impl Rules {
     /// the task ends at once. It ends when every handle to these rules is
     /// gone.
     pub fn watch_overrides(&self, every: Duration) -> tokio::task::JoinHandle<()> {
-        let weak = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            // Whether the last poll failed: a store down is logged once
-            // when it goes and once when it comes back, not every poll.
-            #[cfg(feature = "redis")]
-            let mut failing = false;
-            loop {
-                tick.tick().await;
-                let Some(inner) = weak.upgrade() else { return };
-                let rules = Rules { inner };
-                #[cfg(feature = "redis")]
-                {
+        #[cfg(not(feature = "redis"))]
+        {
+            let _ = every;
+            tokio::spawn(async {})
+        }
+        #[cfg(feature = "redis")]
+        {
+            let weak = Arc::downgrade(&self.inner);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                // Whether the last poll failed: a store down is logged once
+                // when it goes and once when it comes back, not every poll.
+                let mut failing = false;
+                loop {
+                    tick.tick().await;
+                    let Some(inner) = weak.upgrade() else { return };
+                    let rules = Rules { inner };
                     match rules.poll().await {
                         Err(e) if !failing => {
                             failing = true;
@@ -52,13 +57,8 @@ impl Rules {
                         return;
                     }
                 }
-                #[cfg(not(feature = "redis"))]
-                {
-                    let _ = rules;
-                    return;
-                }
-            }
-        })
+            })
+        }
     }
 
     /// One poll of the shared store (see [`watch_overrides`](Rules::watch_overrides)).

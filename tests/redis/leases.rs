@@ -513,6 +513,7 @@ async fn a_give_back_is_not_sent_again_after_the_connection_broke_under_it() {
 }
 
 /// The scripts Redis has run: every decision it makes is one.
+#[cfg(feature = "rules")]
 fn scripts_run(server: &RedisServer) -> u64 {
     server.command_calls("evalsha") + server.command_calls("eval")
 }
