@@ -1,7 +1,8 @@
 //! Tests of the IP key extractors and the forwarding headers they read.
 
 use super::*;
-use crate::key::forwarded::{MAX_BYTES, MAX_HOPS};
+use crate::key::ClientIp;
+use crate::key::forwarded::{ForwardedHeader, MAX_BYTES, MAX_HOPS};
 use http::Request;
 
 fn parts(peer: &str, headers: &[(&str, &str)]) -> Parts {

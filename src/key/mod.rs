@@ -10,6 +10,7 @@
 //! [`KeyFuture`], which is ready at once for the built-in ones and costs no
 //! allocation then.
 
+mod client_ip;
 mod extractors;
 mod forwarded;
 mod ip;
@@ -24,11 +25,12 @@ use compact_str::CompactString;
 use http::StatusCode;
 use http::request::Parts;
 
+pub use client_ip::{ClientIp, Network, NetworkParseError};
 pub use extractors::{ExtensionKey, GlobalKey, HeaderKey, RouteKey, UserId};
 pub use forwarded::ForwardedHeader;
+pub use ip::PeerIp;
 #[cfg(feature = "rules")]
 pub(crate) use ip::peer_addr;
-pub use ip::{ClientIp, Network, NetworkParseError, PeerIp};
 
 /// A client key: the name state is kept under.
 ///
