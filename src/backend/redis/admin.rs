@@ -2,7 +2,6 @@
 //! `rules/runtime.rs`): resetting a key, and the shared store of
 //! overrides, blocks and resets that every process of a fleet polls.
 
-use std::future::Future;
 use std::time::Duration;
 
 use deadpool_redis::redis::{self, Cmd};
@@ -10,7 +9,7 @@ use deadpool_redis::redis::{self, Cmd};
 use super::backend::RedisBackend;
 use super::on_failure::OnFailure;
 use super::script;
-use crate::backend::{BackendError, BackendErrorKind};
+use crate::backend::BackendError;
 use crate::quota_set::QuotaSet;
 
 /// The reset script (`reset.lua`).
@@ -136,24 +135,16 @@ impl RedisBackend {
 impl RedisBackend {
     /// One call, within the backend's timeout (at least
     /// [`MIN_ADMIN_TIMEOUT`]).
-    fn admin_call<'a, T: redis::FromRedisValue + Send + 'a>(
-        &'a self,
-        cmd: &'a Cmd,
-    ) -> impl Future<Output = Result<T, BackendError>> + Send + 'a {
+    async fn admin_call<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T, BackendError> {
         let timeout = self.inner.timeout.max(MIN_ADMIN_TIMEOUT);
-        async move {
-            match tokio::time::timeout(timeout, self.inner.connections.query(cmd)).await {
-                Ok(reply) => reply,
-                Err(_) => Err(BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("Redis did not answer within {timeout:?}"),
-                )),
-            }
-        }
+        self.inner.connections.query(cmd, timeout).await
     }
 }
 
 #[cfg(feature = "rules")]
 fn protocol(what: &str) -> BackendError {
-    BackendError::new(BackendErrorKind::Protocol, format!("Redis answered {what}"))
+    BackendError::new(
+        crate::backend::BackendErrorKind::Protocol,
+        format!("Redis answered {what}"),
+    )
 }

@@ -1,6 +1,7 @@
 //! The connection a Redis backend calls through: where it comes from, how
 //! it is replaced when it fails, and what a Redis error means for it.
 
+use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -224,45 +225,52 @@ impl Connections {
         Ok(((generation, conn), true))
     }
 
-    /// Runs `cmd` on the connection in use, its reply read as `T`;
-    /// forgets the connection if it broke.
-    pub(super) async fn query<T: redis::FromRedisValue>(
+    /// Runs `cmd` and reads its reply as `T`, within `timeout` (the admin
+    /// store's calls): see [`within`](Self::within).
+    pub(super) async fn query<T: FromRedisValue>(
         &self,
         cmd: &Cmd,
+        timeout: Duration,
     ) -> Result<T, BackendError> {
-        let (mut conn, _) = self.connection().await?;
-        conn.1.query_as(cmd).await.map_err(|e| {
-            let (e, broken) = redis_error(e);
-            if broken {
-                self.forget(Some(conn.0));
-            }
-            e
-        })
+        self.within(timeout, |mut conn| async move { conn.query_as(cmd).await })
+            .await
     }
 
-    /// Runs `script` and reads its reply as `T`, connecting first if need
-    /// be, all within `timeout`: past it, a timeout error, and the
-    /// connection it was sent on is forgotten, as a check's is (a peer gone
-    /// without a reset leaves a connection that never answers).
+    /// Runs `script` and reads its reply as `T`, within `timeout` (the
+    /// concurrency slots' and the outbound pacer's calls): see
+    /// [`within`](Self::within).
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
         script: &ScriptInvocation<'_>,
         timeout: Duration,
     ) -> Result<T, BackendError> {
+        self.within(timeout, |mut conn| async move { conn.invoke(script).await })
+            .await
+    }
+
+    /// Runs `call` on the connection in use, connecting first if need be,
+    /// all within `timeout`. The connection is forgotten if the call broke
+    /// it, or if no answer came in time, as a check's is (a peer gone
+    /// without a reset leaves a connection that never answers).
+    async fn within<T, F: Future<Output = redis::RedisResult<T>>>(
+        &self,
+        timeout: Duration,
+        call: impl FnOnce(Conn) -> F,
+    ) -> Result<T, BackendError> {
         // The generation sent on, once there is one (generations start at 1).
         let sent_on = AtomicU64::new(0);
-        let call = async {
-            let (mut conn, _) = self.connection().await?;
-            sent_on.store(conn.0, Ordering::Relaxed);
-            conn.1.invoke(script).await.map_err(|e| {
+        let attempt = async {
+            let ((generation, conn), _) = self.connection().await?;
+            sent_on.store(generation, Ordering::Relaxed);
+            call(conn).await.map_err(|e| {
                 let (e, broken) = redis_error(e);
                 if broken {
-                    self.forget(Some(conn.0));
+                    self.forget(Some(generation));
                 }
                 e
             })
         };
-        tokio::time::timeout(timeout, call)
+        tokio::time::timeout(timeout, attempt)
             .await
             .unwrap_or_else(|_| {
                 match sent_on.load(Ordering::Relaxed) {
@@ -271,7 +279,7 @@ impl Connections {
                 }
                 Err(BackendError::new(
                     BackendErrorKind::Timeout,
-                    format!("no answer from Redis within {timeout:?}"),
+                    format!("Redis did not answer within {timeout:?}"),
                 ))
             })
     }

@@ -163,12 +163,14 @@ impl<T> ShardLock<T> {
             return self.read_slow();
         }
         if word & COUNTED != 0 {
-            let reads = COUNTED_READS.get().wrapping_add(1);
-            COUNTED_READS.set(if reads == REBIAS { 0 } else { reads });
+            let reads = COUNTED_READS.get() + 1;
             if reads == REBIAS {
+                COUNTED_READS.set(0);
                 // No writer is in while this reader is: the next one finds
                 // the bit down and looks at the lines.
                 self.word.fetch_and(!COUNTED, Ordering::Relaxed);
+            } else {
+                COUNTED_READS.set(reads);
             }
         }
         ReadGuard {
