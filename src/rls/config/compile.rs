@@ -51,8 +51,8 @@ pub(super) fn compile_limit(
     };
     let path: Arc<str> = path.into();
     let calendar = calendar_of(r, parsed)?;
-    let mut limit = match parsed {
-        Some(unit) if calendar.is_some() && r.requests_per_unit > 0 => {
+    let mut limit = match (parsed, calendar) {
+        (Some(unit), Some(calendar)) if r.requests_per_unit > 0 => {
             if r.algorithm.as_deref().is_some_and(|a| a != "fixed_window") {
                 return Err("time_zone counts calendar periods with fixed_window only".into());
             }
@@ -62,18 +62,17 @@ pub(super) fn compile_limit(
                 Unit::Second,
                 Algorithm::FixedWindow,
             )?;
-            let quota =
-                Quota::per_calendar(u64::from(r.requests_per_unit), calendar.expect("some"))
-                    .name(quota_name(&path))
-                    .build()
-                    .map_err(|e| e.to_string())?;
+            let quota = Quota::per_calendar(u64::from(r.requests_per_unit), calendar)
+                .name(quota_name(&path))
+                .build()
+                .map_err(|e| e.to_string())?;
             let set = QuotaSet::new(path, [quota]).map_err(|e| e.to_string())?;
             limit.kind = LimitKind::Counted(Arc::new(set));
             limit.unit = unit;
             limit
         }
-        Some(unit) => Limit::counted(path, r.requests_per_unit, unit, algorithm)?,
-        None => Limit::unlimited(path),
+        (Some(unit), _) => Limit::counted(path, r.requests_per_unit, unit, algorithm)?,
+        (None, _) => Limit::unlimited(path),
     };
     limit.cost = check_cost(r.cost, &limit)?;
     limit.name = name;
