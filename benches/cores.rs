@@ -12,7 +12,10 @@
 //! `ROUNDS=3` (each cell's rounds, cases interleaved within a round; a
 //! cell's median is reported, and a ratio's median over the rounds),
 //! `ONLY=gcra,mixed,...` (cases by name),
-//! `SHAPES=hot` (the hot key alone; `hot,many` by default).
+//! `SHAPES=hot` (the hot key alone; `hot,many` by default), `PIN=1` (thread
+//! `t` of a cell held to CPU `t`, on Linux: where the threads sit on the
+//! chip sets how long a hot key's line takes to pass between them, which
+//! the scheduler otherwise chooses anew each cell).
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -33,9 +36,26 @@ const KEYS: usize = 1 << 16;
 /// A checker: checks the key it is given.
 type Check = Arc<dyn Fn(&String) + Send + Sync>;
 
+/// Holds the calling thread to CPU `cpu` (on Linux; elsewhere it does
+/// nothing). A CPU the process may not use leaves the thread where it was.
+fn pin(cpu: usize) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: a zeroed `cpu_set_t` is the empty set, `CPU_SET` writes
+    // within it, and `sched_setaffinity(0, ..)` reads it for the calling
+    // thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cpu;
+}
+
 /// Runs `check` on `threads` threads for `cell`, on one key (`hot`) or
 /// on [`KEYS`] keys; checks a second.
 fn cell(threads: usize, cell: Duration, hot: bool, keys: &Arc<Vec<String>>, check: &Check) -> f64 {
+    let pinned = std::env::var("PIN").is_ok_and(|p| p == "1");
     let stop = Arc::new(AtomicBool::new(false));
     let total = Arc::new(AtomicU64::new(0));
     let barrier = Arc::new(Barrier::new(threads + 1));
@@ -44,6 +64,9 @@ fn cell(threads: usize, cell: Duration, hot: bool, keys: &Arc<Vec<String>>, chec
             let (stop, total, barrier) = (stop.clone(), total.clone(), barrier.clone());
             let (keys, check) = (keys.clone(), check.clone());
             std::thread::spawn(move || {
+                if pinned {
+                    pin(t);
+                }
                 let mut i = t * (KEYS / threads.max(1));
                 let mut done = 0u64;
                 let global = "global".to_owned();
