@@ -15,14 +15,19 @@
 #   scripts/callgrind-layer.sh            # N=2000
 #   N=10000 scripts/callgrind-layer.sh   # what BENCHMARKS.md reports
 #   FEATURES=rules scripts/callgrind-layer.sh   # and the same quota as a rules file
+#   BIN=DIR/layer_instructions scripts/callgrind-layer.sh   # a bench built elsewhere
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
 }
 N=${N:-2000}
-cargo build --release --quiet --features "${FEATURES:-}" --bench layer_instructions
-bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/layer_instructions-* | grep -v '\.d$' | head -n 1)
+if [ -n "${BIN:-}" ]; then
+  bin=$BIN # another build's bench, to compare two commits
+else
+  cargo build --release --quiet --features "${FEATURES:-}" --bench layer_instructions
+  bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/layer_instructions-* | grep -v '\.d$' | head -n 1)
+fi
 count() { # requests, extra args -> "instructions instruction-cache-misses"
   local out
   if ! out=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \

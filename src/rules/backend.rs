@@ -270,24 +270,18 @@ impl RedisTarget {
 /// that a fleet shares the limit (under `<prefix>concurrency:<rule>:`, one
 /// set of slots per rule as in memory), in this process otherwise.
 pub(crate) fn with_slots(
-    config: &BackendConfig,
     backend: &AnyBackend,
     rule: &str,
     quota: ConcurrencyQuota,
 ) -> ConcurrencyQuota {
-    match (config, backend) {
+    match backend {
         #[cfg(feature = "redis")]
-        (
-            BackendConfig::Redis {
-                prefix, timeout, ..
-            },
-            AnyBackend::Redis(redis),
-        ) => {
-            let prefix = format!("{prefix}concurrency:{rule}:");
-            quota.store(crate::backend::RedisSlots::on(redis, &prefix).timeout(timeout.0))
+        AnyBackend::Redis(redis) => {
+            let prefix = format!("{}concurrency:{rule}:", redis.prefix());
+            quota.store(crate::backend::RedisSlots::on(redis, &prefix).timeout(redis.timeout()))
         }
-        _ => {
-            let _ = (config, backend, rule);
+        AnyBackend::Memory(_) => {
+            let _ = rule;
             quota
         }
     }

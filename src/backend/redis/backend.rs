@@ -125,6 +125,18 @@ impl RedisBackend {
     pub(crate) fn connections(&self) -> Arc<Connections> {
         Arc::clone(&self.inner.connections)
     }
+
+    /// What its keys start with (a rules file's slots start theirs so).
+    #[cfg(feature = "rules")]
+    pub(crate) fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// How long a call waits for Redis (a rules file's slots wait as long).
+    #[cfg(feature = "rules")]
+    pub(crate) fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
 }
 
 impl RedisBackend {

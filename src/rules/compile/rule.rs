@@ -164,7 +164,7 @@ pub(super) fn concurrency(
         .and_then(|r| r.concurrency.as_ref()?.concurrency.clone());
     let quota = match kept {
         Some(kept) => kept,
-        None => with_slots(backend_config, backend, name, quota),
+        None => with_slots(backend, name, quota),
     };
     Ok(Some(Protection {
         concurrency: Some(quota),
