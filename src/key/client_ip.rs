@@ -167,13 +167,13 @@ impl ClientIp {
         self
     }
 
-    /// Groups IPv6 addresses by this prefix length (64 by default).
+    /// Groups IPv6 addresses by this prefix length (0 to 128; 64 by default).
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.prefixes.ipv6(bits);
         self
     }
 
-    /// Groups IPv4 addresses by this prefix length (32 by default).
+    /// Groups IPv4 addresses by this prefix length (0 to 32; 32 by default).
     pub fn ipv4_prefix(mut self, bits: u8) -> Self {
         self.prefixes.ipv4(bits);
         self
