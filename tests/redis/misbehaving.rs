@@ -189,6 +189,9 @@ async fn a_command_refused_inside_the_script_is_named_on_every_server() {
             e.to_string().contains("may not use `EVALSHA`"),
             "{server:?}: {e}"
         );
+        // The slots and the pacer, whose scripts go through the backend's
+        // connection code, are refused as loudly.
+        slots_and_pacer_fail(&url, BackendErrorKind::Misconfigured, "EVALSHA").await;
     }
 }
 
