@@ -34,7 +34,6 @@ pub(crate) mod word;
 use std::collections::VecDeque;
 
 pub use kind::{Algorithm, Mode};
-pub(crate) use pair::pair_expiry;
 pub(crate) use params::{EXACT_MAX, Params};
 
 /// What one key stores for one quota.

@@ -1,58 +1,212 @@
-//! A state of two numbers, swapped together by a backend (a 128-bit
-//! compare-and-swap): the token bucket whose token is not whole
-//! microseconds and that `word.rs` does not keep in one number (refilling
-//! more than 31 units a microsecond), the fixed window of a million a
-//! second or more, the sliding window. Each algorithm owns its numbers' meaning; this file
-//! owns where they sit, and the checks a backend makes on them as they are.
+//! A state of two numbers swapped by a backend as one 64-bit word: the
+//! token bucket whose token is not whole microseconds and that `word.rs`
+//! does not keep in one number (refilling more than 31 units a
+//! microsecond), the fixed window of a million a second or more, the
+//! sliding window. Each algorithm owns its numbers' meaning (`to_pair`,
+//! `from_pair` in its file); this file owns where they sit, and the
+//! checks a backend makes on them as they are.
+//!
+//! Both numbers do not fit one word as they are: the first is a moment
+//! (51 bits of microseconds since the epoch). So a [`Pair`] keeps the
+//! moment as steps from an origin in a [`Frame`] beside the word, and the
+//! second number in the word's low bits; a token bucket keeps the moment
+//! it is full as GCRA does on its own clock (`word.rs`), in ticks of a
+//! unit's refill since the origin. A backend keeps the frame still
+//! while it swaps the word (it changes it only where it stores a state
+//! anew, under a lock): a check then costs a 64-bit compare-and-swap, as an
+//! arrival time's does, where swapping both numbers together took a 128-bit
+//! one that costs more on every core and more again where many threads
+//! check one key. A state whose numbers no longer fit beside its frame (its
+//! moment moved past what the word's high bits count) is stored anew, in a
+//! frame of its own.
 
 use super::{Params, State, fixed_window, sliding_window, token_bucket};
 
-/// A state of two numbers, swapped together by a backend (a 128-bit
-/// compare-and-swap): the low 64 bits are the state's expiry, with the
-/// algorithm's tag in the top byte, the high 64 bits the algorithm's second
-/// number. Each algorithm owns its codec (`to_pair`, `from_pair`).
-pub(crate) type Pair = u128;
+/// The tags of a [`Frame`]: which algorithm's numbers its word holds.
+const TOKEN_BUCKET: u64 = 1;
+const FIXED_WINDOW: u64 = 2;
+const SLIDING_WINDOW: u64 = 3;
+/// Where a frame's head keeps the tag, and the width of the second number.
+const TAG: u32 = 62;
+const WIDTH: u32 = 56;
+/// The origin's bits, below the width and the tag.
+const ORIGIN: u64 = (1 << WIDTH) - 1;
 
-/// The tags of a [`Pair`]'s top byte.
-const PAIR_TOKEN_BUCKET: u64 = 1;
-const PAIR_FIXED_WINDOW: u64 = 2;
-const PAIR_SLIDING_WINDOW: u64 = 3;
-/// The expiry's bits below the tag.
-const PAIR_EXPIRY: u64 = (1 << 56) - 1;
-
-/// A pair of `tag`, `expiry` and `second`; `None` when the expiry does not
-/// fit below the tag.
-#[inline]
-fn pair(tag: u64, expiry: u64, second: u64) -> Option<Pair> {
-    (expiry <= PAIR_EXPIRY).then(|| u128::from(tag << 56 | expiry) | u128::from(second) << 64)
+/// A state of two numbers: the second in `word`'s low bits, the first as
+/// `word`'s high bits counted in `frame`'s steps from its origin (a token
+/// bucket's: see [`Frame`]). The first number is always the state's
+/// expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pair {
+    pub(crate) frame: Frame,
+    pub(crate) word: u64,
 }
 
-/// A pair's expiry (the moment after which it means no state).
+/// What a [`Pair`]'s word means: the algorithm (a tag), how many low bits
+/// its second number takes, the origin of its first and what one step of
+/// it is worth (a microsecond; a window's period, as windows start on its
+/// multiples). A token bucket's word is instead the moment it is full, in
+/// ticks since the origin, `step` (its `refill`) ticks a microsecond:
+/// `(full_at - origin) * refill - r` for its two numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Frame {
+    /// The tag (top two bits), the second number's width less one (six
+    /// bits), the origin (56 bits).
+    head: u64,
+    /// Microseconds a step, or a token bucket's ticks a microsecond; never
+    /// 0.
+    step: u64,
+}
+
+impl Frame {
+    /// A frame for `tag`'s numbers whose first starts at `origin` (step 0)
+    /// and whose second takes `width` bits (1 to 64: at 64, the frame holds
+    /// its origin's moment alone); `None` where the origin or the width
+    /// does not fit.
+    #[inline]
+    fn new(tag: u64, origin: u64, width: u32, step: u64) -> Option<Frame> {
+        let fits = origin <= ORIGIN && (1..=64).contains(&width) && step > 0;
+        fits.then_some(Frame {
+            head: tag << TAG | u64::from(width - 1) << WIDTH | origin,
+            step,
+        })
+    }
+
+    #[inline]
+    fn tag(&self) -> u64 {
+        self.head >> TAG
+    }
+
+    #[inline]
+    fn width(&self) -> u32 {
+        (self.head >> WIDTH) as u32 % 64 + 1
+    }
+
+    #[inline]
+    fn origin(&self) -> u64 {
+        self.head & ORIGIN
+    }
+
+    /// The numbers `word` holds in this frame. Every word a frame's
+    /// [`word`](Self::word) makes reads back exactly; wrapping arithmetic
+    /// keeps any other from panicking.
+    #[inline]
+    fn numbers(&self, word: u64) -> (u64, u64) {
+        if self.tag() == TOKEN_BUCKET {
+            let steps = word.div_ceil(self.step);
+            let first = self.origin().wrapping_add(steps);
+            return (first, steps.wrapping_mul(self.step).wrapping_sub(word));
+        }
+        let width = self.width();
+        let steps = above(word, width);
+        let first = self.origin().wrapping_add(steps.wrapping_mul(self.step));
+        (first, word & (u64::MAX >> (64 - width)))
+    }
+
+    /// The word holding `first` and `second` in this frame; `None` where
+    /// `first` is before the origin or past what the high bits count, not
+    /// a whole number of steps from it, or `second` wider than the frame
+    /// says. A step of a microsecond needs no division.
+    #[inline]
+    fn word(&self, first: u64, second: u64) -> Option<u64> {
+        let from = first.checked_sub(self.origin())?;
+        if self.tag() == TOKEN_BUCKET {
+            return from.checked_mul(self.step)?.checked_sub(second);
+        }
+        let width = self.width();
+        let steps = if self.step == 1 {
+            from
+        } else if from % self.step == 0 {
+            from / self.step
+        } else {
+            return None;
+        };
+        let fits = steps >> (64 - width) == 0 && above(second, width) == 0;
+        fits.then(|| (steps << (width - 1)) << 1 | second)
+    }
+}
+
+/// `n`'s bits above its lowest `width` (1 to 64): a shift by 64 is none in
+/// Rust, so it is made in two.
+#[inline(always)]
+fn above(n: u64, width: u32) -> u64 {
+    (n >> (width - 1)) >> 1
+}
+
+impl Pair {
+    /// The moment after which the pair means no state: its first number.
+    #[inline]
+    pub(crate) fn expiry(&self) -> u64 {
+        self.frame.numbers(self.word).0
+    }
+}
+
+/// The bits a count up to `n` takes.
 #[inline]
-pub(crate) fn pair_expiry(pair: Pair) -> u64 {
-    pair as u64 & PAIR_EXPIRY
+fn bits(n: u64) -> u32 {
+    64 - n.leading_zeros()
+}
+
+/// How `p`'s state of two numbers is laid out: its tag, its numbers, the
+/// width of the second, the step of the first.
+#[inline]
+fn layout(state: &State, p: &Params) -> Option<(u64, u64, u64, u32, u64)> {
+    Some(match state {
+        State::TokenBucket(b) => {
+            let (full_at, r) = b.to_pair(p)?;
+            (TOKEN_BUCKET, full_at, r, 1, p.refill)
+        }
+        State::FixedWindow(w) => {
+            let end = w.start.checked_add(p.period.get())?;
+            // A calendar's windows start where its time zone says, not on
+            // multiples of the period.
+            let step = if p.calendar.is_some() {
+                1
+            } else {
+                p.period.get()
+            };
+            (FIXED_WINDOW, end, w.count, bits(p.capacity), step)
+        }
+        State::SlidingWindow(c) => {
+            let (expiry, counts) = c.to_pair(p)?;
+            let width = 2 * sliding_window::count_bits(p);
+            (SLIDING_WINDOW, expiry, counts, width, p.period.get())
+        }
+        State::Word(_) | State::SlidingLog(_) => return None,
+    })
 }
 
 impl State {
-    /// The state as two numbers swapped together, if it is one of the
-    /// states kept so and fits.
+    /// The state as two numbers in a frame of its own (its first number
+    /// the frame's origin), if it is one of the states kept so and fits.
     #[inline]
     pub(crate) fn to_pair(&self, p: &Params) -> Option<Pair> {
-        match self {
-            State::TokenBucket(b) => {
-                let (expiry, second) = b.to_pair(p)?;
-                pair(PAIR_TOKEN_BUCKET, expiry, second)
-            }
-            State::FixedWindow(w) => pair(
-                PAIR_FIXED_WINDOW,
-                w.start.checked_add(p.period.get())?,
-                w.count,
-            ),
-            State::SlidingWindow(c) => {
-                let (expiry, second) = c.to_pair(p)?;
-                pair(PAIR_SLIDING_WINDOW, expiry, second)
-            }
-            State::Word(_) | State::SlidingLog(_) => None,
+        let (tag, first, second, width, step) = layout(self, p)?;
+        // A bucket's moment is a tick before its first number when units
+        // were refilled past full by then.
+        let origin = if tag == TOKEN_BUCKET {
+            first.saturating_sub(1)
+        } else {
+            first
+        };
+        let frame = Frame::new(tag, origin, width, step)?;
+        Some(Pair {
+            frame,
+            word: frame.word(first, second)?,
+        })
+    }
+
+    /// The word holding the state in `frame`, where a backend keeps the
+    /// frame still: `None` where the state is not laid out as the frame
+    /// says (another algorithm's, another quota's) or does not fit it.
+    #[inline]
+    pub(crate) fn to_word_in(&self, frame: Frame, p: &Params) -> Option<u64> {
+        let (tag, first, second, width, step) = layout(self, p)?;
+        let same = tag == frame.tag() && width == frame.width() && step == frame.step;
+        if same {
+            frame.word(first, second)
+        } else {
+            None
         }
     }
 
@@ -60,77 +214,136 @@ impl State {
     /// that no state of `p` makes.
     #[inline]
     pub(crate) fn from_pair(pair: Pair, p: &Params) -> Option<State> {
-        let (first, second) = (pair as u64, (pair >> 64) as u64);
-        let expiry = first & PAIR_EXPIRY;
-        Some(match first >> 56 {
-            PAIR_TOKEN_BUCKET => {
-                State::TokenBucket(token_bucket::Bucket::from_pair(expiry, second, p)?)
-            }
-            PAIR_FIXED_WINDOW => State::FixedWindow(fixed_window::Window {
-                start: expiry.checked_sub(p.period.get())?,
+        let frame = pair.frame;
+        let (first, second) = frame.numbers(pair.word);
+        Some(match frame.tag() {
+            TOKEN_BUCKET => State::TokenBucket(token_bucket::Bucket::from_pair(first, second, p)?),
+            FIXED_WINDOW => State::FixedWindow(fixed_window::Window {
+                start: first.checked_sub(p.period.get())?,
                 count: second,
             }),
-            PAIR_SLIDING_WINDOW => {
-                State::SlidingWindow(sliding_window::Counters::from_pair(expiry, second, p)?)
-            }
+            SLIDING_WINDOW => State::SlidingWindow(sliding_window::Counters::from_pair(
+                first,
+                second,
+                frame.width() / 2,
+                p,
+            )?),
             _ => return None,
         })
     }
 }
 
-/// A token bucket's pair checked by `spend` at `now`
-/// ([`token_bucket::Spend::take`]), with the pair to store when it admits;
-/// `None` for numbers that are not such a bucket's, or an admitted bucket
-/// that no pair holds.
+/// A token bucket's pair checked for `units` (`cost * unit`) at `now`: the
+/// check in plain numbers, and the word to store in its frame when it
+/// admits and `commit`s; neither for a pair that is not such a bucket's,
+/// nor for a moment the frame does not count (a clock too far past its
+/// origin, an admission past what the word holds). GCRA's arithmetic on
+/// the bucket's clock, as `word::token_bucket_spent`'s, from the origin.
 #[inline]
 pub(crate) fn token_bucket_spent(
     pair: Pair,
     p: &Params,
-    spend: &token_bucket::Spend,
+    units: u64,
     now: u64,
-) -> Option<(token_bucket::Taken, Option<Pair>)> {
-    let (first, r) = (pair as u64, (pair >> 64) as u64);
-    if first >> 56 != PAIR_TOKEN_BUCKET {
-        return None;
+    commit: bool,
+) -> (Option<token_bucket::Taken>, Option<u64>) {
+    let (frame, full) = (pair.frame, pair.word);
+    if frame.tag() != TOKEN_BUCKET || frame.step != p.refill {
+        return (None, None);
     }
-    let (taken, next) = spend.take(p, (first & PAIR_EXPIRY, r), now)?;
+    // What the bucket lacks at `now`, in units, and the moment it is full
+    // from which a spend counts: a clock behind the origin finds the
+    // bucket lacking the more.
+    let (deficit, start) = match now.checked_sub(frame.origin()) {
+        Some(since) => match since.checked_mul(p.refill) {
+            Some(now) => (full.saturating_sub(now), full.max(now)),
+            None => return (None, None),
+        },
+        None => match (frame.origin() - now).checked_mul(p.refill) {
+            Some(behind) => (full.saturating_add(behind), full),
+            None => return (None, None),
+        },
+    };
+    let taken = token_bucket::Taken::of(deficit, units);
+    if !taken.admits(p) {
+        return (Some(taken), None);
+    }
+    match start.checked_add(units) {
+        Some(next) => (Some(taken), commit.then_some(next)),
+        None => (None, None),
+    }
+}
+
+/// A fixed window's pair counting `cost` at `now` ([`fixed_window::count`]),
+/// with the word to store in its frame when it admits and `commit`s: in
+/// the stored window, the word plus the cost (the count is its low number);
+/// a later window made a word of the frame. Neither for a pair that is not
+/// such a window's, nor for a window or count the frame does not hold.
+#[inline]
+pub(crate) fn fixed_window_counted(
+    pair: Pair,
+    p: &Params,
+    cost: u64,
+    now: u64,
+    commit: bool,
+) -> (Option<fixed_window::Counted>, Option<u64>) {
+    let frame = pair.frame;
+    let (end, count) = frame.numbers(pair.word);
+    let start = end.checked_sub(p.period.get());
+    let (FIXED_WINDOW, Some(start)) = (frame.tag(), start) else {
+        return (None, None);
+    };
+    let stored = State::FixedWindow(fixed_window::Window { start, count });
+    let counted = fixed_window::count(Some(&stored), p, cost, now);
+    if !(counted.allowed && commit) {
+        return (Some(counted), None);
+    }
+    let w = counted.window();
+    let next = if w.start == start {
+        let count = w.count + cost;
+        (above(count, frame.width()) == 0).then_some(pair.word + cost)
+    } else {
+        frame.word(w.start.saturating_add(p.period.get()), w.count + cost)
+    };
     match next {
-        Some((full_at, r)) => Some((taken, Some(self::pair(PAIR_TOKEN_BUCKET, full_at, r)?))),
-        None => Some((taken, None)),
+        Some(next) => (Some(counted), Some(next)),
+        None => (None, None),
     }
 }
 
 /// A sliding window's pair with `cost` added to its current count, and the
 /// admission it is, when `now` is in the stored window and `cost` fits
 /// beside both counts whole ([`sliding_window::admitted_unweighed`], what
-/// [`sliding_window::admit_or_check`] admits without weighing) and the count
-/// still fits its 32 bits: the pair plus the cost, nothing re-encoded.
-/// `None` otherwise (another window, a count near the limit), for the full
-/// check.
+/// [`sliding_window::admit_or_check`] admits without weighing), and the
+/// count after it within its bits: the word plus the cost (the current
+/// count is its lowest number). `None` otherwise (another window, a count
+/// near the limit), for the full check.
 #[inline]
 pub(crate) fn sliding_window_added(
     pair: Pair,
     p: &Params,
     cost: u64,
     now: u64,
-) -> Option<(Pair, sliding_window::Admitted)> {
-    let (first, counts) = (pair as u64, (pair >> 64) as u64);
-    if first >> 56 != PAIR_SLIDING_WINDOW {
+) -> Option<(u64, sliding_window::Admitted)> {
+    let frame = pair.frame;
+    if frame.tag() != SLIDING_WINDOW {
         return None;
     }
-    let c = sliding_window::Counters::from_pair(first & PAIR_EXPIRY, counts, p)?;
+    let (expiry, counts) = frame.numbers(pair.word);
+    let bits = frame.width() / 2;
+    let c = sliding_window::Counters::from_pair(expiry, counts, bits, p)?;
     if now >= c.start.saturating_add(p.period.get()) {
         return None;
     }
     let a = sliding_window::admitted_unweighed(&c, p, cost, now)?;
-    (a.counters.curr <= u64::from(u32::MAX)).then(|| (pair + (u128::from(cost) << 64), a))
+    (above(a.counters.curr, bits) == 0).then_some((pair.word + cost, a))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{sliding_window_added, token_bucket_spent};
+    use super::{Pair, fixed_window_counted, sliding_window_added, token_bucket_spent};
     use crate::Quota;
-    use crate::algorithm::{State, sliding_window, token_bucket, word};
+    use crate::algorithm::{State, fixed_window, sliding_window, token_bucket, word};
     use proptest::prelude::*;
     use std::time::Duration;
 
@@ -164,12 +377,25 @@ mod tests {
             let bucket = State::TokenBucket(token_bucket::Bucket { level: level.min(full), at });
             let numbers = bucket.to_pair(p).unwrap();
             let stored = State::from_pair(numbers, p).unwrap();
-            let spend = token_bucket::Spend::new(p, cost);
-            let (taken, next) = token_bucket_spent(numbers, p, &spend, now).unwrap();
+            prop_assert_eq!(numbers.expiry(), stored.expires_at(p));
+            let (taken, next) = token_bucket_spent(numbers, p, cost * p.unit, now, true);
             let checked = token_bucket::take(Some(&stored), p, cost, now);
-            prop_assert_eq!(taken, checked);
+            prop_assert_eq!(taken, Some(checked));
             let after = checked.admits(p).then(|| State::TokenBucket(checked.bucket(p, now)));
-            prop_assert_eq!(next, after.as_ref().map(|a| a.to_pair(p).unwrap()));
+            // The bucket after, in the frame the check kept: the same word
+            // as the state makes there, read back as that state.
+            let in_frame = after.as_ref().map(|a| a.to_word_in(numbers.frame, p).unwrap());
+            prop_assert_eq!(next, in_frame);
+            if let (Some(word), Some(a)) = (next, after.as_ref()) {
+                let read = State::from_pair(Pair { frame: numbers.frame, word }, p).unwrap();
+                prop_assert_eq!(read.expires_at(p), a.expires_at(p));
+                prop_assert_eq!(
+                    token_bucket::deficit(Some(&read), p, now),
+                    token_bucket::deficit(Some(a), p, now)
+                );
+            }
+            // A peek stores nothing.
+            prop_assert_eq!(token_bucket_spent(numbers, p, cost * p.unit, now, false).1, None);
             if word::keeps_bucket(p) {
                 let in_word = bucket.to_word(p).unwrap();
                 prop_assert_eq!(State::from_word(in_word, p), Some(stored.clone()));
@@ -194,6 +420,8 @@ mod tests {
         ) {
             let quota = Quota::sliding_window(limit, Duration::from_secs(1)).build().unwrap();
             let p = &quota.params;
+            // No count passes the capacity.
+            let (prev, curr) = (prev % (limit + 1), curr % (limit + 1));
             let counters = sliding_window::Counters { start: window * 1_000_000, prev, curr };
             let numbers = State::SlidingWindow(counters).to_pair(p).unwrap();
             let added = sliding_window_added(numbers, p, cost, now);
@@ -203,8 +431,52 @@ mod tests {
             if let Some((next, a)) = added {
                 let checked = sliding_window::admit_or_check(Some(&counters), p, cost, now, Some, |_| None);
                 prop_assert_eq!(Some(a), checked);
-                prop_assert_eq!(Some(next), State::SlidingWindow(a.counters).to_pair(p));
+                let after = State::SlidingWindow(a.counters);
+                prop_assert_eq!(Some(next), after.to_word_in(numbers.frame, p));
+                prop_assert_eq!(State::from_pair(Pair { frame: numbers.frame, word: next }, p), Some(after));
             }
+        }
+    }
+
+    proptest! {
+        /// A fixed window counted on its numbers is the window counted on
+        /// its state, and stores in its frame what the state after makes
+        /// there: the same window or a later one, on a calendar or not.
+        #[test]
+        fn a_fixed_window_counted_in_its_numbers_is_the_window_counted(
+            limit in 2_000_000u64..3_000_000,
+            count in 0u64..3_000_000,
+            window in 1u64..5,
+            now in 0u64..9_000_000,
+            cost in 0u64..50,
+            daily in any::<bool>(),
+        ) {
+            use crate::calendar::{Calendar, CalendarPeriod};
+            // Days in UTC start on multiples of 86 400 s: the epoch's day
+            // is a window; the clock then runs over three days.
+            let (quota, start, now) = if daily {
+                let days = Calendar::new(CalendarPeriod::Day, "UTC").unwrap();
+                (Quota::per_calendar(limit, days), 0, now * 30_000)
+            } else {
+                (Quota::fixed_window(limit, Duration::from_secs(1)), window * 1_000_000, now)
+            };
+            let quota = quota.build().unwrap();
+            let p = &quota.params;
+            let stored = State::FixedWindow(fixed_window::Window { start, count: count.min(limit) });
+            let numbers = stored.to_pair(p).unwrap();
+            let (counted, next) = fixed_window_counted(numbers, p, cost, now, true);
+            let checked = fixed_window::count(Some(&stored), p, cost, now);
+            let counted = counted.unwrap();
+            prop_assert_eq!(counted.allowed, checked.allowed);
+            prop_assert_eq!(counted.window(), checked.window());
+            prop_assert_eq!(counted.end, checked.end);
+            let after = checked.allowed.then(|| checked.state_after(p, cost));
+            let in_frame = after.as_ref().and_then(|a| a.to_word_in(numbers.frame, p));
+            prop_assert_eq!(next, in_frame);
+            if let Some(word) = next {
+                prop_assert_eq!(State::from_pair(Pair { frame: numbers.frame, word }, p), after);
+            }
+            prop_assert_eq!(fixed_window_counted(numbers, p, cost, now, false).1, None);
         }
     }
 
@@ -224,10 +496,10 @@ mod tests {
         let of_window = State::SlidingWindow(counters)
             .to_pair(&window.params)
             .unwrap();
-        let spend = token_bucket::Spend::new(&bucket.params, 1);
+        let unit = bucket.params.unit;
         assert_eq!(
-            token_bucket_spent(of_window, &bucket.params, &spend, 1_000_001),
-            None
+            token_bucket_spent(of_window, &bucket.params, unit, 1_000_001, true),
+            (None, None)
         );
         let of_bucket = State::TokenBucket(token_bucket::Bucket {
             level: 0,

@@ -28,25 +28,33 @@ impl Counters {
 }
 
 impl Counters {
-    /// The counters as two numbers: their expiry, and both counts in 32
-    /// bits each; `None` where a count does not fit.
+    /// The counters as two numbers: their expiry, and both counts in
+    /// [`count_bits`] bits each, the current count lowest; `None` where a
+    /// count does not fit.
     pub(crate) fn to_pair(self, p: &Params) -> Option<(u64, u64)> {
-        let (prev, curr) = (
-            u32::try_from(self.prev).ok()?,
-            u32::try_from(self.curr).ok()?,
-        );
+        let bits = count_bits(p);
+        let fits = (self.prev | self.curr) >> bits == 0;
         let expiry = self.start.checked_add(p.period.get().checked_mul(2)?)?;
-        Some((expiry, u64::from(prev) << 32 | u64::from(curr)))
+        fits.then_some((expiry, self.prev << bits | self.curr))
     }
 
-    /// The counters [`to_pair`](Counters::to_pair) made two numbers of.
-    pub(crate) fn from_pair(expiry: u64, counts: u64, p: &Params) -> Option<Counters> {
+    /// The counters [`to_pair`](Counters::to_pair) made two numbers of,
+    /// each count `bits` wide.
+    pub(crate) fn from_pair(expiry: u64, counts: u64, bits: u32, p: &Params) -> Option<Counters> {
         Some(Counters {
             start: expiry.checked_sub(p.period.get().checked_mul(2)?)?,
-            prev: counts >> 32,
-            curr: counts & u64::from(u32::MAX),
+            prev: counts.checked_shr(bits)?,
+            curr: counts & u64::MAX.checked_shr(64 - bits)?,
         })
     }
+}
+
+/// The bits each count of a window of `p` takes as two numbers: as many as
+/// its capacity, which no count passes, and at most 32 (a larger capacity
+/// is kept so while its counts stay under 2^32).
+#[inline]
+pub(crate) fn count_bits(p: &Params) -> u32 {
+    (64 - p.capacity.leading_zeros()).min(32)
 }
 
 /// `floor(prev * remaining_share / period)`, in the script's float arithmetic.

@@ -131,7 +131,8 @@ pub(crate) fn check(
 /// A check of a bucket not [`kept_as_arrival`] in plain numbers: what it
 /// lacked of full before the request and would lack after it, in `1/unit`
 /// tokens. A backend's compare-and-swap loop holds only this (made on the
-/// stored numbers by [`Spend::take`]); the divisions of what it reports
+/// stored number by `word::token_bucket_spent` or
+/// `pair::token_bucket_spent`); the divisions of what it reports
 /// ([`Taken::outcome`]) are made once the swap holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Taken {
@@ -143,67 +144,6 @@ pub(crate) struct Taken {
 #[inline]
 pub(crate) fn take(state: Option<&State>, p: &Params, cost: u64, now: u64) -> Taken {
     Taken::of(deficit(state, p, now).unwrap_or(0), cost * p.unit)
-}
-
-/// A check of `cost` made on a bucket's two numbers as [`Bucket::to_pair`]
-/// makes them, without reading them back into a [`Bucket`]: `cost`'s units
-/// are split once, before a compare-and-swap loop, into whole microseconds
-/// of refill and the units left over, so that the loop holds one
-/// multiplication and a few additions where `to_pair` divides.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Spend {
-    units: u64,
-    whole: u64,
-    part: u64,
-}
-
-impl Spend {
-    /// `cost` on a quota of `p`.
-    #[inline]
-    pub(crate) fn new(p: &Params, cost: u64) -> Spend {
-        let units = cost * p.unit;
-        // A cost under a microsecond's refill (a token or a few, on a
-        // bucket refilling faster) needs no division.
-        let (whole, part) = if units < p.refill {
-            (0, units)
-        } else {
-            (units / p.refill, units % p.refill)
-        };
-        Spend { units, whole, part }
-    }
-
-    /// [`take`] on the bucket `(full_at, r)`, and the bucket's two numbers
-    /// after it when it admits: the moment of being full moves by the whole
-    /// microseconds, and by one more when the units left over are more than
-    /// the `r` refilled past full. `None` for an `r` that `to_pair` never
-    /// makes.
-    #[inline]
-    pub(crate) fn take(
-        &self,
-        p: &Params,
-        (full_at, r): (u64, u64),
-        now: u64,
-    ) -> Option<(Taken, Option<(u64, u64)>)> {
-        if r >= p.refill {
-            return None;
-        }
-        // A bucket full by `now` has nothing refilled past full to count.
-        let (full_at, r) = if full_at > now {
-            (full_at, r)
-        } else {
-            (now, 0)
-        };
-        let taken = Taken::of((full_at - now).saturating_mul(p.refill) - r, self.units);
-        if !taken.admits(p) {
-            return Some((taken, None));
-        }
-        let carry = self.part > r;
-        let next = (
-            full_at + self.whole + u64::from(carry),
-            r + if carry { p.refill } else { 0 } - self.part,
-        );
-        Some((taken, Some(next)))
-    }
 }
 
 impl Taken {

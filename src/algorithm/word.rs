@@ -7,9 +7,8 @@
 //! again, counted in `1/refill` microseconds (a unit's refill), so that
 //! `full_at * refill - r` for its two numbers ([`Bucket::to_pair`]). Its
 //! check is then an arrival time's, on `now * refill`, and so as short.
-//! Kept as two numbers instead, it needs a 128-bit swap, which on one hot
-//! key costs 0.80-0.87x the throughput of a 64-bit one doing the same
-//! arithmetic (`BENCHMARKS.md`, "In memory: many cores").
+//! A bucket refilling faster keeps the same moment counted from an origin
+//! in a frame beside it (`pair.rs`), an entry 16 bytes larger.
 //!
 //! The top five bits of a word say which: 0 for a state kept as it is
 //! (every such state is below 2^54), else the bucket's `refill` (2 to 31),

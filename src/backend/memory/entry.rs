@@ -4,14 +4,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use portable_atomic::AtomicU128;
-
 use smallvec::SmallVec;
 
 use super::super::CheckRequest;
 use super::super::table::{Expiring, Found, Locked, Position};
 use crate::algorithm::word::{self, expiry as word_expiry};
-use crate::algorithm::{Params, State, Update, pair_expiry};
+use crate::algorithm::{Params, State, Update, pair};
 use crate::decision::Decision;
 use crate::metrics::MemoryMetrics;
 use crate::quota_set::States;
@@ -101,39 +99,6 @@ impl Word {
     }
 }
 
-/// A word a compare-and-swap updates: one number, or two together.
-pub(super) trait Swapped {
-    type Value: Copy;
-    fn load(&self) -> Self::Value;
-    fn swap_if(&self, current: Self::Value, new: Self::Value) -> Result<(), Self::Value>;
-}
-
-impl Swapped for AtomicU64 {
-    type Value = u64;
-    #[inline(always)]
-    fn load(&self) -> u64 {
-        self.load(Relaxed)
-    }
-    #[inline(always)]
-    fn swap_if(&self, current: u64, new: u64) -> Result<(), u64> {
-        self.compare_exchange_weak(current, new, Relaxed, Relaxed)
-            .map(drop)
-    }
-}
-
-impl Swapped for AtomicU128 {
-    type Value = u128;
-    #[inline(always)]
-    fn load(&self) -> u128 {
-        self.load(Relaxed)
-    }
-    #[inline(always)]
-    fn swap_if(&self, current: u128, new: u128) -> Result<(), u128> {
-        self.compare_exchange_weak(current, new, Relaxed, Relaxed)
-            .map(drop)
-    }
-}
-
 /// The one compare-and-swap loop: `decide` reads the word stored and
 /// returns its result and the word to store in its place (`None`: leave
 /// it), which is swapped in only if nobody moved the word meanwhile, else
@@ -141,18 +106,15 @@ impl Swapped for AtomicU128 {
 /// into each caller, so each algorithm's decision inlines into its own
 /// copy of the loop.
 #[inline(always)]
-pub(super) fn update<A: Swapped, R>(
-    word: &A,
-    mut decide: impl FnMut(A::Value) -> (R, Option<A::Value>),
-) -> R {
-    let mut n = word.load();
+pub(super) fn update<R>(word: &AtomicU64, mut decide: impl FnMut(u64) -> (R, Option<u64>)) -> R {
+    let mut n = word.load(Relaxed);
     loop {
         let (result, next) = decide(n);
         let Some(next) = next else {
             return result;
         };
-        match word.swap_if(n, next) {
-            Ok(()) => return result,
+        match word.compare_exchange_weak(n, next, Relaxed, Relaxed) {
+            Ok(_) => return result,
             Err(moved) => n = moved,
         }
     }
@@ -160,32 +122,59 @@ pub(super) fn update<A: Swapped, R>(
 
 /// A state of two numbers (a token bucket refilling more than 31 units a
 /// microsecond, a fixed window of a million a second or more, a sliding
-/// window counting under 2^32), as `State::to_pair` makes them: updated by
-/// a 128-bit compare-and-swap under the shard's read lock, as a [`Word`]
-/// is. Its first number is its expiry.
-pub(super) struct Pair(pub(super) AtomicU128);
+/// window counting under 2^32), as `State::to_pair` makes them: its frame,
+/// changed only under the shard's write lock, and its word, updated by
+/// compare-and-swap under the read lock, as a [`Word`] is
+/// (`algorithm::pair`). 56 bytes with the key.
+pub(super) struct Pair {
+    pub(super) frame: pair::Frame,
+    pub(super) word: AtomicU64,
+}
 
 impl Expiring for Pair {
     fn expires_at(&self) -> u64 {
-        pair_expiry(self.0.load(Relaxed))
+        self.numbers().expiry()
     }
 }
 
 impl Pair {
+    fn new(numbers: pair::Pair) -> Pair {
+        Pair {
+            frame: numbers.frame,
+            word: AtomicU64::new(numbers.word),
+        }
+    }
+
+    /// Its numbers as they are now.
+    #[inline(always)]
+    pub(super) fn numbers(&self) -> pair::Pair {
+        self.with(self.word.load(Relaxed))
+    }
+
+    /// `word` in this entry's frame.
+    #[inline(always)]
+    pub(super) fn with(&self, word: u64) -> pair::Pair {
+        pair::Pair {
+            frame: self.frame,
+            word,
+        }
+    }
+
     /// The state it holds, for a quota of `p`: `None` for numbers no such
     /// quota makes (never stored), which then count as no state.
     #[inline]
     pub(super) fn state(&self, p: &Params) -> Option<State> {
-        State::from_pair(self.0.load(Relaxed), p)
+        State::from_pair(self.numbers(), p)
     }
 
     /// Applies `update` under the write lock, if the result is still two
-    /// numbers ([`apply_to_numbers`]).
+    /// numbers ([`apply_to_numbers`]), in a frame of its own.
     #[inline]
     fn apply(&mut self, update: Update, p: &Params) -> Option<State> {
-        let slot = self.0.get_mut();
-        apply_to_numbers(
-            slot,
+        let word = *self.word.get_mut();
+        let mut numbers = self.with(word);
+        let moved = apply_to_numbers(
+            &mut numbers,
             update,
             p,
             |n| State::from_pair(n, p),
@@ -193,7 +182,10 @@ impl Pair {
                 Shape::Pair(n) => Some(n),
                 _ => None,
             },
-        )
+        );
+        self.frame = numbers.frame;
+        *self.word.get_mut() = numbers.word;
+        moved
     }
 }
 
@@ -203,7 +195,7 @@ impl Pair {
 /// looks), anything else as it is in a wide entry.
 enum Shape {
     Word(u64),
-    Pair(u128),
+    Pair(pair::Pair),
     Wide,
 }
 
@@ -288,7 +280,7 @@ pub(super) fn store_new(
     };
     let gained = match shape(&state, p) {
         Shape::Word(n) => shard.insert_word(id, key, Word(AtomicU64::new(n)), now),
-        Shape::Pair(n) => shard.insert_pair(id, key, Pair(AtomicU128::new(n)), now),
+        Shape::Pair(n) => shard.insert_pair(id, key, Pair::new(n), now),
         Shape::Wide => {
             let expires_at = state.expires_at(p);
             shard.insert(id, key, Wide { expires_at, state }, now)

@@ -120,12 +120,11 @@ fn a_bucket_found_as_a_pair_where_its_quota_keeps_a_word_moves_to_a_word() {
         at: now,
     });
     let numbers = bucket.to_pair(&p).unwrap();
-    backend.inner.table.lock("k").insert_pair(
-        id,
-        "k",
-        Pair(portable_atomic::AtomicU128::new(numbers)),
-        0,
-    );
+    let pair = Pair {
+        frame: numbers.frame,
+        word: std::sync::atomic::AtomicU64::new(numbers.word),
+    };
+    backend.inner.table.lock("k").insert_pair(id, "k", pair, 0);
     assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());
     assert_eq!(kind(&backend, id, "k"), Some("word"));
     assert!(!limiter.check_now("k", 1).unwrap().unwrap().allowed());
@@ -202,5 +201,82 @@ fn a_charge_stores_what_it_cannot_update_in_place() {
         assert_eq!(left.remaining(), 0, "{:?}", limiter.quotas());
         let next = limiter.check_now("big", 1).unwrap().unwrap();
         assert!(!next.allowed(), "{:?}", limiter.quotas());
+    }
+}
+
+/// A pair whose moment moves past what its frame's word counts (a sliding
+/// window whose 31-bit counts leave three windows, or 32-bit ones none; a
+/// bucket of 999 999 a second, 213 days) is stored again in a frame of its
+/// own, under the lock, and decides each check as the algorithm on its
+/// plain state does.
+#[test]
+fn a_pair_past_its_frame_moves_to_a_new_one_and_decides_the_same() {
+    use crate::algorithm::testing::Sim;
+    let day = 86_400 * 1_000_000;
+    let cases = [
+        (
+            Quota::sliding_window((1 << 31) - 1, Duration::from_secs(1)),
+            1 << 28,
+            1_300_000,
+        ),
+        // Counts of 32 bits: a frame holds one window.
+        (
+            Quota::sliding_window(u64::from(u32::MAX), Duration::from_secs(1)),
+            1 << 29,
+            1_300_000,
+        ),
+        (
+            Quota::token_bucket(999_999, Duration::from_secs(1)).burst(50),
+            7,
+            150 * day,
+        ),
+    ];
+    for (q, cost, gap) in cases {
+        let quota = q.build().unwrap();
+        let clock = ManualClock::new(Timestamp::from_micros(1_760_000_000_000_000));
+        let backend = MemoryBackend::builder().clock(clock.clone()).build();
+        let limiter = Limiter::new(backend.clone(), quota.clone());
+        let id = limiter.quotas().state_ids()[0];
+        let mut sim = Sim::new(quota.clone());
+        let frame = || {
+            let shard = backend.inner.table.lock("k");
+            match shard.at(shard.position(id, "k")?)? {
+                Found::Pair(pair) => Some(pair.frame),
+                _ => None,
+            }
+        };
+        let (mut frames, mut admitted) = (Vec::new(), 0);
+        for round in 0..8 {
+            for i in 0..4u64 {
+                let now = clock.now().as_micros();
+                let decision = limiter.check_now("k", cost * (i + 1)).unwrap().unwrap();
+                let expected = sim.at(now, cost * (i + 1));
+                assert_eq!(
+                    decision.allowed(),
+                    expected.allowed,
+                    "{quota:?} {round} {i}"
+                );
+                let left = if expected.allowed {
+                    &expected.admit
+                } else {
+                    &expected.refuse
+                };
+                assert_eq!(
+                    decision.remaining(),
+                    left.remaining,
+                    "{quota:?} {round} {i}"
+                );
+                admitted += usize::from(expected.allowed);
+            }
+            frames.push(frame().expect("kept as a pair"));
+            clock.advance(Duration::from_micros(gap));
+        }
+        frames.dedup();
+        assert!(frames.len() > 1, "{quota:?} never left its first frame");
+        // Admissions and refusals both compared.
+        assert!(
+            admitted > 0 && admitted < 32,
+            "{quota:?} admitted {admitted}"
+        );
     }
 }

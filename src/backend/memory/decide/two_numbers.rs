@@ -1,18 +1,16 @@
 //! The one-quota states of two numbers (a token bucket, a fixed or a
-//! sliding window) found stored: swapped by a 128-bit compare-and-swap
-//! under the read lock, or by a 64-bit one where they are kept in one (a
-//! token bucket's, `algorithm::word`). The shorter the loop, the fewer
+//! sliding window) found stored: their word swapped in its frame under the
+//! read lock (`algorithm::pair`), or the one number a token bucket may be
+//! kept as (`algorithm::word`). The shorter the loop, the fewer
 //! swaps fail on a key that many threads check at once, so each loop holds
 //! only what its common case needs, and what it reports is computed once
 //! the swap holds.
-//! Anything else (a new key, a state that no longer fits two numbers) takes
-//! the write lock.
+//! Anything else (a new key, a state that no longer fits two numbers or
+//! its frame) takes the write lock, which stores it in a frame of its own.
 
 use super::super::entry::{Pair, update};
 use super::super::{CheckRequest, MemoryBackend};
-use crate::algorithm::{
-    Params, State, Update, fixed_window, pair, sliding_window, token_bucket, word,
-};
+use crate::algorithm::{Params, State, Update, pair, sliding_window, word};
 use crate::clock::{Clock, Timestamp};
 use crate::decision::Decision;
 use crate::quota::Path;
@@ -38,7 +36,8 @@ impl<C: Clock> MemoryBackend<C> {
             let (cost, now, commit) = (request.cost, now.as_micros(), request.commit);
             // The loop yields an admission, or leaves a decision here.
             let mut decided = None;
-            let admitted = update(&pair.0, |numbers| {
+            let admitted = update(&pair.word, |word| {
+                let numbers = pair.with(word);
                 if let Some((next, a)) = pair::sliding_window_added(numbers, p, cost, now) {
                     return (Some(a), commit.then_some(next));
                 }
@@ -69,16 +68,15 @@ impl<C: Clock> MemoryBackend<C> {
         let q = request.quotas;
         let p = &q.quotas()[0].params;
         let (at, commit) = (now.as_micros(), request.commit);
+        let units = request.cost * p.unit;
         let taken = if in_word {
-            let units = request.cost * p.unit;
             shard
                 .word(id, request.key)
                 .and_then(|n| n.update(|n| word::token_bucket_spent(n, p, units, at, commit)))
         } else {
-            let spend = token_bucket::Spend::new(p, request.cost);
-            shard.pair(id, request.key).and_then(|numbers| {
-                update(&numbers.0, |n| {
-                    spent(pair::token_bucket_spent(n, p, &spend, at), commit)
+            shard.pair(id, request.key).and_then(|pair| {
+                update(&pair.word, |n| {
+                    pair::token_bucket_spent(pair.with(n), p, units, at, commit)
                 })
             })
         };
@@ -104,10 +102,8 @@ impl<C: Clock> MemoryBackend<C> {
             let (p, cost, now) = (&quota.params, request.cost, now.as_micros());
             let (commit, room) = (request.commit, request.room);
             if quota.path == Path::WindowPair {
-                let counted = swap_pair(pair, p, |state| {
-                    let counted = fixed_window::count(Some(state), p, cost, now);
-                    let store = commit && counted.allowed;
-                    Some((counted, store.then(|| counted.state_after(p, cost))))
+                let counted = update(&pair.word, |word| {
+                    pair::fixed_window_counted(pair.with(word), p, cost, now, commit)
                 });
                 if let Some(counted) = counted {
                     return q.window_decision(&counted, cost);
@@ -122,23 +118,6 @@ impl<C: Clock> MemoryBackend<C> {
     }
 }
 
-/// One try of the pair-shaped bucket's loop, from its check on the stored
-/// numbers: the check, and the numbers to store if it admits and commits.
-/// `None` for numbers that are not the bucket's, for the write lock. (The
-/// word's check takes `commit` and answers so itself; the pair's given that
-/// shape too made the paths inlined beside it in `decide_at` 6-10
-/// instructions longer each, the sliding window 385 -> 395.)
-#[inline(always)]
-fn spent<V>(
-    checked: Option<(token_bucket::Taken, Option<V>)>,
-    commit: bool,
-) -> (Option<token_bucket::Taken>, Option<V>) {
-    match checked {
-        Some((taken, next)) => (Some(taken), next.filter(|_| commit)),
-        None => (None, None),
-    }
-}
-
 /// The compare-and-swap loop of a state of two numbers: `check` answers on
 /// the state stored and gives the state to store, if any (`None`: a state
 /// no pair holds, for the write lock); `None` also when the stored numbers
@@ -149,23 +128,24 @@ fn swap_pair<T>(
     p: &Params,
     mut check: impl FnMut(&State) -> Option<(T, Option<State>)>,
 ) -> Option<T> {
-    update(&pair.0, |numbers| {
-        checked_pair(numbers, p, |state| check(state))
+    update(&pair.word, |word| {
+        checked_pair(pair.with(word), p, |state| check(state))
     })
 }
 
 /// One try of [`swap_pair`]'s loop: the stored `numbers` read back into
-/// their state, checked, and the state to store made numbers again.
+/// their state, checked, and the state to store made a word of their frame
+/// again.
 #[inline(always)]
 fn checked_pair<T>(
-    numbers: u128,
+    numbers: pair::Pair,
     p: &Params,
     check: impl FnOnce(&State) -> Option<(T, Option<State>)>,
-) -> (Option<T>, Option<u128>) {
+) -> (Option<T>, Option<u64>) {
     let Some((answer, next)) = State::from_pair(numbers, p).and_then(|s| check(&s)) else {
         return (None, None);
     };
-    match next.map(|next| next.to_pair(p)) {
+    match next.map(|next| next.to_word_in(numbers.frame, p)) {
         None => (Some(answer), None),
         Some(Some(next)) => (Some(answer), Some(next)),
         Some(None) => (None, None),
@@ -193,13 +173,13 @@ fn to_store((decision, update): (Decision, Update)) -> Option<(Decision, Option<
 /// so that the loop stays short.
 #[inline(never)]
 fn sliding_window_checked(
-    numbers: u128,
+    numbers: pair::Pair,
     q: &QuotaSet,
     cost: u64,
     now: u64,
     commit: bool,
     decided: &mut Option<Decision>,
-) -> (Option<sliding_window::Admitted>, Option<u128>) {
+) -> (Option<sliding_window::Admitted>, Option<u64>) {
     let p = &q.quotas()[0].params;
     let (checked, next) = checked_pair(numbers, p, |state| {
         // Another algorithm's state counts as none, as in `check`.
