@@ -61,12 +61,11 @@ pub(crate) struct Frame {
 impl Frame {
     /// A frame for `tag`'s numbers whose first starts at `origin` (step 0)
     /// and whose second takes `width` bits (1 to 64: at 64, the frame holds
-    /// its origin's moment alone); `None` where the origin or the width
-    /// does not fit.
+    /// its origin's moment alone); `None` where the origin does not fit.
     #[inline]
     fn new(tag: u64, origin: u64, width: u32, step: u64) -> Option<Frame> {
-        let fits = origin <= ORIGIN && (1..=64).contains(&width) && step > 0;
-        fits.then_some(Frame {
+        debug_assert!((1..=64).contains(&width) && step > 0);
+        (origin <= ORIGIN).then_some(Frame {
             head: tag << TAG | u64::from(width - 1) << WIDTH | origin,
             step,
         })
@@ -93,10 +92,23 @@ impl Frame {
     #[inline]
     fn numbers(&self, word: u64) -> (u64, u64) {
         if self.tag() == TOKEN_BUCKET {
-            let steps = word.div_ceil(self.step);
-            let first = self.origin().wrapping_add(steps);
-            return (first, steps.wrapping_mul(self.step).wrapping_sub(word));
+            return self.bucket_numbers(word);
         }
+        self.window_numbers(word)
+    }
+
+    /// [`numbers`](Self::numbers) of a token bucket's frame: the moment it
+    /// is full and the units refilled past full by then.
+    #[inline]
+    fn bucket_numbers(&self, word: u64) -> (u64, u64) {
+        let steps = word.div_ceil(self.step);
+        let first = self.origin().wrapping_add(steps);
+        (first, steps.wrapping_mul(self.step).wrapping_sub(word))
+    }
+
+    /// [`numbers`](Self::numbers) of a window's frame.
+    #[inline]
+    fn window_numbers(&self, word: u64) -> (u64, u64) {
         let width = self.width();
         let steps = above(word, width);
         let first = self.origin().wrapping_add(steps.wrapping_mul(self.step));
@@ -168,9 +180,8 @@ fn layout(state: &State, p: &Params) -> Option<(u64, u64, u64, u32, u64)> {
             (FIXED_WINDOW, end, w.count, bits(p.capacity), step)
         }
         State::SlidingWindow(c) => {
-            let (expiry, counts) = c.to_pair(p)?;
-            let width = 2 * sliding_window::count_bits(p);
-            (SLIDING_WINDOW, expiry, counts, width, p.period.get())
+            let (expiry, counts, bits) = c.to_pair(p)?;
+            (SLIDING_WINDOW, expiry, counts, 2 * bits, p.period.get())
         }
         State::Word(_) | State::SlidingLog(_) => return None,
     })
@@ -182,18 +193,19 @@ impl State {
     #[inline]
     pub(crate) fn to_pair(&self, p: &Params) -> Option<Pair> {
         let (tag, first, second, width, step) = layout(self, p)?;
-        // A bucket's moment is a tick before its first number when units
-        // were refilled past full by then.
-        let origin = if tag == TOKEN_BUCKET {
-            first.saturating_sub(1)
+        // At the origin a window's word is its second number alone. A
+        // bucket's moment is `step - r` ticks past an origin a microsecond
+        // before its full moment, so that units refilled past full by then
+        // (`r`, under `step`) count.
+        let (origin, word) = if tag == TOKEN_BUCKET {
+            (first.checked_sub(1)?, step.checked_sub(second)?)
+        } else if above(second, width) == 0 {
+            (first, second)
         } else {
-            first
+            return None;
         };
         let frame = Frame::new(tag, origin, width, step)?;
-        Some(Pair {
-            frame,
-            word: frame.word(first, second)?,
-        })
+        Some(Pair { frame, word })
     }
 
     /// The word holding the state in `frame`, where a backend keeps the
@@ -214,20 +226,24 @@ impl State {
     /// that no state of `p` makes.
     #[inline]
     pub(crate) fn from_pair(pair: Pair, p: &Params) -> Option<State> {
-        let frame = pair.frame;
-        let (first, second) = frame.numbers(pair.word);
+        let (frame, word) = (pair.frame, pair.word);
         Some(match frame.tag() {
-            TOKEN_BUCKET => State::TokenBucket(token_bucket::Bucket::from_pair(first, second, p)?),
-            FIXED_WINDOW => State::FixedWindow(fixed_window::Window {
-                start: first.checked_sub(p.period.get())?,
-                count: second,
-            }),
-            SLIDING_WINDOW => State::SlidingWindow(sliding_window::Counters::from_pair(
-                first,
-                second,
-                frame.width() / 2,
-                p,
-            )?),
+            TOKEN_BUCKET => {
+                let (full_at, r) = frame.bucket_numbers(word);
+                State::TokenBucket(token_bucket::Bucket::from_pair(full_at, r, p)?)
+            }
+            FIXED_WINDOW => {
+                let (end, count) = frame.window_numbers(word);
+                let start = end.checked_sub(p.period.get())?;
+                State::FixedWindow(fixed_window::Window { start, count })
+            }
+            SLIDING_WINDOW => {
+                let (expiry, counts) = frame.window_numbers(word);
+                let bits = frame.width() / 2;
+                State::SlidingWindow(sliding_window::Counters::from_pair(
+                    expiry, counts, bits, p,
+                )?)
+            }
             _ => return None,
         })
     }
@@ -288,7 +304,7 @@ pub(crate) fn fixed_window_counted(
     commit: bool,
 ) -> (Option<fixed_window::Counted>, Option<u64>) {
     let frame = pair.frame;
-    let (end, count) = frame.numbers(pair.word);
+    let (end, count) = frame.window_numbers(pair.word);
     let start = end.checked_sub(p.period.get());
     let (FIXED_WINDOW, Some(start)) = (frame.tag(), start) else {
         return (None, None);
@@ -329,7 +345,7 @@ pub(crate) fn sliding_window_added(
     if frame.tag() != SLIDING_WINDOW {
         return None;
     }
-    let (expiry, counts) = frame.numbers(pair.word);
+    let (expiry, counts) = frame.window_numbers(pair.word);
     let bits = frame.width() / 2;
     let c = sliding_window::Counters::from_pair(expiry, counts, bits, p)?;
     if now >= c.start.saturating_add(p.period.get()) {

@@ -29,22 +29,27 @@ impl Counters {
 
 impl Counters {
     /// The counters as two numbers: their expiry, and both counts in
-    /// [`count_bits`] bits each, the current count lowest; `None` where a
-    /// count does not fit.
-    pub(crate) fn to_pair(self, p: &Params) -> Option<(u64, u64)> {
+    /// [`count_bits`] bits each, the current count lowest; with those bits;
+    /// `None` where a count does not fit.
+    #[inline]
+    pub(crate) fn to_pair(self, p: &Params) -> Option<(u64, u64, u32)> {
         let bits = count_bits(p);
         let fits = (self.prev | self.curr) >> bits == 0;
         let expiry = self.start.checked_add(p.period.get().checked_mul(2)?)?;
-        fits.then_some((expiry, self.prev << bits | self.curr))
+        fits.then_some((expiry, self.prev << bits | self.curr, bits))
     }
 
     /// The counters [`to_pair`](Counters::to_pair) made two numbers of,
-    /// each count `bits` wide.
+    /// each count `bits` wide (1 to 32).
+    #[inline]
     pub(crate) fn from_pair(expiry: u64, counts: u64, bits: u32, p: &Params) -> Option<Counters> {
+        if !(1..=32).contains(&bits) {
+            return None;
+        }
         Some(Counters {
-            start: expiry.checked_sub(p.period.get().checked_mul(2)?)?,
-            prev: counts.checked_shr(bits)?,
-            curr: counts & u64::MAX.checked_shr(64 - bits)?,
+            start: expiry.checked_sub(p.period.get().saturating_mul(2))?,
+            prev: counts >> bits,
+            curr: counts & (u64::MAX >> (64 - bits)),
         })
     }
 }

@@ -45,6 +45,7 @@ impl Bucket {
     /// The bucket as two numbers: the moment it is full again, and the
     /// units refilled past full by then (`r`, less than `refill`), which
     /// say exactly what it lacked before. `None` where it does not fit.
+    #[inline]
     pub(crate) fn to_pair(self, p: &Params) -> Option<(u64, u64)> {
         let full = p.capacity * p.unit;
         let lacking = full.saturating_sub(self.level);
@@ -57,6 +58,7 @@ impl Bucket {
     /// measured one microsecond before it is full (`r` 0: when it is full),
     /// which decides every later moment as the bucket did; `None` for
     /// numbers it never makes.
+    #[inline]
     pub(crate) fn from_pair(full_at: u64, r: u64, p: &Params) -> Option<Bucket> {
         let full = p.capacity * p.unit;
         if r == 0 {
