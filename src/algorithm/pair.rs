@@ -161,7 +161,7 @@ fn bits(n: u64) -> u32 {
 
 /// How `p`'s state of two numbers is laid out: its tag, its numbers, the
 /// width of the second, the step of the first.
-#[inline]
+#[inline(always)]
 fn layout(state: &State, p: &Params) -> Option<(u64, u64, u64, u32, u64)> {
     Some(match state {
         State::TokenBucket(b) => {
@@ -190,7 +190,7 @@ fn layout(state: &State, p: &Params) -> Option<(u64, u64, u64, u32, u64)> {
 impl State {
     /// The state as two numbers in a frame of its own (its first number
     /// the frame's origin), if it is one of the states kept so and fits.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn to_pair(&self, p: &Params) -> Option<Pair> {
         let (tag, first, second, width, step) = layout(self, p)?;
         // At the origin a window's word is its second number alone. A
@@ -224,7 +224,7 @@ impl State {
 
     /// The state a [`Pair`] holds, for a quota of `p`; `None` for numbers
     /// that no state of `p` makes.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn from_pair(pair: Pair, p: &Params) -> Option<State> {
         let (frame, word) = (pair.frame, pair.word);
         Some(match frame.tag() {
