@@ -102,9 +102,9 @@ impl Word {
 /// The one compare-and-swap loop: `decide` reads the word stored and
 /// returns its result and the word to store in its place (`None`: leave
 /// it), which is swapped in only if nobody moved the word meanwhile, else
-/// decided again on the newer one, as governor does. Generic, and inlined
-/// into each caller, so each algorithm's decision inlines into its own
-/// copy of the loop.
+/// decided again on the newer one, as governor does. Inlined into each
+/// caller, so each algorithm's decision inlines into its own copy of the
+/// loop: a state of one number and a pair's word alike.
 #[inline(always)]
 pub(super) fn update<R>(word: &AtomicU64, mut decide: impl FnMut(u64) -> (R, Option<u64>)) -> R {
     let mut n = word.load(Relaxed);
@@ -138,6 +138,7 @@ impl Expiring for Pair {
 }
 
 impl Pair {
+    /// The entry holding `numbers`.
     fn new(numbers: pair::Pair) -> Pair {
         Pair {
             frame: numbers.frame,
