@@ -86,19 +86,10 @@ impl Frame {
         self.head & ORIGIN
     }
 
-    /// The numbers `word` holds in this frame. Every word a frame's
-    /// [`word`](Self::word) makes reads back exactly; wrapping arithmetic
-    /// keeps any other from panicking.
-    #[inline]
-    fn numbers(&self, word: u64) -> (u64, u64) {
-        if self.tag() == TOKEN_BUCKET {
-            return self.bucket_numbers(word);
-        }
-        self.window_numbers(word)
-    }
-
-    /// [`numbers`](Self::numbers) of a token bucket's frame: the moment it
-    /// is full and the units refilled past full by then.
+    /// The numbers `word` holds in a token bucket's frame: the moment it
+    /// is full and the units refilled past full by then. Every word a
+    /// frame's [`word`](Self::word) makes reads back exactly; wrapping
+    /// arithmetic keeps any other from panicking.
     #[inline]
     fn bucket_numbers(&self, word: u64) -> (u64, u64) {
         let steps = word.div_ceil(self.step);
@@ -106,7 +97,8 @@ impl Frame {
         (first, steps.wrapping_mul(self.step).wrapping_sub(word))
     }
 
-    /// [`numbers`](Self::numbers) of a window's frame.
+    /// The numbers `word` holds in a window's frame, as
+    /// [`bucket_numbers`](Self::bucket_numbers) reads a bucket's.
     #[inline]
     fn window_numbers(&self, word: u64) -> (u64, u64) {
         let width = self.width();
@@ -149,7 +141,13 @@ impl Pair {
     /// The moment after which the pair means no state: its first number.
     #[inline]
     pub(crate) fn expiry(&self) -> u64 {
-        self.frame.numbers(self.word).0
+        let (frame, word) = (self.frame, self.word);
+        let (first, _) = if frame.tag() == TOKEN_BUCKET {
+            frame.bucket_numbers(word)
+        } else {
+            frame.window_numbers(word)
+        };
+        first
     }
 }
 
@@ -164,6 +162,8 @@ fn bits(n: u64) -> u32 {
 #[inline(always)]
 fn layout(state: &State, p: &Params) -> Option<(u64, u64, u64, u32, u64)> {
     Some(match state {
+        // A bucket's word has no field of its own for `r` (see [`Frame`]):
+        // its width is never read.
         State::TokenBucket(b) => {
             let (full_at, r) = b.to_pair(p)?;
             (TOKEN_BUCKET, full_at, r, 1, p.refill)

@@ -151,6 +151,14 @@ pub(crate) fn redis_error(e: RedisError) -> (BackendError, bool) {
     (BackendError::new(kind, message).with_source(e), broken)
 }
 
+/// The error of a call Redis did not answer within `timeout`.
+pub(super) fn no_answer(timeout: Duration) -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Timeout,
+        format!("Redis did not answer within {timeout:?}"),
+    )
+}
+
 /// The one multiplexed connection every check goes through, made again
 /// from its source when it fails.
 pub(crate) struct Connections {
@@ -277,10 +285,7 @@ impl Connections {
                     0 => {}
                     generation => self.forget(Some(generation)),
                 }
-                Err(BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("Redis did not answer within {timeout:?}"),
-                ))
+                Err(no_answer(timeout))
             })
     }
 

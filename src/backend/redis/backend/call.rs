@@ -345,10 +345,7 @@ impl Inner {
     /// takes a fresh one.
     fn no_answer(&self) -> BackendError {
         self.connections.forget(None);
-        BackendError::new(
-            BackendErrorKind::Timeout,
-            format!("Redis did not answer within {:?}", self.timeout),
-        )
+        super::super::connection::no_answer(self.timeout)
     }
 
     /// A failed call counted, told to the circuit breaker and logged, at
