@@ -146,7 +146,7 @@ impl<C: Clock> MemoryBackend<C> {
             if let Some((update, replaces)) = update_found(found, update, p) {
                 let metrics = &inner.metrics;
                 store_new(
-                    &mut shard, metrics, *id, key, update, p, now_micros, replaces,
+                    &mut shard, metrics, *id, key, update, p, now_micros, replaces, true,
                 );
             }
             return decision;

@@ -200,14 +200,15 @@ enum Shape {
     Wide,
 }
 
+/// `pairs`: whether two numbers are kept as a pair, else wide.
 #[inline(always)]
-fn shape(state: &State, p: &Params) -> Shape {
+fn shape(state: &State, p: &Params, pairs: bool) -> Shape {
     if let Some(n) = state.to_word(p) {
         return Shape::Word(n);
     }
     match state.to_pair(p) {
-        Some(n) => Shape::Pair(n),
-        None => Shape::Wide,
+        Some(n) if pairs => Shape::Pair(n),
+        _ => Shape::Wide,
     }
 }
 
@@ -233,7 +234,7 @@ fn apply_to_numbers<N: Copy>(
             state?
         }
     };
-    match in_place(shape(&state, p)) {
+    match in_place(shape(&state, p, true)) {
         Some(n) => {
             *numbers = n;
             None
@@ -255,9 +256,14 @@ pub(super) fn word_of((decision, update): (Decision, Update)) -> (Decision, Opti
 pub(super) type Entries<'a> = Locked<'a, Wide, Word, Pair>;
 
 /// Stores the first state of a key's quota, if the update makes one: one
-/// number a word, two numbers a pair, anything else wide. `replaces`: the
-/// quota has a word or pair entry that the state no longer fits (its
-/// algorithm changed, or a count grew), removed first.
+/// number a word, two numbers a pair where `pairs` (a quota alone, whose
+/// check swaps the pair's word without the lock), anything else wide. A
+/// set of several quotas passes `pairs: false`: it decides under the
+/// write lock, where a wide state is read and written as it is, while a
+/// pair is decoded and encoded again on every check (~50 instructions a
+/// two-number quota). `replaces`: the quota has a word or pair entry that
+/// the state no longer fits (its algorithm changed, or a count grew),
+/// removed first.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn store_new(
     shard: &mut Entries<'_>,
@@ -268,6 +274,7 @@ pub(super) fn store_new(
     p: &Params,
     now: u64,
     replaces: bool,
+    pairs: bool,
 ) {
     if replaces {
         metrics.states_changed(shard.remove(id, key));
@@ -279,7 +286,7 @@ pub(super) fn store_new(
     let Some(state) = state else {
         return;
     };
-    let gained = match shape(&state, p) {
+    let gained = match shape(&state, p, pairs) {
         Shape::Word(n) => shard.insert_word(id, key, Word(AtomicU64::new(n)), now),
         Shape::Pair(n) => shard.insert_pair(id, key, Pair::new(n), now),
         Shape::Wide => {
@@ -325,11 +332,14 @@ impl Stored<'_, '_> {
             self.request.quotas.state_ids(),
             self.request.quotas.quotas(),
         );
+        // A quota alone keeps its pair (see `store_new`).
+        let pairs = quotas.len() == 1;
         for (i, update, replaces) in self.new.drain(..) {
             if let (Some(&id), Some(quota)) = (ids.get(i), quotas.get(i)) {
                 let key = self.request.key;
                 let (p, now) = (&quota.params, self.now);
-                store_new(self.shard, self.metrics, id, key, update, p, now, replaces);
+                let (shard, metrics) = (&mut *self.shard, self.metrics);
+                store_new(shard, metrics, id, key, update, p, now, replaces, pairs);
             }
         }
     }
