@@ -249,44 +249,66 @@ impl State {
     }
 }
 
-/// A token bucket's pair checked for `units` (`cost * unit`) at `now`: the
-/// check in plain numbers, and the word to store in its frame when it
-/// admits and `commit`s; neither for a pair that is not such a bucket's,
-/// nor for a moment the frame does not count (a clock too far past its
-/// origin, an admission past what the word holds). GCRA's arithmetic on
-/// the bucket's clock, as `word::token_bucket_spent`'s, from the origin.
-#[inline]
-pub(crate) fn token_bucket_spent(
-    pair: Pair,
-    p: &Params,
-    units: u64,
-    now: u64,
-    commit: bool,
-) -> (Option<token_bucket::Taken>, Option<u64>) {
-    let (frame, full) = (pair.frame, pair.word);
-    if frame.tag() != TOKEN_BUCKET || frame.step != p.refill {
-        return (None, None);
+/// `now` on a token bucket's frame, in ticks of its refill from the
+/// origin: read from the frame alone, before the word, so that the swap's
+/// loop holds only the word's arithmetic ([`spent`](Self::spent); on one
+/// key from two threads here, 0.96x GCRA's checks a second against 0.93x
+/// with the frame read in the loop, medians of eight alternated runs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BucketClock {
+    /// Ticks past the origin (0 behind it).
+    ahead: u64,
+    /// Ticks behind the origin (0 past it).
+    behind: u64,
+}
+
+impl BucketClock {
+    /// The clock of `frame` at `now`; `None` for a frame that is not a
+    /// bucket of `p`'s, or a moment it does not count.
+    #[inline]
+    pub(crate) fn at(frame: Frame, p: &Params, now: u64) -> Option<BucketClock> {
+        if frame.tag() != TOKEN_BUCKET || frame.step != p.refill {
+            return None;
+        }
+        Some(match now.checked_sub(frame.origin()) {
+            Some(since) => BucketClock {
+                ahead: since.checked_mul(p.refill)?,
+                behind: 0,
+            },
+            None => BucketClock {
+                ahead: 0,
+                behind: (frame.origin() - now).checked_mul(p.refill)?,
+            },
+        })
     }
-    // What the bucket lacks at `now`, in units, and the moment it is full
-    // from which a spend counts: a clock behind the origin finds the
-    // bucket lacking the more.
-    let (deficit, start) = match now.checked_sub(frame.origin()) {
-        Some(since) => match since.checked_mul(p.refill) {
-            Some(now) => (full.saturating_sub(now), full.max(now)),
-            None => return (None, None),
-        },
-        None => match (frame.origin() - now).checked_mul(p.refill) {
-            Some(behind) => (full.saturating_add(behind), full),
-            None => return (None, None),
-        },
-    };
-    let taken = token_bucket::Taken::of(deficit, units);
-    if !taken.admits(p) {
-        return (Some(taken), None);
-    }
-    match start.checked_add(units) {
-        Some(next) => (Some(taken), commit.then_some(next)),
-        None => (None, None),
+
+    /// The bucket whose word is `full` (the moment it is full, in this
+    /// clock's ticks) checked for `units` (`cost * unit`): the check in
+    /// plain numbers, and the word to store in its frame when it admits and
+    /// `commit`s; neither for an admission past what the word holds.
+    /// GCRA's arithmetic on the bucket's clock, as
+    /// `word::token_bucket_spent`'s, from the origin.
+    #[inline]
+    pub(crate) fn spent(
+        self,
+        full: u64,
+        p: &Params,
+        units: u64,
+        commit: bool,
+    ) -> (Option<token_bucket::Taken>, Option<u64>) {
+        // What the bucket lacks now, in units, and the moment it is full
+        // from which a spend counts: a clock behind the origin finds the
+        // bucket lacking the more.
+        let deficit = full.saturating_add(self.behind).saturating_sub(self.ahead);
+        let start = full.max(self.ahead);
+        let taken = token_bucket::Taken::of(deficit, units);
+        if !taken.admits(p) {
+            return (Some(taken), None);
+        }
+        match start.checked_add(units) {
+            Some(next) => (Some(taken), commit.then_some(next)),
+            None => (None, None),
+        }
     }
 }
 

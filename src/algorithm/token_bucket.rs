@@ -134,7 +134,7 @@ pub(crate) fn check(
 /// lacked of full before the request and would lack after it, in `1/unit`
 /// tokens. A backend's compare-and-swap loop holds only this (made on the
 /// stored number by `word::token_bucket_spent` or
-/// `pair::token_bucket_spent`); the divisions of what it reports
+/// `pair::BucketClock::spent`); the divisions of what it reports
 /// ([`Taken::outcome`]) are made once the swap holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Taken {

@@ -1,8 +1,24 @@
-use super::{Pair, fixed_window_counted, sliding_window_added, token_bucket_spent};
+use super::{BucketClock, Pair, fixed_window_counted, sliding_window_added};
 use crate::Quota;
 use crate::algorithm::{State, fixed_window, sliding_window, token_bucket, word};
 use proptest::prelude::*;
 use std::time::Duration;
+
+/// A bucket's pair checked as the backend checks it: its clock read from
+/// the frame, then the word spent; neither where the frame is not the
+/// bucket's or does not count `now`.
+fn token_bucket_spent(
+    pair: Pair,
+    p: &crate::algorithm::Params,
+    units: u64,
+    now: u64,
+    commit: bool,
+) -> (Option<token_bucket::Taken>, Option<u64>) {
+    match BucketClock::at(pair.frame, p, now) {
+        Some(clock) => clock.spent(pair.word, p, units, commit),
+        None => (None, None),
+    }
+}
 
 proptest! {
     /// A bucket checked on its two numbers, as a pair or in one word

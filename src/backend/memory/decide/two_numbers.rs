@@ -75,9 +75,8 @@ impl<C: Clock> MemoryBackend<C> {
                 .and_then(|n| n.update(|n| word::token_bucket_spent(n, p, units, at, commit)))
         } else {
             shard.pair(id, request.key).and_then(|pair| {
-                update(&pair.word, |n| {
-                    pair::token_bucket_spent(pair.with(n), p, units, at, commit)
-                })
+                let clock = pair::BucketClock::at(pair.frame, p, at)?;
+                update(&pair.word, |n| clock.spent(n, p, units, commit))
             })
         };
         if let Some(taken) = taken {
