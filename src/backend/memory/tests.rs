@@ -171,6 +171,40 @@ fn a_peek_at_a_bucket_kept_in_a_word_spends_nothing() {
     assert!(!peek(1));
 }
 
+/// A charge on a key with no state stores it as a check would: a quota
+/// alone keeps its window as a pair (its next checks swap it without the
+/// lock), a set of several keeps it wide.
+#[test]
+fn a_charge_stores_a_new_state_in_the_entry_a_check_would() {
+    let window = Quota::sliding_window(5, Duration::from_secs(1))
+        .name("window")
+        .build()
+        .unwrap();
+    let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
+    let alone = QuotaSet::new("alone", [window.clone()]).unwrap();
+    let set = QuotaSet::new("set", [gcra, window]).unwrap();
+    for (quotas, kept) in [(alone, "pair"), (set, "wide")] {
+        let backend = MemoryBackend::new();
+        let request = CheckRequest {
+            key: "k",
+            quotas: &quotas,
+            cost: 2,
+            commit: true,
+            room: false,
+            started: crate::clock::Stopwatch::start(),
+        };
+        assert_eq!(backend.charge_now(request).remaining(), 3);
+        let id = *quotas.state_ids().last().unwrap();
+        assert_eq!(kind(&backend, id, "k"), Some(kept), "{}", quotas.name());
+        let limiter = Limiter::new(backend.clone(), quotas.clone());
+        for _ in 0..3 {
+            assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());
+        }
+        assert!(!limiter.check_now("k", 1).unwrap().unwrap().allowed());
+        assert_eq!(kind(&backend, id, "k"), Some(kept), "{}", quotas.name());
+    }
+}
+
 /// A charge that must store its state anew (a key with none, or a window
 /// kept as one number that its count no longer fits) is stored, and the
 /// decision it returns sees it.
