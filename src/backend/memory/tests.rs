@@ -18,6 +18,32 @@ fn kind<C>(backend: &MemoryBackend<C>, id: u64, key: &str) -> Option<&'static st
     }
 }
 
+/// A request for `cost` of `quotas` on `key`, without room, started now.
+fn request<'a>(key: &'a str, quotas: &'a QuotaSet, cost: u64, commit: bool) -> CheckRequest<'a> {
+    CheckRequest {
+        key,
+        quotas,
+        cost,
+        commit,
+        room: false,
+        started: crate::clock::Stopwatch::start(),
+    }
+}
+
+/// A sliding window of 5 a second: alone in a set, and in a set beside
+/// GCRA (its state the set's last).
+fn window_alone_and_beside_gcra() -> [QuotaSet; 2] {
+    let window = Quota::sliding_window(5, Duration::from_secs(1))
+        .name("window")
+        .build()
+        .unwrap();
+    let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
+    [
+        QuotaSet::new("one", [window.clone()]).unwrap(),
+        QuotaSet::new("two", [gcra, window]).unwrap(),
+    ]
+}
+
 /// A quota alone keeps two numbers as a pair, swapped without the lock; a
 /// set of several decides under the lock and keeps them wide, as they are.
 #[test]
@@ -77,14 +103,7 @@ fn one_number_found_where_another_state_belongs_moves_to_its_kind() {
     // Ids include the algorithm, so only a hash collision puts an
     // arrival time under a sliding window's id: forged here, for a set
     // of one quota and for a set of two.
-    let window = Quota::sliding_window(5, Duration::from_secs(1))
-        .name("window")
-        .build()
-        .unwrap();
-    let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
-    let one = QuotaSet::new("one", [window.clone()]).unwrap();
-    let two = QuotaSet::new("two", [gcra, window]).unwrap();
-    for set in [one, two] {
+    for set in window_alone_and_beside_gcra() {
         let backend = MemoryBackend::new();
         let id = *set.state_ids().last().unwrap();
         let inner = &*backend.inner;
@@ -150,19 +169,9 @@ fn a_peek_at_a_bucket_kept_in_a_word_spends_nothing() {
     assert!(limiter.check_now("k", 1).unwrap().unwrap().allowed());
     let id = limiter.quotas().state_ids()[0];
     assert_eq!(kind(&backend, id, "k"), Some("word"));
-    let peek = |cost| {
-        let request = CheckRequest {
-            key: "k",
-            quotas: limiter.quotas(),
-            cost,
-            commit: false,
-            room: false,
-            started: crate::clock::Stopwatch::start(),
-        };
-        match backend.check_now(request) {
-            crate::backend::Now::Decided(Ok(decision)) => decision.allowed(),
-            _ => panic!("the memory backend decides at once"),
-        }
+    let peek = |cost| match backend.check_now(request("k", limiter.quotas(), cost, false)) {
+        crate::backend::Now::Decided(Ok(decision)) => decision.allowed(),
+        _ => panic!("the memory backend decides at once"),
     };
     for _ in 0..5 {
         assert!(peek(2));
@@ -176,24 +185,11 @@ fn a_peek_at_a_bucket_kept_in_a_word_spends_nothing() {
 /// lock), a set of several keeps it wide.
 #[test]
 fn a_charge_stores_a_new_state_in_the_entry_a_check_would() {
-    let window = Quota::sliding_window(5, Duration::from_secs(1))
-        .name("window")
-        .build()
-        .unwrap();
-    let gcra = Quota::gcra(5, Duration::from_secs(1)).build().unwrap();
-    let alone = QuotaSet::new("alone", [window.clone()]).unwrap();
-    let set = QuotaSet::new("set", [gcra, window]).unwrap();
+    let [alone, set] = window_alone_and_beside_gcra();
     for (quotas, kept) in [(alone, "pair"), (set, "wide")] {
         let backend = MemoryBackend::new();
-        let request = CheckRequest {
-            key: "k",
-            quotas: &quotas,
-            cost: 2,
-            commit: true,
-            room: false,
-            started: crate::clock::Stopwatch::start(),
-        };
-        assert_eq!(backend.charge_now(request).remaining(), 3);
+        let charge = request("k", &quotas, 2, true);
+        assert_eq!(backend.charge_now(charge).remaining(), 3);
         let id = *quotas.state_ids().last().unwrap();
         assert_eq!(kind(&backend, id, "k"), Some(kept), "{}", quotas.name());
         let limiter = Limiter::new(backend.clone(), quotas.clone());
@@ -220,17 +216,8 @@ fn a_charge_stores_what_it_cannot_update_in_place() {
     let gcra = Quota::gcra(10, Duration::from_secs(1)).build().unwrap();
     for quota in [window, gcra] {
         let limiter = Limiter::new(backend.clone(), quota);
-        let charge = |key: &str, cost| {
-            let request = CheckRequest {
-                key,
-                quotas: limiter.quotas(),
-                cost,
-                commit: true,
-                room: false,
-                started: crate::clock::Stopwatch::start(),
-            };
-            backend.charge_now(request)
-        };
+        let charge =
+            |key: &str, cost| backend.charge_now(request(key, limiter.quotas(), cost, true));
         // A key with no state yet.
         let left = charge("fresh", 5);
         assert_eq!(left.remaining(), limiter.quotas().quotas()[0].limit() - 5);
