@@ -15,6 +15,7 @@ use crate::metrics::MemoryMetrics;
 mod builder;
 mod decide;
 mod entry;
+mod stored;
 
 pub use builder::MemoryBackendBuilder;
 
@@ -27,10 +28,13 @@ pub use builder::MemoryBackendBuilder;
 ///   token bucket whose token is a whole number of microseconds (100 a
 ///   second, not 3 per 10 s) and a fixed window under a million a second
 ///   keep one number, updated by compare-and-swap; any other token bucket
-///   or fixed window, and a sliding window counting under 2^32, keep two,
-///   updated by a 128-bit compare-and-swap. A sliding log, a set of several
-///   quotas and a new key take the write lock for the few hundred
-///   nanoseconds they last; a hot key stalls only the keys of its shard.
+///   or fixed window, and a sliding window counting under 2^32, keep two:
+///   one 64-bit word beside a frame that only the write lock changes, the
+///   word updated by compare-and-swap as one number is. A sliding log, a
+///   set of several quotas (which keeps its states of two numbers wide,
+///   with no frame to decode) and a new key take the write lock for the
+///   few hundred nanoseconds they last; a hot key stalls only the keys of
+///   its shard.
 ///   All quotas of one key live in one shard, so a multi-quota decision is
 ///   atomic.
 /// - **Bounded**: at most [`max_keys`](MemoryBackendBuilder::max_keys) states
@@ -52,7 +56,8 @@ pub use builder::MemoryBackendBuilder;
 /// a second, whose state is one number kept in a 40-byte entry (state id,
 /// the key inline up to 24 bytes, the number); a state of two numbers (any
 /// other token bucket or fixed window, a sliding window counting under
-/// 2^32) is kept in a 48-byte entry; and about 105 bytes for a sliding
+/// 2^32) is kept in a 56-byte entry (the frame's two words and the word,
+/// about 83 bytes a sliding window); and about 105 bytes for a sliding
 /// window counting more, whose 72-byte entry also holds an expiry and a
 /// 32-byte state. Entries are in vectors grown by halves, plus a 4-byte
 /// position in the index with its control byte and slack. At the bound,

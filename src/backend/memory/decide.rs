@@ -6,7 +6,8 @@ use smallvec::SmallVec;
 
 mod two_numbers;
 
-use super::entry::{Entries, Stored, lend, store_new, update_found, word_of};
+use super::entry::{Entries, lend, store_new, update_found, word_of};
+use super::stored::Stored;
 use super::{CheckRequest, MemoryBackend};
 use crate::algorithm::{State, fixed_window};
 use crate::backend::table::{Found, Position};
