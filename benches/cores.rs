@@ -194,9 +194,9 @@ fn main() {
     }
     // States of two numbers: a sliding window whose counts stay under 2^32
     // (the admitting quota above counts past it, so it is decided under the
-    // write lock), the same with windows that end, swapped by a 128-bit
-    // compare-and-swap; a token bucket refilling 3 units a microsecond,
-    // its numbers packed in one word, and one refilling 999 999, a pair.
+    // write lock), the same with windows that end, each one word beside a
+    // frame; a token bucket refilling 3 units a microsecond, one number on
+    // its own clock, and one refilling 999 999, a word beside a frame.
     let two_numbers = [
         (
             "sliding_window_u32",
