@@ -254,7 +254,7 @@ pub(crate) struct Admitted {
 impl Admitted {
     /// `cost` admitted on the counters `c`, `elapsed` into their window.
     #[inline]
-    fn of(c: &Counters, cost: u64, elapsed: u64) -> Admitted {
+    pub(crate) fn of(c: &Counters, cost: u64, elapsed: u64) -> Admitted {
         Admitted {
             counters: Counters {
                 curr: c.curr + cost,

@@ -1,4 +1,4 @@
-use super::{BucketClock, Pair, fixed_window_counted, sliding_window_added};
+use super::{BucketClock, Pair, WindowClock, fixed_window_counted};
 use crate::Quota;
 use crate::algorithm::{State, fixed_window, sliding_window, token_bucket, word};
 use proptest::prelude::*;
@@ -79,25 +79,36 @@ proptest! {
         }
     }
 
-    /// A sliding window's count added in its numbers is the admission
-    /// the counters read back make without weighing, and is found
-    /// wherever that admission is.
+    /// A sliding window's count added in its word, on the clock read
+    /// from it, is the admission the counters read back make without
+    /// weighing, and is found wherever that admission is: in the frame's
+    /// first window and in the later ones its word counts. A clock read
+    /// from another word (the first try of a swap that failed) adds the
+    /// same where that word stores the same window, and nothing elsewhere.
     #[test]
-    fn a_sliding_window_added_in_its_numbers_is_the_admission_checked(
+    fn a_sliding_window_added_in_its_word_is_the_admission_checked(
         limit in 1u64..1_000,
         prev in 0u64..1_000,
         curr in 0u64..1_000,
-        window in 1u64..5,
-        now in 0u64..7_000_000,
+        window in 2u64..5,
+        later in 0u64..3,
+        now in 0u64..9_000_000,
         cost in 0u64..50,
+        seen_later in 0u64..3,
+        seen_curr in 0u64..1_000,
     ) {
         let quota = Quota::sliding_window(limit, Duration::from_secs(1)).build().unwrap();
         let p = &quota.params;
         // No count passes the capacity.
         let (prev, curr) = (prev % (limit + 1), curr % (limit + 1));
-        let counters = sliding_window::Counters { start: window * 1_000_000, prev, curr };
-        let numbers = State::SlidingWindow(counters).to_pair(p).unwrap();
-        let added = sliding_window_added(numbers, p, cost, now);
+        let framed = sliding_window::Counters { start: window * 1_000_000, prev: 0, curr: 0 };
+        let frame = State::SlidingWindow(framed).to_pair(p).unwrap().frame;
+        let counters = sliding_window::Counters { start: (window + later) * 1_000_000, prev, curr };
+        let state = State::SlidingWindow(counters);
+        let word = state.to_word_in(frame, p).unwrap();
+        prop_assert_eq!(State::from_pair(Pair { frame, word }, p), Some(state));
+        let numbers = Pair { frame, word };
+        let added = WindowClock::of(numbers, p, now).and_then(|clock| clock.added(word, p, cost));
         let in_window = (counters.start..counters.start + 1_000_000).contains(&now);
         let unweighed = in_window && prev + curr + cost <= p.capacity;
         prop_assert_eq!(added.is_some(), unweighed);
@@ -105,9 +116,18 @@ proptest! {
             let checked = sliding_window::admit_or_check(Some(&counters), p, cost, now, Some, |_| None);
             prop_assert_eq!(Some(a), checked);
             let after = State::SlidingWindow(a.counters);
-            prop_assert_eq!(Some(next), after.to_word_in(numbers.frame, p));
-            prop_assert_eq!(State::from_pair(Pair { frame: numbers.frame, word: next }, p), Some(after));
+            prop_assert_eq!(Some(next), after.to_word_in(frame, p));
+            prop_assert_eq!(State::from_pair(Pair { frame, word: next }, p), Some(after));
         }
+        let seen = sliding_window::Counters {
+            start: (window + seen_later) * 1_000_000,
+            curr: seen_curr % (limit + 1),
+            ..counters
+        };
+        let seen = Pair { frame, word: State::SlidingWindow(seen).to_word_in(frame, p).unwrap() };
+        let on_seen = WindowClock::of(seen, p, now).and_then(|clock| clock.added(word, p, cost));
+        let same = WindowClock::of(seen, p, now).is_some() && seen_later == later;
+        prop_assert_eq!(on_seen, if same { added } else { None });
     }
 
     /// A fixed window counted on its numbers is the window counted on
@@ -178,8 +198,5 @@ fn another_algorithms_numbers_are_left_to_the_full_check() {
     })
     .to_pair(&bucket.params)
     .unwrap();
-    assert_eq!(
-        sliding_window_added(of_bucket, &window.params, 1, 1_000_001),
-        None
-    );
+    assert!(WindowClock::of(of_bucket, &window.params, 1_000_001).is_none());
 }

@@ -36,12 +36,19 @@ impl<C: Clock> MemoryBackend<C> {
             let (cost, now, commit) = (request.cost, now.as_micros(), request.commit);
             // The loop yields an admission, or leaves a decision here.
             let mut decided = None;
+            // Read from the first word, kept for the tries after a failed
+            // swap (see `WindowClock`).
+            let mut clock = None;
             let admitted = update(&pair.word, |word| {
-                let numbers = pair.with(word);
-                if let Some((next, a)) = pair::sliding_window_added(numbers, p, cost, now) {
+                if clock.is_none() {
+                    clock = pair::WindowClock::of(pair.with(word), p, now);
+                }
+                if let Some(clock) = &clock
+                    && let Some((next, a)) = clock.added(word, p, cost)
+                {
                     return (Some(a), commit.then_some(next));
                 }
-                sliding_window_checked(numbers, q, cost, now, commit, &mut decided)
+                sliding_window_checked(pair.with(word), q, cost, now, commit, &mut decided)
             });
             if let Some(admitted) = admitted {
                 return q.sliding_window_admitted(admitted);
@@ -162,7 +169,7 @@ fn to_store((decision, update): (Decision, Update)) -> Option<(Decision, Option<
 }
 
 /// One try of a sliding window's loop that the count added in place
-/// (`pair::sliding_window_added`) does not decide: the stored `numbers`
+/// (`pair::WindowClock::added`) does not decide: the stored `numbers`
 /// read back, admitted or checked from one estimate, and the numbers to
 /// store. A decision other than an admission is left in `decided`, so that
 /// the loop around the common case carries only an admission (carrying a
