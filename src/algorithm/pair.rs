@@ -379,19 +379,18 @@ impl WindowClock {
     #[inline(always)]
     pub(crate) fn of(pair: Pair, p: &Params, now: u64) -> Option<WindowClock> {
         let frame = pair.frame;
-        let width = frame.width();
-        if frame.tag() != SLIDING_WINDOW || width % 2 != 0 {
+        if frame.tag() != SLIDING_WINDOW {
             return None;
         }
-        let (expiry, _) = frame.window_numbers(pair.word);
-        let period = p.period.get();
-        let start = expiry.checked_sub(period.saturating_mul(2))?;
+        let (expiry, counts) = frame.window_numbers(pair.word);
+        let bits = frame.width() / 2;
+        let start = sliding_window::Counters::from_pair(expiry, counts, bits, p)?.start;
         let elapsed = now.checked_sub(start)?;
-        (elapsed < period).then_some(WindowClock {
-            steps: above(pair.word, width),
+        (elapsed < p.period.get()).then_some(WindowClock {
+            steps: above(pair.word, 2 * bits),
             start,
             elapsed,
-            bits: width / 2,
+            bits,
         })
     }
 
@@ -410,18 +409,17 @@ impl WindowClock {
         cost: u64,
     ) -> Option<(u64, sliding_window::Admitted)> {
         let bits = self.bits;
-        let count = u64::MAX >> (64 - bits);
-        let (prev, curr) = ((word >> bits) & count, word & count);
-        let fits = prev.saturating_add(curr).saturating_add(cost) <= p.capacity;
-        let next = curr.saturating_add(cost);
-        if above(word, 2 * bits) != self.steps || !fits || next > count {
-            return None;
-        }
+        let (prev, curr) = sliding_window::Counters::split(word, bits);
         let c = sliding_window::Counters {
             start: self.start,
             prev,
             curr,
         };
+        let same_window = above(word, 2 * bits) == self.steps;
+        let counted = above(curr.saturating_add(cost), bits) == 0;
+        if !(same_window && counted && sliding_window::fits_unweighed(&c, p, cost)) {
+            return None;
+        }
         Some((
             word + cost,
             sliding_window::Admitted::of(&c, cost, self.elapsed),

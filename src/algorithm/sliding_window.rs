@@ -46,11 +46,21 @@ impl Counters {
         if !(1..=32).contains(&bits) {
             return None;
         }
+        let (prev, curr) = Counters::split(counts, bits);
         Some(Counters {
             start: expiry.checked_sub(p.period.get().saturating_mul(2))?,
-            prev: counts >> bits,
-            curr: counts & (u64::MAX >> (64 - bits)),
+            prev,
+            curr,
         })
+    }
+
+    /// The previous and the current count in `counts`' low bits, each
+    /// `bits` wide (1 to 32), the current lowest; the bits above are not
+    /// read.
+    #[inline(always)]
+    pub(crate) fn split(counts: u64, bits: u32) -> (u64, u64) {
+        let count = u64::MAX >> (64 - bits);
+        ((counts >> bits) & count, counts & count)
     }
 }
 
@@ -210,8 +220,14 @@ pub(crate) fn admitted_unweighed(
     now: u64,
 ) -> Option<Admitted> {
     let elapsed = now.checked_sub(c.start)?;
-    (c.prev.saturating_add(c.curr).saturating_add(cost) <= p.capacity)
-        .then(|| Admitted::of(c, cost, elapsed))
+    fits_unweighed(c, p, cost).then(|| Admitted::of(c, cost, elapsed))
+}
+
+/// Whether `cost` fits beside both of `c`'s counts whole: the bound on
+/// the estimate that [`admitted_unweighed`] admits on.
+#[inline(always)]
+pub(crate) fn fits_unweighed(c: &Counters, p: &Params, cost: u64) -> bool {
+    c.prev.saturating_add(c.curr).saturating_add(cost) <= p.capacity
 }
 
 /// An admission, whose numbers are left to be derived when read (in a set

@@ -135,7 +135,7 @@ fn swap_pair<T>(
     mut check: impl FnMut(&State) -> Option<(T, Option<State>)>,
 ) -> Option<T> {
     update(&pair.word, |word| {
-        checked_pair(pair.with(word), p, |state| check(state))
+        checked_pair(pair.with(word), p, &mut check)
     })
 }
 
