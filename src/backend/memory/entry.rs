@@ -202,9 +202,10 @@ fn shape(state: &State, p: &Params, pairs: bool) -> Shape {
     if let Some(n) = state.to_word(p) {
         return Shape::Word(n);
     }
-    match state.to_pair(p) {
-        Some(n) if pairs => Shape::Pair(n),
-        _ => Shape::Wide,
+    // Kept wide, its numbers need not be made.
+    match if pairs { state.to_pair(p) } else { None } {
+        Some(n) => Shape::Pair(n),
+        None => Shape::Wide,
     }
 }
 
