@@ -394,6 +394,21 @@ impl WindowClock {
         })
     }
 
+    /// The counters `word` holds, if it stores the clock's window: its
+    /// counts read, its moment compared, not decoded.
+    #[inline(always)]
+    pub(crate) fn counters(&self, word: u64) -> Option<sliding_window::Counters> {
+        if above(word, 2 * self.bits) != self.steps {
+            return None;
+        }
+        let (prev, curr) = sliding_window::Counters::split(word, self.bits);
+        Some(sliding_window::Counters {
+            start: self.start,
+            prev,
+            curr,
+        })
+    }
+
     /// The word with `cost` added to its current count, and the admission
     /// it is, when the word stores `now`'s window and `cost` fits beside
     /// both counts whole ([`sliding_window::admitted_unweighed`], what
@@ -408,16 +423,9 @@ impl WindowClock {
         p: &Params,
         cost: u64,
     ) -> Option<(u64, sliding_window::Admitted)> {
-        let bits = self.bits;
-        let (prev, curr) = sliding_window::Counters::split(word, bits);
-        let c = sliding_window::Counters {
-            start: self.start,
-            prev,
-            curr,
-        };
-        let same_window = above(word, 2 * bits) == self.steps;
-        let counted = above(curr.saturating_add(cost), bits) == 0;
-        if !(same_window && counted && sliding_window::fits_unweighed(&c, p, cost)) {
+        let c = self.counters(word)?;
+        let counted = above(c.curr.saturating_add(cost), self.bits) == 0;
+        if !(counted && sliding_window::fits_unweighed(&c, p, cost)) {
             return None;
         }
         Some((

@@ -84,7 +84,8 @@ proptest! {
     /// weighing, and is found wherever that admission is: in the frame's
     /// first window and in the later ones its word counts. A clock read
     /// from another word (the first try of a swap that failed) adds the
-    /// same where that word stores the same window, and nothing elsewhere.
+    /// same where that word stores the same window, and nothing elsewhere,
+    /// and reads the word's counters there alone.
     #[test]
     fn a_sliding_window_added_in_its_word_is_the_admission_checked(
         limit in 1u64..1_000,
@@ -128,6 +129,9 @@ proptest! {
         let on_seen = WindowClock::of(seen, p, now).and_then(|clock| clock.added(word, p, cost));
         let same = WindowClock::of(seen, p, now).is_some() && seen_later == later;
         prop_assert_eq!(on_seen, if same { added } else { None });
+        // The full check reads the same counters through that clock.
+        let read = WindowClock::of(seen, p, now).and_then(|clock| clock.counters(word));
+        prop_assert_eq!(read, same.then_some(counters));
     }
 
     /// A fixed window counted on its numbers is the window counted on

@@ -48,7 +48,8 @@ impl<C: Clock> MemoryBackend<C> {
                 {
                     return (Some(a), commit.then_some(next));
                 }
-                sliding_window_checked(pair.with(word), q, cost, now, commit, &mut decided)
+                let (numbers, clock) = (pair.with(word), clock.as_ref());
+                sliding_window_checked(numbers, clock, q, cost, now, commit, &mut decided)
             });
             if let Some(admitted) = admitted {
                 return q.sliding_window_admitted(admitted);
@@ -135,23 +136,24 @@ fn swap_pair<T>(
     mut check: impl FnMut(&State) -> Option<(T, Option<State>)>,
 ) -> Option<T> {
     update(&pair.word, |word| {
-        checked_pair(pair.with(word), p, &mut check)
+        let state = State::from_pair(pair.with(word), p);
+        checked_in(state, pair.frame, p, &mut check)
     })
 }
 
-/// One try of [`swap_pair`]'s loop: the stored `numbers` read back into
-/// their state, checked, and the state to store made a word of their frame
-/// again.
+/// One try of a pair's loop: the `state` its word was read back into,
+/// checked, and the state to store made a word of its `frame` again.
 #[inline(always)]
-fn checked_pair<T>(
-    numbers: pair::Pair,
+fn checked_in<T>(
+    state: Option<State>,
+    frame: pair::Frame,
     p: &Params,
     check: impl FnOnce(&State) -> Option<(T, Option<State>)>,
 ) -> (Option<T>, Option<u64>) {
-    let Some((answer, next)) = State::from_pair(numbers, p).and_then(|s| check(&s)) else {
+    let Some((answer, next)) = state.and_then(|s| check(&s)) else {
         return (None, None);
     };
-    match next.map(|next| next.to_word_in(numbers.frame, p)) {
+    match next.map(|next| next.to_word_in(frame, p)) {
         None => (Some(answer), None),
         Some(Some(next)) => (Some(answer), Some(next)),
         Some(None) => (None, None),
@@ -170,7 +172,8 @@ fn to_store((decision, update): (Decision, Update)) -> Option<(Decision, Option<
 
 /// One try of a sliding window's loop that the count added in place
 /// (`pair::WindowClock::added`) does not decide: the stored `numbers`
-/// read back, admitted or checked from one estimate, and the numbers to
+/// read back (through the loop's `clock` where it holds their window, with
+/// no decoding), admitted or checked from one estimate, and the numbers to
 /// store. A decision other than an admission is left in `decided`, so that
 /// the loop around the common case carries only an admission (carrying a
 /// whole decision cost the common case ~20 instructions); `decided` is
@@ -180,6 +183,7 @@ fn to_store((decision, update): (Decision, Update)) -> Option<(Decision, Option<
 #[inline(never)]
 fn sliding_window_checked(
     numbers: pair::Pair,
+    clock: Option<&pair::WindowClock>,
     q: &QuotaSet,
     cost: u64,
     now: u64,
@@ -187,7 +191,11 @@ fn sliding_window_checked(
     decided: &mut Option<Decision>,
 ) -> (Option<sliding_window::Admitted>, Option<u64>) {
     let p = &q.quotas()[0].params;
-    let (checked, next) = checked_pair(numbers, p, |state| {
+    let state = match clock.and_then(|c| c.counters(numbers.word)) {
+        Some(c) => Some(State::SlidingWindow(c)),
+        None => State::from_pair(numbers, p),
+    };
+    let (checked, next) = checked_in(state, numbers.frame, p, |state| {
         // Another algorithm's state counts as none, as in `check`.
         let counters = match state {
             State::SlidingWindow(c) => Some(c),
