@@ -350,87 +350,102 @@ pub(crate) fn fixed_window_counted(
 }
 
 /// `now`'s window on a sliding window's frame, as a word read once holds
-/// it: the steps that word counts, and where `now` is in the window. A
-/// swap's loop decodes the first word it reads (a multiplication and
-/// three more operations between its load and its swap); when the swap
-/// fails on a word of the same window, as it mostly does where many
-/// threads check one key, the next try only compares the steps, so that it
-/// holds the line it won about as briefly as GCRA's does. On 16 cores, at
-/// 8 and 16 threads on one key, that took the window from 0.64-0.82x
-/// GCRA's checks a second to 0.86-0.91x (medians of four alternated runs);
-/// a clock divided out of `now` before the load did less there (0.81-0.89x)
-/// and cost a thread alone ~7%.
+/// it, for a check of `cost`: the word's bits above its current count
+/// (the window's steps and its previous count, which stay while the
+/// window does), and how far that count may go for the cost to fit. A
+/// swap's loop reads it once, from the word it loads first (a decode: a
+/// multiplication and three more operations). Each try is then a
+/// subtraction and a comparison, as short as GCRA's, the retries after a
+/// swap that failed on a word of the same window included (where many
+/// threads check one key, most swaps fail): a thread holds the line it
+/// won about as briefly as GCRA's does. On 16 cores, at 8 and 16 threads
+/// on one key, comparing the window's steps alone on a retry took the
+/// window from 0.64-0.82x GCRA's checks a second to 0.86-0.91x (medians of
+/// four alternated runs); a clock divided out of `now` before the load did
+/// less there (0.81-0.89x) and cost a thread alone ~7%.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WindowClock {
-    /// The word's bits above its counts while it stores `now`'s window.
-    steps: u64,
-    /// That window's start.
+    /// The word of this window and previous count whose current count is 0.
+    base: u64,
+    /// The current counts, from 0, that the cost fits beside whole: below
+    /// [`sliding_window::unweighed_room`] with the previous count, and
+    /// within the count's bits after the cost.
+    fits: u64,
+    /// The window's start.
     start: u64,
+    /// Its previous count.
+    prev: u64,
     /// Microseconds from its start to `now`.
     elapsed: u64,
     /// The bits each count takes.
     bits: u32,
+    /// The check's cost.
+    cost: u64,
 }
 
 impl WindowClock {
-    /// The clock of `pair`'s frame at `now`, if `pair` stores `now`'s
-    /// window; `None` for a pair that is not a sliding window of `p`'s,
-    /// or stores another window.
+    /// The clock of `pair`'s frame at `now` for a check of `cost`, if
+    /// `pair` stores `now`'s window; `None` for a pair that is not a
+    /// sliding window of `p`'s, or stores another window.
     #[inline(always)]
-    pub(crate) fn of(pair: Pair, p: &Params, now: u64) -> Option<WindowClock> {
+    pub(crate) fn of(pair: Pair, p: &Params, now: u64, cost: u64) -> Option<WindowClock> {
         let frame = pair.frame;
         if frame.tag() != SLIDING_WINDOW {
             return None;
         }
         let (expiry, counts) = frame.window_numbers(pair.word);
         let bits = frame.width() / 2;
-        let start = sliding_window::Counters::from_pair(expiry, counts, bits, p)?.start;
-        let elapsed = now.checked_sub(start)?;
+        let c = sliding_window::Counters::from_pair(expiry, counts, bits, p)?;
+        let elapsed = now.checked_sub(c.start)?;
+        // `from_pair` holds `bits` to 1..=32.
+        let counted = (1u64 << bits).saturating_sub(cost);
+        let room = sliding_window::unweighed_room(p, cost).saturating_sub(c.prev);
         (elapsed < p.period.get()).then_some(WindowClock {
-            steps: above(pair.word, 2 * bits),
-            start,
+            base: pair.word - c.curr,
+            fits: room.min(counted),
+            start: c.start,
+            prev: c.prev,
             elapsed,
             bits,
+            cost,
         })
     }
 
-    /// The counters `word` holds, if it stores the clock's window: its
-    /// counts read, its moment compared, not decoded.
+    /// The counters `word` holds, if it stores the clock's window and
+    /// previous count: its current count read, the rest compared, not
+    /// decoded.
     #[inline(always)]
     pub(crate) fn counters(&self, word: u64) -> Option<sliding_window::Counters> {
-        if above(word, 2 * self.bits) != self.steps {
-            return None;
-        }
-        let (prev, curr) = sliding_window::Counters::split(word, self.bits);
-        Some(sliding_window::Counters {
+        let curr = word.wrapping_sub(self.base);
+        (above(curr, self.bits) == 0).then_some(sliding_window::Counters {
             start: self.start,
-            prev,
+            prev: self.prev,
             curr,
         })
     }
 
-    /// The word with `cost` added to its current count, and the admission
-    /// it is, when the word stores `now`'s window and `cost` fits beside
-    /// both counts whole ([`sliding_window::admitted_unweighed`], what
+    /// The word with the cost added to its current count, and the
+    /// admission it is, when the word stores the clock's window and
+    /// previous count and the cost fits beside both counts whole
+    /// ([`sliding_window::admitted_unweighed`], what
     /// [`sliding_window::admit_or_check`] admits without weighing), the
     /// count after it within its bits: the word plus the cost (the current
     /// count is its lowest number). `None` otherwise (another window, a
     /// count near the limit), for the full check.
     #[inline(always)]
-    pub(crate) fn added(
-        &self,
-        word: u64,
-        p: &Params,
-        cost: u64,
-    ) -> Option<(u64, sliding_window::Admitted)> {
-        let c = self.counters(word)?;
-        let counted = above(c.curr.saturating_add(cost), self.bits) == 0;
-        if !(counted && sliding_window::fits_unweighed(&c, p, cost)) {
+    pub(crate) fn added(&self, word: u64) -> Option<(u64, sliding_window::Admitted)> {
+        let curr = word.wrapping_sub(self.base);
+        if curr >= self.fits {
             return None;
         }
+        let c = sliding_window::Counters {
+            start: self.start,
+            prev: self.prev,
+            curr,
+        };
         Some((
-            word + cost,
-            sliding_window::Admitted::of(&c, cost, self.elapsed),
+            word + self.cost,
+            sliding_window::Admitted::of(&c, self.cost, self.elapsed),
         ))
     }
 }

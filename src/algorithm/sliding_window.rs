@@ -227,7 +227,15 @@ pub(crate) fn admitted_unweighed(
 /// the estimate that [`admitted_unweighed`] admits on.
 #[inline(always)]
 pub(crate) fn fits_unweighed(c: &Counters, p: &Params, cost: u64) -> bool {
-    c.prev.saturating_add(c.curr).saturating_add(cost) <= p.capacity
+    c.prev.saturating_add(c.curr) < unweighed_room(p, cost)
+}
+
+/// The sum of both counts below which `cost` fits beside them whole (0
+/// where it never does): [`fits_unweighed`]'s bound, for a loop that tries
+/// one cost on counts read anew to compute once.
+#[inline(always)]
+pub(crate) fn unweighed_room(p: &Params, cost: u64) -> u64 {
+    p.capacity.saturating_add(1).saturating_sub(cost)
 }
 
 /// An admission, whose numbers are left to be derived when read (in a set

@@ -84,8 +84,8 @@ proptest! {
     /// weighing, and is found wherever that admission is: in the frame's
     /// first window and in the later ones its word counts. A clock read
     /// from another word (the first try of a swap that failed) adds the
-    /// same where that word stores the same window, and nothing elsewhere,
-    /// and reads the word's counters there alone.
+    /// same where that word stores the same window and previous count, and
+    /// nothing elsewhere, and reads the word's counters there alone.
     #[test]
     fn a_sliding_window_added_in_its_word_is_the_admission_checked(
         limit in 1u64..1_000,
@@ -97,6 +97,7 @@ proptest! {
         cost in 0u64..50,
         seen_later in 0u64..3,
         seen_curr in 0u64..1_000,
+        seen_prev_step in 0u64..3,
     ) {
         let quota = Quota::sliding_window(limit, Duration::from_secs(1)).build().unwrap();
         let p = &quota.params;
@@ -109,7 +110,7 @@ proptest! {
         let word = state.to_word_in(frame, p).unwrap();
         prop_assert_eq!(State::from_pair(Pair { frame, word }, p), Some(state));
         let numbers = Pair { frame, word };
-        let added = WindowClock::of(numbers, p, now).and_then(|clock| clock.added(word, p, cost));
+        let added = WindowClock::of(numbers, p, now, cost).and_then(|clock| clock.added(word));
         let in_window = (counters.start..counters.start + 1_000_000).contains(&now);
         let unweighed = in_window && prev + curr + cost <= p.capacity;
         prop_assert_eq!(added.is_some(), unweighed);
@@ -123,14 +124,16 @@ proptest! {
         let seen = sliding_window::Counters {
             start: (window + seen_later) * 1_000_000,
             curr: seen_curr % (limit + 1),
-            ..counters
+            // One less, the same, one more: another previous count in the
+            // same window (stored by a reset, say) is not the clock's.
+            prev: (prev + limit + seen_prev_step) % (limit + 1),
         };
         let seen = Pair { frame, word: State::SlidingWindow(seen).to_word_in(frame, p).unwrap() };
-        let on_seen = WindowClock::of(seen, p, now).and_then(|clock| clock.added(word, p, cost));
-        let same = WindowClock::of(seen, p, now).is_some() && seen_later == later;
+        let on_seen = WindowClock::of(seen, p, now, cost).and_then(|clock| clock.added(word));
+        let same = WindowClock::of(seen, p, now, cost).is_some() && seen_later == later && seen_prev_step == 1;
         prop_assert_eq!(on_seen, if same { added } else { None });
         // The full check reads the same counters through that clock.
-        let read = WindowClock::of(seen, p, now).and_then(|clock| clock.counters(word));
+        let read = WindowClock::of(seen, p, now, cost).and_then(|clock| clock.counters(word));
         prop_assert_eq!(read, same.then_some(counters));
     }
 
@@ -202,5 +205,5 @@ fn another_algorithms_numbers_are_left_to_the_full_check() {
     })
     .to_pair(&bucket.params)
     .unwrap();
-    assert!(WindowClock::of(of_bucket, &window.params, 1_000_001).is_none());
+    assert!(WindowClock::of(of_bucket, &window.params, 1_000_001, 1).is_none());
 }

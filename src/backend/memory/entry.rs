@@ -102,8 +102,18 @@ impl Word {
 /// caller, so each algorithm's decision inlines into its own copy of the
 /// loop: a state of one number and a pair's word alike.
 #[inline(always)]
-pub(super) fn update<R>(word: &AtomicU64, mut decide: impl FnMut(u64) -> (R, Option<u64>)) -> R {
-    let mut n = word.load(Relaxed);
+pub(super) fn update<R>(word: &AtomicU64, decide: impl FnMut(u64) -> (R, Option<u64>)) -> R {
+    update_from(word, word.load(Relaxed), decide)
+}
+
+/// [`update`] from `n`, the word as its caller loaded it (to read what
+/// every try shares from it before the loop).
+#[inline(always)]
+pub(super) fn update_from<R>(
+    word: &AtomicU64,
+    mut n: u64,
+    mut decide: impl FnMut(u64) -> (R, Option<u64>),
+) -> R {
     loop {
         let (result, next) = decide(n);
         let Some(next) = next else {

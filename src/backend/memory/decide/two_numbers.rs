@@ -8,7 +8,9 @@
 //! Anything else (a new key, a state that no longer fits two numbers or
 //! its frame) takes the write lock, which stores it in a frame of its own.
 
-use super::super::entry::{Pair, update};
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::super::entry::{Pair, update, update_from};
 use super::super::{CheckRequest, MemoryBackend};
 use crate::algorithm::{Params, State, Update, pair, sliding_window, word};
 use crate::clock::{Clock, Timestamp};
@@ -36,20 +38,17 @@ impl<C: Clock> MemoryBackend<C> {
             let (cost, now, commit) = (request.cost, now.as_micros(), request.commit);
             // The loop yields an admission, or leaves a decision here.
             let mut decided = None;
-            // Read from the first word, kept for the tries after a failed
-            // swap (see `WindowClock`).
-            let mut clock = None;
-            let admitted = update(&pair.word, |word| {
-                if clock.is_none() {
-                    clock = pair::WindowClock::of(pair.with(word), p, now);
-                }
+            // Read from the first word, for every try (see `WindowClock`).
+            let first = pair.word.load(Relaxed);
+            let clock = pair::WindowClock::of(pair.with(first), p, now, cost);
+            let admitted = update_from(&pair.word, first, |word| {
                 if let Some(clock) = &clock
-                    && let Some((next, a)) = clock.added(word, p, cost)
+                    && let Some((next, a)) = clock.added(word)
                 {
                     return (Some(a), commit.then_some(next));
                 }
-                let (numbers, clock) = (pair.with(word), clock.as_ref());
-                sliding_window_checked(numbers, clock, q, cost, now, commit, &mut decided)
+                let read = clock.and_then(|clock| clock.counters(word));
+                sliding_window_checked(pair.with(word), read, q, cost, now, commit, &mut decided)
             });
             if let Some(admitted) = admitted {
                 return q.sliding_window_admitted(admitted);
@@ -172,9 +171,9 @@ fn to_store((decision, update): (Decision, Update)) -> Option<(Decision, Option<
 
 /// One try of a sliding window's loop that the count added in place
 /// (`pair::WindowClock::added`) does not decide: the stored `numbers`
-/// read back (through the loop's `clock` where it holds their window, with
-/// no decoding), admitted or checked from one estimate, and the numbers to
-/// store. A decision other than an admission is left in `decided`, so that
+/// read back (as the counters `read` through the loop's clock where it
+/// holds their window, with no decoding), admitted or checked from one
+/// estimate, and the numbers to store. A decision other than an admission is left in `decided`, so that
 /// the loop around the common case carries only an admission (carrying a
 /// whole decision cost the common case ~20 instructions); `decided` is
 /// left `None` for numbers that no sliding window of the quota makes, or
@@ -183,7 +182,7 @@ fn to_store((decision, update): (Decision, Update)) -> Option<(Decision, Option<
 #[inline(never)]
 fn sliding_window_checked(
     numbers: pair::Pair,
-    clock: Option<&pair::WindowClock>,
+    read: Option<sliding_window::Counters>,
     q: &QuotaSet,
     cost: u64,
     now: u64,
@@ -191,7 +190,7 @@ fn sliding_window_checked(
     decided: &mut Option<Decision>,
 ) -> (Option<sliding_window::Admitted>, Option<u64>) {
     let p = &q.quotas()[0].params;
-    let state = match clock.and_then(|c| c.counters(numbers.word)) {
+    let state = match read {
         Some(c) => Some(State::SlidingWindow(c)),
         None => State::from_pair(numbers, p),
     };
