@@ -56,7 +56,7 @@ pub(crate) fn check(state: Option<&State>, p: &Params, cost: u64, now: u64) -> O
 /// that either of [`check`]'s branches is made of, so a quota in a set of
 /// several keeps this (32 bytes, not an outcome's 128) and makes only the
 /// branch the set's decision takes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Counted {
     /// The window that holds (a new one counts 0).
     window: Window,
@@ -95,6 +95,38 @@ pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> C
         window,
         end: end_of(p, window.start) - now,
         allowed: window.count + cost <= p.capacity,
+    }
+}
+
+/// The end of the window holding `now`, for a window kept as one number
+/// (no calendar): its division made before the word is read, so that
+/// [`count_word`] reads the count with a subtraction.
+#[inline]
+pub(crate) fn end_at(p: &Params, now: u64) -> u64 {
+    (now - now % p.period).saturating_add(p.period.get())
+}
+
+/// [`count`] on a window kept as one number, `end` the end of the window
+/// holding `now` ([`end_at`]): a word of that window (its end plus a count
+/// under the period) is counted with a subtraction, any other word as
+/// `count` counts it. In a swap's loop, that keeps the division out of the
+/// time between the word's load and its swap, in which another thread
+/// checking the same key takes the key's line away (on 16 cores, one hot
+/// key read 0.89x GCRA's checks a second at 16 threads with the division
+/// of the word there).
+#[inline(always)]
+pub(crate) fn count_word(word: u64, end: u64, p: &Params, cost: u64, now: u64) -> Counted {
+    let period = p.period.get();
+    match word.checked_sub(end) {
+        Some(count) if count < period => Counted {
+            window: Window {
+                start: end - period,
+                count,
+            },
+            end: end - now,
+            allowed: count + cost <= p.capacity,
+        },
+        _ => self::count(Some(&State::Word(word)), p, cost, now),
     }
 }
 
@@ -196,7 +228,7 @@ pub(crate) fn give_back(state: Option<&State>, p: &Params, spent: Spent, now: u6
 
 #[cfg(test)]
 mod tests {
-    use super::{Window, check, kept_as_one_number};
+    use super::{Window, check, count, count_word, end_at, kept_as_one_number};
     use crate::Quota;
     use crate::algorithm::testing::{S, Sim};
     use crate::algorithm::{State, Update};
@@ -234,6 +266,36 @@ mod tests {
             step.admit.update,
             Update::Set(State::FixedWindow(_))
         ));
+    }
+
+    proptest::proptest! {
+        /// A word counted on the end of `now`'s window, worked out before
+        /// it is read, counts as the word read alone does: a word of that
+        /// window, of an earlier or later one, or no window's.
+        #[test]
+        fn a_word_counted_on_the_end_of_nows_window_is_the_word_counted(
+            limit in 1u64..1_000,
+            window in 0u64..4,
+            count_in in 0u64..1_000,
+            now in 1_000_000u64..4_000_000,
+            cost in 0u64..50,
+            garbage in proptest::prelude::any::<u64>(),
+            forged in proptest::prelude::any::<bool>(),
+        ) {
+            let q = Quota::fixed_window(limit, Duration::from_secs(1)).build().unwrap();
+            let p = &q.params;
+            proptest::prop_assume!(kept_as_one_number(p));
+            let word = if forged {
+                garbage
+            } else {
+                (window + 1) * 1_000_000 + count_in % (limit + 1)
+            };
+            let (read, on_end) = (
+                count(Some(&State::Word(word)), p, cost, now),
+                count_word(word, end_at(p, now), p, cost, now),
+            );
+            proptest::prop_assert_eq!(read, on_end);
+        }
     }
 
     #[test]

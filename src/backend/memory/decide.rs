@@ -98,8 +98,9 @@ impl<C: Clock> MemoryBackend<C> {
         if let Some(window) = shard.word(id, request.key) {
             let (q, cost, now) = (request.quotas, request.cost, now.as_micros());
             let (commit, p) = (request.commit, &q.quotas()[0].params);
+            let end = fixed_window::end_at(p, now);
             let counted = window.update(|n| {
-                let counted = fixed_window::count(Some(&State::Word(n)), p, cost, now);
+                let counted = fixed_window::count_word(n, end, p, cost, now);
                 let next = (counted.allowed && commit).then(|| counted.word_after(p, cost));
                 (counted, next)
             });
