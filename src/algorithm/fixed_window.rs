@@ -91,11 +91,7 @@ pub(crate) fn count(state: Option<&State>, p: &Params, cost: u64, now: u64) -> C
         }
         _ => new_window(p, now),
     };
-    Counted {
-        window,
-        end: end_of(p, window.start) - now,
-        allowed: window.count + cost <= p.capacity,
-    }
+    Counted::of(window, end_of(p, window.start), p, cost, now)
 }
 
 /// The end of the window holding `now`, for a window kept as one number
@@ -118,14 +114,13 @@ pub(crate) fn end_at(p: &Params, now: u64) -> u64 {
 pub(crate) fn count_word(word: u64, end: u64, p: &Params, cost: u64, now: u64) -> Counted {
     let period = p.period.get();
     match word.checked_sub(end) {
-        Some(count) if count < period => Counted {
-            window: Window {
+        Some(count) if count < period => {
+            let window = Window {
                 start: end - period,
                 count,
-            },
-            end: end - now,
-            allowed: count + cost <= p.capacity,
-        },
+            };
+            Counted::of(window, end, p, cost, now)
+        }
         _ => self::count(Some(&State::Word(word)), p, cost, now),
     }
 }
@@ -141,6 +136,17 @@ fn new_window(p: &Params, now: u64) -> Window {
 }
 
 impl Counted {
+    /// A request of `cost` at `now` counted in `window`, which ends at
+    /// `end` (after `now`).
+    #[inline(always)]
+    fn of(window: Window, end: u64, p: &Params, cost: u64, now: u64) -> Counted {
+        Counted {
+            window,
+            end: end - now,
+            allowed: window.count + cost <= p.capacity,
+        }
+    }
+
     /// The window that holds, with what it has counted.
     #[inline]
     pub(crate) fn window(&self) -> Window {

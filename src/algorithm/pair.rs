@@ -138,6 +138,26 @@ fn above(n: u64, width: u32) -> u64 {
 }
 
 impl Pair {
+    /// The fixed window a window's pair holds (its tag unread), for a
+    /// quota of `p`; `None` for an end before the period.
+    #[inline(always)]
+    fn fixed_window(&self, p: &Params) -> Option<fixed_window::Window> {
+        let (end, count) = self.frame.window_numbers(self.word);
+        let start = end.checked_sub(p.period.get())?;
+        Some(fixed_window::Window { start, count })
+    }
+
+    /// The counters a window's pair holds (its tag unread), for a quota of
+    /// `p`, with the bits each count takes; `None` for numbers no sliding
+    /// window of `p` makes.
+    #[inline(always)]
+    fn sliding_window(&self, p: &Params) -> Option<(sliding_window::Counters, u32)> {
+        let (expiry, counts) = self.frame.window_numbers(self.word);
+        let bits = self.frame.width() / 2;
+        let c = sliding_window::Counters::from_pair(expiry, counts, bits, p)?;
+        Some((c, bits))
+    }
+
     /// The moment after which the pair means no state: its first number.
     #[inline]
     pub(crate) fn expiry(&self) -> u64 {
@@ -232,18 +252,8 @@ impl State {
                 let (full_at, r) = frame.bucket_numbers(word);
                 State::TokenBucket(token_bucket::Bucket::from_pair(full_at, r, p)?)
             }
-            FIXED_WINDOW => {
-                let (end, count) = frame.window_numbers(word);
-                let start = end.checked_sub(p.period.get())?;
-                State::FixedWindow(fixed_window::Window { start, count })
-            }
-            SLIDING_WINDOW => {
-                let (expiry, counts) = frame.window_numbers(word);
-                let bits = frame.width() / 2;
-                State::SlidingWindow(sliding_window::Counters::from_pair(
-                    expiry, counts, bits, p,
-                )?)
-            }
+            FIXED_WINDOW => State::FixedWindow(pair.fixed_window(p)?),
+            SLIDING_WINDOW => State::SlidingWindow(pair.sliding_window(p)?.0),
             _ => return None,
         })
     }
@@ -263,12 +273,14 @@ pub(crate) fn fixed_window_counted(
     commit: bool,
 ) -> (Option<fixed_window::Counted>, Option<u64>) {
     let frame = pair.frame;
-    let (end, count) = frame.window_numbers(pair.word);
-    let start = end.checked_sub(p.period.get());
-    let (FIXED_WINDOW, Some(start)) = (frame.tag(), start) else {
+    let stored = match frame.tag() {
+        FIXED_WINDOW => pair.fixed_window(p),
+        _ => None,
+    };
+    let Some(stored @ fixed_window::Window { start, .. }) = stored else {
         return (None, None);
     };
-    let stored = State::FixedWindow(fixed_window::Window { start, count });
+    let stored = State::FixedWindow(stored);
     let counted = fixed_window::count(Some(&stored), p, cost, now);
     if !(counted.allowed && commit) {
         return (Some(counted), None);

@@ -108,13 +108,10 @@ impl WindowClock {
     /// sliding window of `p`'s, or stores another window.
     #[inline(always)]
     pub(crate) fn of(pair: Pair, p: &Params, now: u64, cost: u64) -> Option<WindowClock> {
-        let frame = pair.frame;
-        if frame.tag() != SLIDING_WINDOW {
+        if pair.frame.tag() != SLIDING_WINDOW {
             return None;
         }
-        let (expiry, counts) = frame.window_numbers(pair.word);
-        let bits = frame.width() / 2;
-        let c = sliding_window::Counters::from_pair(expiry, counts, bits, p)?;
+        let (c, bits) = pair.sliding_window(p)?;
         let elapsed = now.checked_sub(c.start)?;
         // `from_pair` holds `bits` to 1..=32.
         let counted = (1u64 << bits).saturating_sub(cost);
@@ -136,11 +133,17 @@ impl WindowClock {
     #[inline(always)]
     pub(crate) fn counters(&self, word: u64) -> Option<sliding_window::Counters> {
         let curr = word.wrapping_sub(self.base);
-        (above(curr, self.bits) == 0).then_some(sliding_window::Counters {
+        (above(curr, self.bits) == 0).then(|| self.with(curr))
+    }
+
+    /// The counters of the clock's window with `curr` its current count.
+    #[inline(always)]
+    fn with(&self, curr: u64) -> sliding_window::Counters {
+        sliding_window::Counters {
             start: self.start,
             prev: self.prev,
             curr,
-        })
+        }
     }
 
     /// The word with the cost added to its current count, and the
@@ -157,14 +160,9 @@ impl WindowClock {
         if curr >= self.fits {
             return None;
         }
-        let c = sliding_window::Counters {
-            start: self.start,
-            prev: self.prev,
-            curr,
-        };
         Some((
             word + self.cost,
-            sliding_window::Admitted::of(&c, self.cost, self.elapsed),
+            sliding_window::Admitted::of(&self.with(curr), self.cost, self.elapsed),
         ))
     }
 }
